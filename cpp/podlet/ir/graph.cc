@@ -1,0 +1,274 @@
+#include "podlet/ir/graph.h"
+#include "podlet/ir/ops.h"
+#include <map>
+#include <sstream>
+#include <algorithm>
+
+namespace podlet {
+
+// ---- registry -------------------------------------------------------------------
+static std::map<std::string, PrimDef>& registry() {
+  static std::map<std::string, PrimDef> r;
+  return r;
+}
+Register::Register(const std::string& name, PrimDef def) {
+  def.name = name;
+  registry()[name] = std::move(def);
+}
+const PrimDef& lookup_prim(const std::string& name) {
+  auto it = registry().find(name);
+  if (it == registry().end()) throw ValueError(fmt("unknown primitive '", name, "'"));
+  return it->second;
+}
+std::vector<std::string> prim_names() {
+  std::vector<std::string> v;
+  for (auto& kv : registry()) v.push_back(kv.first);
+  return v;
+}
+
+// Re-throws a podlet error with `prefix` prepended, keeping its type.
+[[noreturn]] static void rethrow_with(const std::string& prefix) {
+  try { throw; }
+  catch (const ShapeError& e) { throw ShapeError(prefix + e.what()); }
+  catch (const DTypeError& e) { throw DTypeError(prefix + e.what()); }
+  catch (const ValueError& e) { throw ValueError(prefix + e.what()); }
+  catch (const Error& e) { throw Error(prefix + e.what()); }
+}
+
+std::vector<AVal> infer_shapes(const PrimDef& p, const std::vector<AVal>& in, const Attrs& attrs) {
+  try { return p.shape(in, attrs); }
+  catch (const Error&) {
+    std::string s = p.name + "(";
+    for (size_t i = 0; i < in.size(); ++i)
+      s += (i ? ", " : "") + std::string(dtype_name(in[i].dtype)) + shape_str(in[i].shape);
+    rethrow_with(s + "): ");
+  }
+}
+
+static std::vector<Array> alloc_outputs(const PrimDef& p, const std::vector<AVal>& avals) {
+  std::vector<Array> out;
+  out.reserve(avals.size());
+  for (auto& a : avals) out.emplace_back(p.kernel_allocates ? Array() : Array(a));
+  return out;
+}
+
+std::vector<Array> apply_prim(const PrimDef& p, const std::vector<Array>& in, const Attrs& attrs) {
+  std::vector<AVal> ia; ia.reserve(in.size());
+  for (auto& a : in) ia.push_back(a.aval());
+  auto oa = infer_shapes(p, ia, attrs);
+  auto out = alloc_outputs(p, oa);
+  try { p.kernel(in, out, attrs); }
+  catch (const Error&) { rethrow_with(p.name + ": "); }
+  return out;
+}
+
+// ---- graph ----------------------------------------------------------------------
+int Graph::add_input(const AVal& a) {
+  avals.push_back(a); producer.push_back(-1);
+  int id = int(avals.size()) - 1;
+  inputs.push_back(id);
+  return id;
+}
+int Graph::add_const(const Array& a) {
+  avals.push_back(a.aval()); producer.push_back(-1);
+  int id = int(avals.size()) - 1;
+  consts.emplace_back(id, a);
+  return id;
+}
+std::vector<int> Graph::add(const std::string& prim, const std::vector<int>& in, const Attrs& attrs,
+                            const std::string& where) {
+  return add(lookup_prim(prim), in, attrs, where);
+}
+std::vector<int> Graph::add(const PrimDef& p, const std::vector<int>& in, const Attrs& attrs,
+                            const std::string& where) {
+  std::vector<AVal> ia; ia.reserve(in.size());
+  for (int v : in) {
+    if (v < 0 || v >= num_values()) throw ValueError(fmt(p.name, ": invalid value id ", v));
+    ia.push_back(avals[v]);
+  }
+  auto oa = infer_shapes(p, ia, attrs);
+  Node n; n.prim = &p; n.attrs = attrs; n.in = in; n.where = where;
+  for (auto& a : oa) { avals.push_back(a); producer.push_back(int(nodes.size())); n.out.push_back(num_values() - 1); }
+  nodes.push_back(std::move(n));
+  return nodes.back().out;
+}
+
+std::vector<int> Graph::inline_graph(const Graph& sub, const std::vector<int>& args, const std::string& where) {
+  if (args.size() != sub.inputs.size())
+    throw ValueError(fmt("inline: graph takes ", sub.inputs.size(), " inputs, got ", args.size()));
+  std::vector<int> m(sub.num_values(), -1);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!(avals.at(args[i]) == sub.avals[sub.inputs[i]]))
+      throw ShapeError(fmt("inline: input ", i, " is ", dtype_name(avals[args[i]].dtype), shape_str(avals[args[i]].shape),
+                           ", expected ", dtype_name(sub.avals[sub.inputs[i]].dtype), shape_str(sub.avals[sub.inputs[i]].shape)));
+    m[sub.inputs[i]] = args[i];
+  }
+  for (auto& [id, arr] : sub.consts) m[id] = add_const(arr);
+  for (auto& n : sub.nodes) {
+    std::vector<int> in; in.reserve(n.in.size());
+    for (int v : n.in) in.push_back(m[v]);
+    auto out = add(*n.prim, in, n.attrs, n.where.empty() ? where : n.where);
+    for (size_t k = 0; k < out.size(); ++k) m[n.out[k]] = out[k];
+  }
+  std::vector<int> res;
+  for (int v : sub.outputs) res.push_back(m[v]);
+  return res;
+}
+
+void Graph::dce() {
+  std::vector<char> live(num_values(), 0);
+  for (int v : outputs) live[v] = 1;
+  std::vector<char> keep(nodes.size(), 0);
+  for (int i = int(nodes.size()) - 1; i >= 0; --i) {
+    bool any = false;
+    for (int v : nodes[i].out) any |= bool(live[v]);
+    if (!any) continue;
+    keep[i] = 1;
+    for (int v : nodes[i].in) live[v] = 1;
+  }
+  std::vector<Node> kept;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    if (keep[i]) kept.push_back(std::move(nodes[i]));
+  nodes = std::move(kept);
+  std::vector<std::pair<int, Array>> kc;
+  for (auto& c : consts) if (live[c.first]) kc.push_back(std::move(c));
+  consts = std::move(kc);
+  std::fill(producer.begin(), producer.end(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) for (int v : nodes[i].out) producer[v] = int(i);
+}
+
+double Graph::flops() const {
+  double f = 0;
+  for (auto& n : nodes) {
+    if (!n.prim->flops) continue;
+    std::vector<AVal> ia, oa;
+    for (int v : n.in) ia.push_back(avals[v]);
+    for (int v : n.out) oa.push_back(avals[v]);
+    f += n.prim->flops(ia, oa, n.attrs);
+  }
+  return f;
+}
+
+std::string Graph::dump() const {
+  std::ostringstream o;
+  auto val = [&](int v) { return fmt("%", v, ":", dtype_name(avals[v].dtype), shape_str(avals[v].shape)); };
+  o << "inputs:"; for (int v : inputs) o << " " << val(v); o << "\n";
+  for (auto& c : consts) o << "const " << val(c.first) << "\n";
+  for (auto& n : nodes) {
+    for (size_t k = 0; k < n.out.size(); ++k) o << (k ? ", " : "") << val(n.out[k]);
+    o << " = " << n.prim->name << "(";
+    for (size_t k = 0; k < n.in.size(); ++k) o << (k ? ", " : "") << "%" << n.in[k];
+    o << ")" << (n.attrs.items().empty() ? "" : " " + n.attrs.repr()) << "\n";
+  }
+  o << "outputs:"; for (int v : outputs) o << " %" << v; o << "\n";
+  return o.str();
+}
+
+// ---- attrs ----------------------------------------------------------------------
+size_t Attrs::hash() const {
+  size_t h = 1469598103934665603ull;
+  auto mix = [&](size_t x) { h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  for (auto& [k, v] : m_) {
+    mix(std::hash<std::string>()(k));
+    std::visit([&](auto&& x) {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
+        for (auto e : x) mix(std::hash<std::decay_t<decltype(e)>>()(e));
+      else mix(std::hash<T>()(x));
+    }, v);
+  }
+  return h;
+}
+std::string Attrs::repr() const {
+  std::ostringstream o; o << "{";
+  bool first = true;
+  for (auto& [k, v] : m_) {
+    o << (first ? "" : ", ") << k << "=";
+    first = false;
+    std::visit([&](auto&& x) {
+      using T = std::decay_t<decltype(x)>;
+      if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
+        o << "["; for (size_t i = 0; i < x.size(); ++i) o << (i ? "," : "") << x[i]; o << "]";
+      } else o << x;
+    }, v);
+  }
+  o << "}"; return o.str();
+}
+
+// ---- executor -------------------------------------------------------------------
+std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
+  if (args.size() != g.inputs.size())
+    throw ValueError(fmt("graph takes ", g.inputs.size(), " inputs, got ", args.size()));
+  std::vector<Array> slot(g.num_values());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const AVal& want = g.avals[g.inputs[i]];
+    if (!(args[i].aval() == want))
+      throw ShapeError(fmt("input ", i, " is ", dtype_name(args[i].dtype()), shape_str(args[i].shape()),
+                           ", the traced graph expects ", dtype_name(want.dtype), shape_str(want.shape)));
+    slot[g.inputs[i]] = args[i];
+  }
+  for (auto& [id, arr] : g.consts) slot[id] = arr;
+  // Last use of each value: free it right after, unless it is an output.
+  std::vector<int> last(g.num_values(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) for (int v : g.nodes[i].in) last[v] = int(i);
+  for (int v : g.outputs) last[v] = int(g.nodes.size());
+  std::vector<Array> in, out;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    in.clear();
+    for (int v : n.in) in.push_back(slot[v]);
+    std::vector<AVal> oa; oa.reserve(n.out.size());
+    for (int v : n.out) oa.push_back(g.avals[v]);
+    out.clear();
+    for (auto& a : oa) out.emplace_back(n.prim->kernel_allocates ? Array() : Array(a));
+    try { n.prim->kernel(in, out, n.attrs); }
+    catch (const Error&) { rethrow_with(n.prim->name + (n.where.empty() ? "" : " (" + n.where + ")") + ": "); }
+    for (size_t k = 0; k < n.out.size(); ++k) slot[n.out[k]] = std::move(out[k]);
+    for (int v : n.in) if (last[v] == int(i)) slot[v] = Array();
+  }
+  std::vector<Array> res;
+  for (int v : g.outputs) res.push_back(slot[v]);
+  return res;
+}
+
+// ---- ops helpers ----------------------------------------------------------------
+namespace ops {
+int scalar_like(Graph& g, int x, double v) { return g.add_const(full(g.aval(x).dtype, {}, v)); }
+int full_like(Graph& g, int x, double v) {
+  const AVal a = g.aval(x);
+  int s = g.add_const(full(a.dtype, {}, v));
+  return a.shape.empty() ? s : broadcast_in_dim(g, s, a.shape, {});
+}
+int zeros_like(Graph& g, int x) { return full_like(g, x, 0.0); }
+int convert(Graph& g, int x, DType d) {
+  return g.add1("convert_element_type", {x}, {{"new_dtype", std::string(dtype_name(d))}});
+}
+int cast_if_needed(Graph& g, int x, DType d) { return g.aval(x).dtype == d ? x : convert(g, x, d); }
+int select(Graph& g, int p, int a, int b) { return g.add1("select", {p, a, b}); }
+int reshape(Graph& g, int x, const Shape& s) {
+  if (g.aval(x).shape == s) return x;
+  return g.add1("reshape", {x}, {{"new_sizes", s}});
+}
+int transpose(Graph& g, int x, const std::vector<int64_t>& perm) {
+  return g.add1("transpose", {x}, {{"permutation", perm}});
+}
+int reduce_sum(Graph& g, int x, const std::vector<int64_t>& axes) {
+  if (axes.empty()) return x;
+  return g.add1("reduce_sum", {x}, {{"axes", axes}});
+}
+int broadcast_in_dim(Graph& g, int x, const Shape& shape, const std::vector<int64_t>& dims) {
+  if (g.aval(x).shape == shape) return x;
+  return g.add1("broadcast_in_dim", {x}, {{"shape", shape}, {"broadcast_dimensions", dims}});
+}
+int sum_to_shape(Graph& g, int x, const Shape& shape) {
+  const Shape xs = g.aval(x).shape;
+  if (xs == shape) return x;
+  int lead = int(xs.size()) - int(shape.size());
+  std::vector<int64_t> axes;
+  for (int i = 0; i < int(xs.size()); ++i)
+    if (i < lead || (shape[i - lead] == 1 && xs[i] != 1)) axes.push_back(i);
+  int r = reduce_sum(g, x, axes);
+  return reshape(g, r, shape);
+}
+}  // namespace ops
+}  // namespace podlet

@@ -1,0 +1,57 @@
+// Graph: values (shape + dtype) and nodes (primitive + attrs), in trace order, which is
+// a topological order. jit traces into a Graph; autodiff appends the backward pass to
+// one; the executor runs one.
+#pragma once
+#include <string>
+#include <vector>
+#include <utility>
+#include "podlet/prim.h"
+
+namespace podlet {
+
+struct Node {
+  const PrimDef* prim = nullptr;
+  Attrs attrs;
+  std::vector<int> in, out;
+  std::string where;  // user source line that created it, for error messages
+};
+
+class Graph {
+ public:
+  std::vector<AVal> avals;                  // by value id
+  std::vector<int> inputs, outputs;
+  std::vector<std::pair<int, Array>> consts;
+  std::vector<Node> nodes;
+  std::vector<int> producer;                // value id -> node index (-1: input/const)
+
+  int add_input(const AVal& a);
+  int add_const(const Array& a);
+  // Appends prim(in) and returns its output value ids; runs the shape rule, so shape
+  // errors surface here, at trace time.
+  std::vector<int> add(const std::string& prim, const std::vector<int>& in, const Attrs& attrs = {},
+                       const std::string& where = "");
+  std::vector<int> add(const PrimDef& prim, const std::vector<int>& in, const Attrs& attrs,
+                       const std::string& where = "");
+  int add1(const std::string& prim, const std::vector<int>& in, const Attrs& attrs = {}) {
+    return add(prim, in, attrs)[0];
+  }
+  const AVal& aval(int v) const { return avals.at(v); }
+  int num_values() const { return int(avals.size()); }
+  // Replays `sub` here with its inputs bound to `args`; returns sub's outputs mapped.
+  std::vector<int> inline_graph(const Graph& sub, const std::vector<int>& args, const std::string& where = "");
+  // Drops nodes and constants no output depends on; renumbers nothing.
+  void dce();
+  std::string dump() const;
+  double flops() const;
+};
+
+// Runs g on concrete inputs. Buffers are released after their last use.
+std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args);
+
+// Reverse-mode autodiff as a graph transformation. Returns a graph with inputs
+// g.inputs + one cotangent input per entry of `ct_outputs` (indices into g.outputs),
+// and outputs g.outputs + the cotangent of each input listed in `wrt` (indices into
+// g.inputs; zeros where no gradient flows).
+Graph vjp_graph(const Graph& g, const std::vector<int>& wrt, const std::vector<int>& ct_outputs);
+
+}  // namespace podlet

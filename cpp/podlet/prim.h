@@ -1,0 +1,48 @@
+// A primitive is one row in a table: shape rule, kernel, VJP rule and FLOP count,
+// registered together in the file of its family (cpp/podlet/prims/*.cc):
+//
+//   static Register reg_exp("exp", {.shape = same_shape, .kernel = exp_kernel,
+//                                   .vjp = exp_vjp, .flops = elementwise_flops(1)});
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+#include "podlet/array.h"
+#include "podlet/attrs.h"
+
+namespace podlet {
+
+class Graph;
+struct Node;
+
+using ShapeRule = std::function<std::vector<AVal>(const std::vector<AVal>& in, const Attrs&)>;
+// Outputs arrive allocated with the shapes the shape rule gave; the kernel fills them.
+using Kernel = std::function<void(const std::vector<Array>& in, std::vector<Array>& out, const Attrs&)>;
+// Given the node and the cotangent value id of each output (-1 = zero), appends the
+// nodes that compute each input's cotangent to g and returns their ids (-1 = zero /
+// not differentiable). `n` is a copy: appending to g may move the node list.
+using VjpRule = std::function<std::vector<int>(Graph& g, const Node& n, const std::vector<int>& cts)>;
+using FlopCount = std::function<double(const std::vector<AVal>& in, const std::vector<AVal>& out, const Attrs&)>;
+
+struct PrimDef {
+  std::string name;
+  ShapeRule shape;
+  Kernel kernel;
+  VjpRule vjp;          // empty: not differentiable (error if a gradient must flow through it)
+  FlopCount flops;      // empty: 0
+  bool zero_grad = false;  // outputs carry no gradient (comparisons, argmax, iota, random bits)
+  bool kernel_allocates = false;  // kernel sets its outputs itself (aliasing ops like reshape)
+};
+
+const PrimDef& lookup_prim(const std::string& name);  // throws ValueError naming the prim
+std::vector<std::string> prim_names();
+
+struct Register {
+  Register(const std::string& name, PrimDef def);
+};
+
+// Runs one primitive eagerly: shape rule, allocation, kernel.
+std::vector<Array> apply_prim(const PrimDef& p, const std::vector<Array>& in, const Attrs& attrs);
+std::vector<AVal> infer_shapes(const PrimDef& p, const std::vector<AVal>& in, const Attrs& attrs);
+
+}  // namespace podlet
