@@ -1,4 +1,6 @@
 #include "podlet/prims/common.h"
+#include <cstring>
+#include <algorithm>
 
 namespace podlet {
 
@@ -38,6 +40,57 @@ std::vector<int64_t> normalize_axes(const std::vector<int64_t>& axes, int rank, 
     r.push_back(x);
   }
   return r;
+}
+
+void copy_strided(const void* src, int64_t sbase, const Shape& src_st, void* dst, int64_t dbase,
+                  const Shape& dst_st, const Shape& shape, size_t isz) {
+  const int r = int(shape.size());
+  const int64_t n = numel(shape);
+  if (n == 0) return;
+  const int64_t inner = r ? shape[r - 1] : 1;
+  const int64_t si = r ? src_st[r - 1] : 0, di = r ? dst_st[r - 1] : 0;
+  const int64_t rows = n / inner;
+  auto body = [&](auto tag) {
+    using E = decltype(tag);
+    const E* xs = static_cast<const E*>(src);
+    E* ys = static_cast<E*>(dst);
+    parallel_for(rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row) {
+        int64_t rem = row, so = sbase, dof = dbase;
+        for (int d = r - 2; d >= 0; --d) { int64_t k = rem % shape[d]; rem /= shape[d]; so += k * src_st[d]; dof += k * dst_st[d]; }
+        if (si == 1 && di == 1) { std::memcpy(ys + dof, xs + so, size_t(inner) * sizeof(E)); continue; }
+        for (int64_t j = 0; j < inner; ++j) ys[dof + j * di] = xs[so + j * si];
+      }
+    });
+  };
+  switch (isz) {
+    case 1: body(uint8_t()); break; case 2: body(uint16_t()); break;
+    case 4: body(uint32_t()); break; case 8: body(uint64_t()); break;
+    default: throw Error(fmt("copy_strided: unsupported element size ", isz));
+  }
+}
+
+void fill_elements(void* dst, int64_t n, const void* value, size_t isz) {
+  auto body = [&](auto tag) {
+    using E = decltype(tag);
+    E v; std::memcpy(&v, value, sizeof(E));
+    E* ys = static_cast<E*>(dst);
+    parallel_for(n, kGrain, [&](int64_t b, int64_t e) { std::fill(ys + b, ys + e, v); });
+  };
+  switch (isz) {
+    case 1: body(uint8_t()); break; case 2: body(uint16_t()); break;
+    case 4: body(uint32_t()); break; case 8: body(uint64_t()); break;
+    default: throw Error(fmt("fill_elements: unsupported element size ", isz));
+  }
+}
+
+int64_t read_index_scalar(const Array& a) {
+  switch (a.dtype()) {
+    case DType::i32: return a.data<int32_t>()[0];
+    case DType::u32: return a.data<uint32_t>()[0];
+    case DType::u8: return a.data<uint8_t>()[0];
+    default: throw DTypeError(fmt("index must be an integer, got ", dtype_name(a.dtype())));
+  }
 }
 
 }  // namespace podlet

@@ -49,4 +49,16 @@ void for_each_broadcast2(const Shape& out, const Shape& sa, const Shape& sb, F&&
   });
 }
 
+// ---- strided copies (structural primitives) ----------------------------------------
+// For every index i of `shape` (row-major): dst[dbase + i.dst_st] = src[sbase + i.src_st].
+// Strides are in elements and may be 0 (broadcast) or negative (rev); the dst map must
+// be injective. Parallel over rows of the innermost dimension; memcpy when both inner
+// strides are 1.
+void copy_strided(const void* src, int64_t sbase, const Shape& src_st, void* dst, int64_t dbase,
+                  const Shape& dst_st, const Shape& shape, size_t isz);
+// Sets n elements of size isz at dst to the element at value.
+void fill_elements(void* dst, int64_t n, const void* value, size_t isz);
+// Reads element 0 of a 0-d integer array (start indices); throws DTypeError otherwise.
+int64_t read_index_scalar(const Array& a);
+
 }  // namespace podlet

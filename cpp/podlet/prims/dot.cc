@@ -1,0 +1,177 @@
+// dot_general with jax.lax.dot_general semantics: shape rule, kernel, VJP, FLOPs.
+//
+//   dot_general(lhs, rhs; lhs_contracting, rhs_contracting, lhs_batch, rhs_batch,
+//               preferred_element_type)
+// Output dims: batch dims (in lhs_batch order), lhs free dims, rhs free dims (each in
+// increasing axis order). Float operands may differ in dtype (the result is the wider
+// one, like JAX); they accumulate in f32 (f64 if an operand or the output is f64).
+// preferred_element_type sets the output dtype; unlike JAX it may also be narrower than
+// the operands (the VJP uses that to round the cotangent once, straight to the operand
+// dtype). Integer operands must share a dtype and wrap like it.
+#include "podlet/prims/common.h"
+#include "podlet/kernels/gemm.h"
+#include <numeric>
+
+namespace podlet {
+namespace {
+using namespace ops;
+
+struct DotDims {
+  std::vector<int64_t> lc, rc, lb, rb;  // contracting / batch dims, normalised
+  std::vector<int64_t> lfree, rfree;    // the remaining dims, increasing
+};
+
+// The dims of `rank` not in a or b, in increasing order.
+std::vector<int64_t> remaining(int rank, const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::vector<char> used(rank, 0);
+  for (auto d : a) used[d] = 1;
+  for (auto d : b) used[d] = 1;
+  std::vector<int64_t> r;
+  for (int d = 0; d < rank; ++d) if (!used[d]) r.push_back(d);
+  return r;
+}
+
+DotDims dot_dims(const Attrs& a, int lrank, int rrank) {
+  DotDims d;
+  d.lc = normalize_axes(a.ints("lhs_contracting", {}), lrank, "lhs_contracting dim");
+  d.rc = normalize_axes(a.ints("rhs_contracting", {}), rrank, "rhs_contracting dim");
+  d.lb = normalize_axes(a.ints("lhs_batch", {}), lrank, "lhs_batch dim");
+  d.rb = normalize_axes(a.ints("rhs_batch", {}), rrank, "rhs_batch dim");
+  if (d.lc.size() != d.rc.size())
+    throw ShapeError(fmt("lhs_contracting ", shape_str(d.lc), " and rhs_contracting ", shape_str(d.rc),
+                         " must have the same length"));
+  if (d.lb.size() != d.rb.size())
+    throw ShapeError(fmt("lhs_batch ", shape_str(d.lb), " and rhs_batch ", shape_str(d.rb), " must have the same length"));
+  auto check_unique = [](const std::vector<int64_t>& c, const std::vector<int64_t>& b, int rank, const char* side) {
+    std::vector<char> seen(rank, 0);
+    for (auto x : b) { if (seen[x]) throw ShapeError(fmt(side, "_batch dim ", x, " is repeated")); seen[x] = 1; }
+    for (auto x : c) {
+      if (seen[x]) throw ShapeError(fmt(side, " dim ", x, " is listed twice in ", side, "_contracting / ", side, "_batch"));
+      seen[x] = 1;
+    }
+  };
+  check_unique(d.lc, d.lb, lrank, "lhs");
+  check_unique(d.rc, d.rb, rrank, "rhs");
+  d.lfree = remaining(lrank, d.lc, d.lb);
+  d.rfree = remaining(rrank, d.rc, d.rb);
+  return d;
+}
+
+int float_rank(DType d) { return d == DType::bf16 ? 0 : d == DType::f32 ? 1 : 2; }
+
+bool has_preferred(const Attrs& a) { return a.has("preferred_element_type") && !a.s("preferred_element_type").empty(); }
+
+std::vector<AVal> dot_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 2);
+  const AVal &l = in[0], &r = in[1];
+  DotDims d = dot_dims(a, l.shape.size(), r.shape.size());
+  for (size_t i = 0; i < d.lc.size(); ++i)
+    if (l.shape[d.lc[i]] != r.shape[d.rc[i]])
+      throw ShapeError(fmt("contracting dimension sizes must match: lhs dim ", d.lc[i], " has size ", l.shape[d.lc[i]],
+                           ", rhs dim ", d.rc[i], " has size ", r.shape[d.rc[i]]));
+  for (size_t i = 0; i < d.lb.size(); ++i)
+    if (l.shape[d.lb[i]] != r.shape[d.rb[i]])
+      throw ShapeError(fmt("batch dimension sizes must match: lhs dim ", d.lb[i], " has size ", l.shape[d.lb[i]],
+                           ", rhs dim ", d.rb[i], " has size ", r.shape[d.rb[i]]));
+  DType out;
+  if (is_float(l.dtype) && is_float(r.dtype)) {
+    out = float_rank(l.dtype) >= float_rank(r.dtype) ? l.dtype : r.dtype;
+  } else if (is_int(l.dtype) && l.dtype == r.dtype) {
+    out = l.dtype;
+  } else {
+    throw DTypeError(fmt("operands must both be floating point (bfloat16/float32/float64) or share an integer dtype, got ",
+                         dtype_name(l.dtype), " and ", dtype_name(r.dtype)));
+  }
+  if (has_preferred(a)) {
+    DType p = dtype_from_name(a.s("preferred_element_type"));
+    if (p == DType::boolean || (is_float(out) && !is_float(p)))
+      throw DTypeError(fmt("preferred_element_type ", dtype_name(p), " is not allowed for ", dtype_name(out),
+                           " operands (use a floating-point type)"));
+    out = p;
+  }
+  Shape s;
+  for (auto x : d.lb) s.push_back(l.shape[x]);
+  for (auto x : d.lfree) s.push_back(l.shape[x]);
+  for (auto x : d.rfree) s.push_back(r.shape[x]);
+  return {AVal{out, s}};
+}
+
+std::vector<int64_t> pick(const std::vector<int64_t>& v, const std::vector<int64_t>& idx) {
+  std::vector<int64_t> r;
+  for (auto i : idx) r.push_back(v[i]);
+  return r;
+}
+int64_t prod(const std::vector<int64_t>& v) { int64_t p = 1; for (auto x : v) p *= x; return p; }
+
+void dot_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  const Shape &ls = in[0].shape(), &rs = in[1].shape();
+  DotDims d = dot_dims(a, ls.size(), rs.size());
+  const Shape lst = strides_of(ls), rst = strides_of(rs);
+  kernels::GemmArgs g;
+  g.B = prod(pick(ls, d.lb));
+  g.M = prod(pick(ls, d.lfree));
+  g.N = prod(pick(rs, d.rfree));
+  g.K = prod(pick(ls, d.lc));
+  g.a_dtype = in[0].dtype(); g.b_dtype = in[1].dtype(); g.c_dtype = out[0].dtype();
+  g.a = in[0].raw(); g.b = in[1].raw(); g.c = out[0].raw();
+  if (g.B * g.M * g.N == 0) return;
+  g.a_batch = kernels::group_offsets(pick(ls, d.lb), pick(lst, d.lb));
+  g.a_row = kernels::group_offsets(pick(ls, d.lfree), pick(lst, d.lfree));
+  g.a_k = kernels::group_offsets(pick(ls, d.lc), pick(lst, d.lc));
+  g.b_batch = kernels::group_offsets(pick(rs, d.rb), pick(rst, d.rb));
+  g.b_k = kernels::group_offsets(pick(rs, d.rc), pick(rst, d.rc));
+  g.b_col = kernels::group_offsets(pick(rs, d.rfree), pick(rst, d.rfree));
+  kernels::gemm_ref(g);
+}
+
+std::vector<int64_t> iota_from(int64_t start, size_t n) {
+  std::vector<int64_t> r(n);
+  std::iota(r.begin(), r.end(), start);
+  return r;
+}
+std::vector<int64_t> argsort(const std::vector<int64_t>& v) {
+  std::vector<int64_t> idx = iota_from(0, v.size());
+  std::stable_sort(idx.begin(), idx.end(), [&](int64_t a, int64_t b) { return v[a] < v[b]; });
+  return idx;
+}
+
+// Cotangent of x in dot_general(x, y) (or of y when swap_ans: then x is the rhs), as in
+// JAX's _dot_general_transpose_lhs: contract ct with y over y's kept dims, then put the
+// axes back in x's order. The result is rounded straight to x's dtype.
+int dot_transpose_lhs(Graph& g, int ct, int x, int y, const std::vector<int64_t>& xc, const std::vector<int64_t>& yc,
+                      const std::vector<int64_t>& xb, const std::vector<int64_t>& yb, bool swap_ans) {
+  const int xr = g.aval(x).shape.size(), yr = g.aval(y).shape.size();
+  auto x_kept = remaining(xr, xc, xb), y_kept = remaining(yr, yc, yb);
+  const int64_t nb = xb.size();
+  auto ans_batch = iota_from(0, nb);
+  auto ans_y = iota_from(swap_ans ? nb : nb + int64_t(x_kept.size()), y_kept.size());
+  std::vector<int64_t> xc_sorted_by_y = pick(xc, argsort(yc));
+  std::vector<int64_t> unsorted = xb;
+  unsorted.insert(unsorted.end(), x_kept.begin(), x_kept.end());
+  unsorted.insert(unsorted.end(), xc_sorted_by_y.begin(), xc_sorted_by_y.end());
+  std::vector<int64_t> out_axes = argsort(unsorted);
+  int d = g.add1("dot_general", {ct, y},
+                 {{"lhs_contracting", ans_y}, {"rhs_contracting", y_kept}, {"lhs_batch", ans_batch},
+                  {"rhs_batch", yb}, {"preferred_element_type", std::string(dtype_name(g.aval(x).dtype))}});
+  bool identity = true;
+  for (size_t i = 0; i < out_axes.size(); ++i) identity &= out_axes[i] == int64_t(i);
+  return identity ? d : transpose(g, d, out_axes);
+}
+
+std::vector<int> dot_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
+  const int x = n.in[0], y = n.in[1];
+  DotDims d = dot_dims(n.attrs, g.aval(x).shape.size(), g.aval(y).shape.size());
+  return {dot_transpose_lhs(g, ct[0], x, y, d.lc, d.rc, d.lb, d.rb, false),
+          dot_transpose_lhs(g, ct[0], y, x, d.rc, d.lc, d.rb, d.lb, true)};
+}
+
+double dot_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+  DotDims d = dot_dims(a, in[0].shape.size(), in[1].shape.size());
+  return 2.0 * double(prod(pick(in[0].shape, d.lb))) * double(prod(pick(in[0].shape, d.lfree))) *
+         double(prod(pick(in[1].shape, d.rfree))) * double(prod(pick(in[0].shape, d.lc)));
+}
+
+static Register reg_dot("dot_general", PrimDef{.shape = dot_shape, .kernel = dot_kernel, .vjp = dot_vjp, .flops = dot_flops});
+
+}  // namespace
+}  // namespace podlet

@@ -1,0 +1,63 @@
+"""podlet: a TPU pod on a CPU.
+
+    import podlet as jax
+    import podlet.numpy as jnp
+"""
+import importlib.machinery
+import importlib.util
+import glob as _glob
+import os as _os
+import sys as _sys
+
+
+def _load_core():
+    # PODLET_CORE_DIR lets engineers run the Python package against their own CMake
+    # build directory without reinstalling.
+    d = _os.environ.get("PODLET_CORE_DIR")
+    if d:
+        hits = _glob.glob(_os.path.join(d, "_core*.so"))
+        if not hits:
+            raise ImportError(f"PODLET_CORE_DIR={d} holds no _core*.so")
+        loader = importlib.machinery.ExtensionFileLoader("podlet._core", hits[0])
+        spec = importlib.util.spec_from_file_location("podlet._core", hits[0], loader=loader)
+        mod = importlib.util.module_from_spec(spec)
+        loader.exec_module(mod)
+        _sys.modules["podlet._core"] = mod
+        return mod
+    from . import _core as mod
+    return mod
+
+
+_core = _load_core()
+
+from . import tree_util  # noqa: E402
+from ._src import dtypes as _dtypes  # noqa: E402
+from ._src.errors import (PodletError, ShapeError, DTypeError, ConcretizationError,  # noqa: E402
+                          UnexpectedTracerError)
+from ._src.core import (Array, jit, grad, value_and_grad, vjp, device_get, block_until_ready,  # noqa: E402
+                        make_graph)
+from ._src.config import config  # noqa: E402
+from . import numpy  # noqa: E402  (installs Array/Tracer methods)
+from . import lax  # noqa: E402
+try:
+    from . import random  # noqa: E402
+except ImportError:  # TEMP while random.py is being written
+    pass
+from . import nn  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "device_get", "block_until_ready",
+           "tree_util", "numpy", "lax", "random", "nn", "config", "PodletError", "ShapeError", "DTypeError"]
+
+
+def devices():
+    return [Device(0)]
+
+
+class Device:
+    def __init__(self, id):
+        self.id = id
+        self.platform = "cpu"
+
+    def __repr__(self):
+        return f"CpuDevice(id={self.id})"

@@ -1,0 +1,35 @@
+"""podlet.config.update(name, value), like jax.config."""
+import os
+
+from .. import _core
+from . import dtypes
+
+
+class _Config:
+    def __init__(self):
+        self._values = {"num_threads": _core.num_threads(), "enable_x64": False}
+        if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true"):
+            self.update("enable_x64", True)
+
+    def update(self, name, value):
+        key = name[4:] if name.startswith("jax_") else name
+        if key == "num_threads":
+            n = int(value)
+            if n < 1:
+                raise ValueError(f"num_threads must be >= 1, got {value}")
+            _core.set_num_threads(n)
+        elif key == "enable_x64":
+            dtypes.enable_x64(bool(value))
+        elif key not in self._values:
+            raise ValueError(f"unknown config option {name!r}; known: {sorted(self._values)}")
+        self._values[key] = value
+
+    def __getattr__(self, name):
+        key = name[4:] if name.startswith("jax_") else name
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+config = _Config()

@@ -1,0 +1,550 @@
+"""The only Python that talks to the C++ engine: bind, tracers, jit, grad/vjp.
+
+Every op is ``bind(prim, *args, **attrs)``. On concrete Arrays it runs the kernel now
+(eager, for notebooks). With tracers it appends a node to the Graph being traced; the
+C++ shape rule gives the result's shape and dtype, so shape errors surface at trace time
+with the user's source line. ``jit`` traces once per (function, static args, shapes,
+dtypes) and runs the cached Graph in C++ with the GIL released; ``grad`` traces, asks
+the C++ autodiff for the backward graph, and runs or inlines it.
+"""
+import functools
+import inspect
+import itertools
+import logging
+import os
+import sys
+
+import numpy as np
+
+from .. import _core
+from .. import tree_util
+from . import dtypes
+from .errors import PodletError, ShapeError, DTypeError, ConcretizationError, UnexpectedTracerError
+
+Array = _core.Array
+log = logging.getLogger("podlet.jit")
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---------------------------------------------------------------------------------
+# Arrays
+# ---------------------------------------------------------------------------------
+def _array_dtype(self):
+    return dtypes.SUPPORTED[self._dtype_name]
+
+
+def _array_array(self, dtype=None, copy=None):
+    v = self._numpy_view()
+    if self._dtype_name == "bfloat16":
+        v = v.view(dtypes.bfloat16)
+    if dtype is not None and np.dtype(dtype) != v.dtype:
+        return v.astype(dtype)
+    if copy:
+        return v.copy()
+    return v
+
+
+Array.dtype = property(_array_dtype)
+Array.__array__ = _array_array
+Array.__array_priority__ = 100
+Array.weak_type = False
+
+
+def to_array(x, dtype=None):
+    """A concrete podlet Array from an Array, NumPy array or Python scalar (copies
+    only when it has to: NumPy arrays that are C-contiguous, 64-byte aligned and already
+    of the target dtype are wrapped, not copied)."""
+    if isinstance(x, Array):
+        if dtype is not None and np.dtype(dtype) != x.dtype:
+            return bind("convert_element_type", x, new_dtype=np.dtype(dtype).name)
+        return x
+    if isinstance(x, Tracer):
+        raise TypeError("to_array got a tracer")
+    if isinstance(x, (bool, int, float)) and dtype is None:
+        dtype = dtypes.bool_ if isinstance(x, bool) else (dtypes.int32 if isinstance(x, int) else dtypes.float32)
+    a = np.asarray(x)
+    target = dtypes.canonicalize(dtype if dtype is not None else a.dtype)
+    if a.dtype != target:
+        a = a.astype(target)
+    return Array.from_numpy(a, copy=False)
+
+
+# ---------------------------------------------------------------------------------
+# Tracing
+# ---------------------------------------------------------------------------------
+class Tracer:
+    """An abstract value in a Graph being traced: shape and dtype, no data."""
+    __slots__ = ("_trace", "_vid", "shape", "_dtype_name", "weak_type", "__weakref__")
+    __array_priority__ = 100
+
+    def __init__(self, trace, vid, dtype_name, shape, weak_type=False):
+        self._trace = trace
+        self._vid = vid
+        self._dtype_name = dtype_name
+        self.shape = tuple(shape)
+        self.weak_type = weak_type
+
+    @property
+    def dtype(self):
+        return dtypes.SUPPORTED[self._dtype_name]
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self):
+        return f"Traced<{self._dtype_name}{list(self.shape)}>"
+
+    def _concrete_error(self, what):
+        raise ConcretizationError(
+            f"{what} of an abstract traced value {self!r}: its value is only known when the "
+            "compiled function runs. Use podlet.numpy.where / lax ops instead of Python control "
+            "flow, or mark the argument static (static_argnums).")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete_error("NumPy conversion")
+
+    def __bool__(self):
+        self._concrete_error("bool()")
+
+    def __float__(self):
+        self._concrete_error("float()")
+
+    def __int__(self):
+        self._concrete_error("int()")
+
+    def __index__(self):
+        self._concrete_error("index")
+
+    def item(self):
+        self._concrete_error("item()")
+
+    def tolist(self):
+        self._concrete_error("tolist()")
+
+
+class Trace:
+    _levels = itertools.count(1)
+
+    def __init__(self):
+        self.graph = _core.Graph()
+        self.level = next(Trace._levels)
+        self.active = True
+        self.const_ids = {}      # id(obj) -> value id
+        self.keepalive = []
+        self.captures = []       # outer tracers, in the order they became inputs
+        self.capture_ids = {}    # id(outer tracer) -> value id
+
+    def new_input(self, dtype_name, shape, weak_type=False):
+        vid = self.graph.add_input(dtype_name, list(shape))
+        return Tracer(self, vid, dtype_name, shape, weak_type)
+
+    def value_of(self, x):
+        if isinstance(x, Tracer):
+            if x._trace is self:
+                return x._vid
+            if not x._trace.active:
+                raise UnexpectedTracerError(
+                    f"{x!r} escaped the transformation that created it (it was stored in a global "
+                    "or returned through a side channel); pass it as an argument instead")
+            vid = self.capture_ids.get(id(x))
+            if vid is None:  # closure over an outer trace's value: becomes an extra input
+                vid = self.graph.add_input(x._dtype_name, list(x.shape))
+                self.capture_ids[id(x)] = vid
+                self.captures.append(x)
+            return vid
+        vid = self.const_ids.get(id(x))
+        if vid is None:
+            arr = to_array(x)
+            vid = self.graph.add_const(arr)
+            self.const_ids[id(x)] = vid
+            self.keepalive.append(x)
+        return vid
+
+
+_trace_stack = []
+
+
+def _top_trace(args):
+    best = None
+    for a in args:
+        if isinstance(a, Tracer):
+            t = a._trace
+            if not t.active:
+                t.value_of(a)  # raises UnexpectedTracerError
+            if best is None or t.level > best.level:
+                best = t
+    return best
+
+
+def _user_frame():
+    """'file:line (function)' of the innermost frame outside podlet's own package."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_PKG_DIR):
+            return f"{fn}:{f.f_lineno} ({f.f_code.co_name})"
+        f = f.f_back
+    return "<unknown>"
+
+
+def _reraise_with_location(e):
+    loc = _user_frame()
+    msg = f"{e} [at {loc}]"
+    raise type(e)(msg).with_traceback(None) from None
+
+
+def bind(prim, *args, **attrs):
+    """Applies primitive `prim`: eagerly on concrete values, or appended to the graph of
+    the innermost trace that owns one of the arguments. Python scalars take the dtype of
+    the first array argument (weak typing)."""
+    if any(isinstance(a, (int, float, bool)) and not isinstance(a, (Array,)) for a in args):
+        ref = next((a for a in args if isinstance(a, (Array, Tracer, np.ndarray))), None)
+        d = ref.dtype if ref is not None else None
+        args = tuple(to_array(a, d) if isinstance(a, (int, float, bool)) else a for a in args)
+    trace = _top_trace(args)
+    try:
+        if trace is None:
+            outs = _core.apply(prim, [to_array(a) for a in args], attrs)
+        else:
+            vids = [trace.value_of(a) for a in args]
+            res = trace.graph.add(prim, vids, attrs)
+            outs = [Tracer(trace, vid, d, s) for vid, d, s in res]
+    except PodletError as e:
+        _reraise_with_location(e)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def call_graph(graph, args):
+    """Runs a traced graph on `args`, or inlines it into the trace that owns them."""
+    trace = _top_trace(args)
+    if trace is None:
+        return list(graph.run([to_array(a) for a in args]))
+    vids = [trace.value_of(a) for a in args]
+    return [Tracer(trace, vid, d, s) for vid, d, s in trace.graph.inline(graph, vids)]
+
+
+def _abstractify(x):
+    """(dtype name, shape, weak) of a leaf, converting NumPy/scalars to Arrays."""
+    if isinstance(x, Tracer):
+        return x, (x._dtype_name, x.shape, x.weak_type)
+    weak = isinstance(x, (int, float)) and not isinstance(x, bool)
+    if not isinstance(x, Array):
+        try:
+            x = to_array(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"argument of type {type(x).__name__} is not a valid podlet value: {e}") from None
+    return x, (x._dtype_name, x.shape, weak)
+
+
+class _Traced:
+    """A function traced into a Graph: graph inputs are the flattened leaves followed by
+    any outer-trace values the function closed over."""
+
+    def __init__(self, fun, leaves_sig, in_tree, out_postprocess=None):
+        trace = Trace()
+        _trace_stack.append(trace)
+        try:
+            in_tracers = [trace.new_input(d, s, w) for d, s, w in leaves_sig]
+            args, kwargs = tree_util.tree_unflatten(in_tree, in_tracers)
+            out = fun(args, kwargs)
+            out_leaves, self.out_tree = tree_util.tree_flatten(out)
+            self.out_vids = [trace.value_of(_leaf_value(o)) for o in out_leaves]
+            self.out_weak = [isinstance(o, Tracer) and o.weak_type for o in out_leaves]
+        finally:
+            trace.active = False
+            _trace_stack.pop()
+        trace.graph.outputs = self.out_vids
+        self.graph = trace.graph
+        self.captures = trace.captures
+        self.out_leaves_raw = out_leaves
+
+
+def _leaf_value(o):
+    if isinstance(o, (Tracer, Array, np.ndarray, np.generic, int, float, bool)):
+        return o
+    raise TypeError(f"traced function returned a leaf of type {type(o).__name__}; "
+                    "outputs must be arrays or pytrees of arrays")
+
+
+# ---------------------------------------------------------------------------------
+# jit
+# ---------------------------------------------------------------------------------
+def _hashable_static(v, name):
+    try:
+        hash(v)
+    except TypeError:
+        raise ValueError(f"static argument {name} has unhashable type {type(v).__name__}; "
+                         "static arguments must be hashable (use a tuple instead of a list)") from None
+    return v
+
+
+class JittedFunction:
+    def __init__(self, fun, static_argnums=(), static_argnames=(), donate_argnums=()):
+        functools.update_wrapper(self, fun)
+        self._fun = fun
+        if isinstance(static_argnums, int):
+            static_argnums = (static_argnums,)
+        if isinstance(static_argnames, str):
+            static_argnames = (static_argnames,)
+        self._static_argnums = tuple(static_argnums)
+        self._static_argnames = tuple(static_argnames)
+        self._cache = {}
+        self._last_key = None
+        try:
+            self._param_names = list(inspect.signature(fun).parameters)
+        except (TypeError, ValueError):
+            self._param_names = []
+        self.trace_count = 0
+
+    def __get__(self, obj, objtype=None):  # support methods
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def _split(self, args, kwargs):
+        n = len(args)
+        static_pos = {i if i >= 0 else n + i for i in self._static_argnums}
+        dyn_args = tuple(None if i in static_pos else a for i, a in enumerate(args))
+        statics = tuple((i, _hashable_static(args[i], f"#{i}")) for i in sorted(static_pos) if i < n)
+        dyn_kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+        statics += tuple((k, _hashable_static(kwargs[k], k)) for k in sorted(kwargs) if k in self._static_argnames)
+        return dyn_args, dyn_kwargs, statics, static_pos
+
+    def _arg_name(self, path):
+        return tree_util.keystr(path) if path else "argument"
+
+    def lower(self, *args, **kwargs):
+        """Traces (or fetches from the cache) and returns the _Traced entry."""
+        return self._get(args, kwargs)[0]
+
+    def _get(self, args, kwargs):
+        dyn_args, dyn_kwargs, statics, static_pos = self._split(args, kwargs)
+        leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
+        conv, sig = [], []
+        for leaf in leaves:
+            v, s = _abstractify(leaf)
+            conv.append(v)
+            sig.append(s)
+        key = (in_tree, tuple(sig), statics)
+        entry = self._cache.get(key)
+        if entry is None:
+            if self._last_key is not None:
+                self._log_retrace(self._last_key, key, dyn_args, dyn_kwargs)
+            full_args = list(args)
+
+            def fun(dargs, dkwargs):
+                a = [full_args[i] if i in static_pos else x for i, x in enumerate(dargs)]
+                kw = dict(dkwargs)
+                kw.update({k: kwargs[k] for k in self._static_argnames if k in kwargs})
+                return self._fun(*a, **kw)
+
+            entry = _Traced(lambda d, k: fun(d, k), sig, in_tree)
+            entry.graph.dce()
+            self.trace_count += 1
+            if not entry.captures:  # a closure over outer tracers is traced per call
+                self._cache[key] = entry
+        self._last_key = key
+        return entry, conv
+
+    def _log_retrace(self, old, new, dyn_args, dyn_kwargs):
+        name = getattr(self._fun, "__qualname__", repr(self._fun))
+        reasons = []
+        if old[0] != new[0]:
+            reasons.append(f"argument structure changed from {old[0]} to {new[0]}")
+        elif old[1] != new[1]:
+            paths = [p for p, _ in tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]]
+            for p, a, b in zip(paths, old[1], new[1]):
+                if a != b:
+                    reasons.append(f"{self._describe_path(p)} changed from {a[0]}{list(a[1])} to {b[0]}{list(b[1])}")
+        if old[2] != new[2]:
+            reasons.append(f"static arguments changed from {old[2]} to {new[2]}")
+        log.warning("podlet.jit: retracing %s because %s", name, "; ".join(reasons) or "of a new signature")
+
+    def _describe_path(self, path):
+        # path[0] is (args, kwargs) index; path[1] the position or keyword.
+        try:
+            if path[0].idx == 0:
+                i = path[1].idx
+                nm = self._param_names[i] if i < len(self._param_names) else f"#{i}"
+                rest = tree_util.keystr(tuple(path[2:]))
+                return f"argument '{nm}'{rest}"
+            return f"argument '{path[1].key}'{tree_util.keystr(tuple(path[2:]))}"
+        except (AttributeError, IndexError):
+            return tree_util.keystr(path)
+
+    def __call__(self, *args, **kwargs):
+        entry, conv = self._get(args, kwargs)
+        outs = call_graph(entry.graph, conv + list(entry.captures))
+        for o, w in zip(outs, entry.out_weak):
+            if w and isinstance(o, Tracer):
+                o.weak_type = True
+        return tree_util.tree_unflatten(entry.out_tree, outs)
+
+
+def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), **unused):
+    """jax.jit: trace once per (shapes, dtypes, static args), run the cached graph."""
+    if fun is None:
+        return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
+                                 donate_argnums=donate_argnums)
+    return JittedFunction(fun, static_argnums, static_argnames, donate_argnums)
+
+
+# ---------------------------------------------------------------------------------
+# autodiff
+# ---------------------------------------------------------------------------------
+def _trace_for_diff(fun, args, kwargs):
+    leaves, in_tree = tree_util.tree_flatten((tuple(args), kwargs))
+    conv, sig = [], []
+    for leaf in leaves:
+        v, s = _abstractify(leaf)
+        conv.append(v)
+        sig.append((s[0], s[1], s[2]))
+    entry = _Traced(lambda a, k: fun(*a, **k), sig, in_tree)
+    return entry, conv, in_tree
+
+
+def _leaf_ranges(args, argnums):
+    """Leaf index range of each positional argument."""
+    ranges, start = [], 0
+    for a in args:
+        n = tree_util.tree_structure(a).num_leaves
+        ranges.append(range(start, start + n))
+        start += n
+    return ranges
+
+
+def _check_argnums(argnums, nargs, fname):
+    single = isinstance(argnums, int)
+    nums = (argnums,) if single else tuple(argnums)
+    for i in nums:
+        if not -nargs <= i < nargs:
+            raise ValueError(f"{fname}: argnums {argnums} out of range for {nargs} positional arguments")
+    return single, tuple(i % nargs for i in nums)
+
+
+def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False, reduce_axes=()):
+    """jax.value_and_grad: returns (value, grad) or ((value, aux), grad)."""
+
+    @functools.wraps(fun)
+    def vg(*args, **kwargs):
+        single, nums = _check_argnums(argnums, len(args), "value_and_grad")
+        entry, conv, in_tree = _trace_for_diff(fun, args, kwargs)
+        out_leaves = entry.out_leaves_raw
+        if has_aux:
+            out = tree_util.tree_unflatten(entry.out_tree, list(range(len(out_leaves))))
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise TypeError("value_and_grad(has_aux=True): the function must return a pair (value, aux)")
+            n_main = tree_util.tree_structure(out[0]).num_leaves
+        else:
+            n_main = len(out_leaves)
+        if n_main != 1:
+            raise TypeError(f"grad requires a scalar-output function; the output has {n_main} leaves")
+        d, shape = entry.graph.aval(entry.out_vids[0])
+        if shape != ():
+            raise TypeError(f"grad requires a scalar output, got shape {shape}; reduce it (e.g. .mean()) first")
+        if not dtypes.is_float(d):
+            raise TypeError(f"grad requires a real-valued output, got {d}")
+        ranges = _leaf_ranges(args, nums)
+        wrt = [j for i in nums for j in ranges[i]]
+        for i in nums:
+            for j in ranges[i]:
+                ld = entry.graph.aval(entry.graph.inputs[j])[0]
+                if not dtypes.is_float(ld):
+                    raise DTypeError(f"grad requires real-valued inputs; argument {i} has a leaf of dtype {ld} "
+                                     "(integer inputs have no gradient: use allow_int or pass them as a "
+                                     "non-differentiated argument)")
+        try:
+            bwd = entry.graph.vjp(wrt, [0])
+        except PodletError as e:
+            _reraise_with_location(e)
+        seed = to_array(np.ones((), dtypes.SUPPORTED[d]))
+        outs = call_graph(bwd, conv + list(entry.captures) + [seed])
+        n_out = len(out_leaves)
+        primal = tree_util.tree_unflatten(entry.out_tree, outs[:n_out])
+        grads_flat = outs[n_out:]
+        grads, k = [], 0
+        for i in nums:
+            n = len(ranges[i])
+            grads.append(tree_util.tree_unflatten(tree_util.tree_structure(args[i]), grads_flat[k:k + n]))
+            k += n
+        g = grads[0] if single else tuple(grads)
+        return primal, g
+
+    return vg
+
+
+def grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=False, reduce_axes=()):
+    """jax.grad."""
+    vg = value_and_grad(fun, argnums=argnums, has_aux=has_aux)
+
+    @functools.wraps(fun)
+    def g(*args, **kwargs):
+        (v, g_) = vg(*args, **kwargs)
+        if has_aux:
+            return g_, v[1]
+        return g_
+
+    return g
+
+
+def vjp(fun, *primals, has_aux=False):
+    """jax.vjp: returns (primals_out, vjp_fn) [, aux]."""
+    entry, conv, in_tree = _trace_for_diff(fun, primals, {})
+    out_leaves = entry.out_leaves_raw
+    if has_aux:
+        out_struct = tree_util.tree_unflatten(entry.out_tree, list(range(len(out_leaves))))
+        n_main = tree_util.tree_structure(out_struct[0]).num_leaves
+    else:
+        n_main = len(out_leaves)
+    outs = call_graph(entry.graph, conv + list(entry.captures))
+    primal_out = tree_util.tree_unflatten(entry.out_tree, outs)
+    float_inputs = [j for j in range(len(conv)) if dtypes.is_float(entry.graph.aval(entry.graph.inputs[j])[0])]
+    bwd = entry.graph.vjp(float_inputs, list(range(n_main)))
+    captures = list(entry.captures)
+
+    def vjp_fn(ct):
+        main = primal_out[0] if has_aux else primal_out
+        ct_leaves, ct_tree = tree_util.tree_flatten(ct)
+        if ct_tree != tree_util.tree_structure(main):
+            raise ValueError(f"vjp: cotangent structure {ct_tree} does not match the output structure "
+                             f"{tree_util.tree_structure(main)}")
+        res = call_graph(bwd, conv + captures + ct_leaves)
+        grads = res[len(out_leaves):]
+        full, k = [], 0
+        for j in range(len(conv)):
+            if j in float_inputs:
+                full.append(grads[k])
+                k += 1
+            else:
+                full.append(None)  # integer inputs have no cotangent
+        args, _ = tree_util.tree_unflatten(in_tree, full)
+        return tuple(args)
+
+    if has_aux:
+        return primal_out[0], vjp_fn, primal_out[1]
+    return primal_out, vjp_fn
+
+
+# ---------------------------------------------------------------------------------
+# misc transformations
+# ---------------------------------------------------------------------------------
+def device_get(x):
+    return tree_util.tree_map(lambda a: np.asarray(a) if isinstance(a, Array) else a, x)
+
+
+def block_until_ready(x):
+    """Execution is synchronous: results are ready when returned."""
+    return x
+
+
+def make_graph(fun, *args, **kwargs):
+    """The traced Graph of fun at these arguments (like jax.make_jaxpr)."""
+    entry, _, _ = _trace_for_diff(fun, args, kwargs)
+    entry.graph.dce()
+    return entry.graph

@@ -1,0 +1,312 @@
+"""podlet.lax: the jax.lax subset, thin wrappers over primitives (core.bind)."""
+import builtins as _bi
+
+import numpy as _np
+
+from ._src.core import bind, Tracer, Array, to_array
+from ._src import dtypes as _dtypes
+
+
+def _b(name):
+    def f(*args):
+        return bind(name, *args)
+    f.__name__ = name
+    f.__doc__ = f"Elementwise `{name}` primitive (NumPy broadcasting)."
+    return f
+
+
+add, sub, mul, div, pow, max, min, rem = (_b(n) for n in ("add", "sub", "mul", "div", "pow", "max", "min", "rem"))
+atan2 = _b("atan2")
+neg, abs, sign, exp, log, log1p, expm1, tanh, logistic, sqrt, rsqrt, erf, erf_inv, sin, cos, floor, ceil = (
+    _b(n) for n in ("neg", "abs", "sign", "exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt",
+                    "rsqrt", "erf", "erf_inv", "sin", "cos", "floor", "ceil"))
+is_finite = _b("is_finite")
+eq, ne, lt, le, gt, ge = (_b(n) for n in ("eq", "ne", "lt", "le", "gt", "ge"))
+bitwise_and, bitwise_or, bitwise_xor, bitwise_not = _b("and"), _b("or"), _b("xor"), _b("not")
+shift_left, shift_right_logical, shift_right_arithmetic = (
+    _b("shift_left"), _b("shift_right_logical"), _b("shift_right_arithmetic"))
+
+
+def round(x, rounding_method=0):
+    return bind("round", x, rounding_method=int(rounding_method))
+
+
+def integer_pow(x, y):
+    return bind("integer_pow", x, y=int(y))
+
+
+def square(x):
+    return integer_pow(x, 2)
+
+
+def select(pred, on_true, on_false):
+    return bind("select", pred, on_true, on_false)
+
+
+def clamp(min, x, max):
+    return bind("clamp", min, x, max)
+
+
+def convert_element_type(operand, new_dtype):
+    d = _dtypes.canonicalize(new_dtype)
+    if operand.dtype == d if hasattr(operand, "dtype") else False:
+        return operand
+    return bind("convert_element_type", operand, new_dtype=d.name)
+
+
+def bitcast_convert_type(operand, new_dtype):
+    return bind("bitcast_convert_type", operand, new_dtype=_dtypes.dtype(new_dtype).name)
+
+
+def stop_gradient(x):
+    """Identity whose gradient is zero (applied to every leaf of a pytree)."""
+    from . import tree_util
+    return tree_util.tree_map(lambda a: bind("stop_gradient", a), x)
+
+
+# ---- shapes ----
+def reshape(operand, new_sizes, dimensions=None):
+    if dimensions is not None:
+        operand = transpose(operand, dimensions)
+    return bind("reshape", operand, new_sizes=[int(d) for d in new_sizes])
+
+
+def transpose(operand, permutation):
+    return bind("transpose", operand, permutation=[int(p) for p in permutation])
+
+
+def broadcast_in_dim(operand, shape, broadcast_dimensions):
+    return bind("broadcast_in_dim", operand, shape=[int(d) for d in shape],
+                broadcast_dimensions=[int(d) for d in broadcast_dimensions])
+
+
+def broadcast(operand, sizes):
+    nd = len(operand.shape)
+    return broadcast_in_dim(operand, tuple(sizes) + tuple(operand.shape),
+                            list(range(len(sizes), len(sizes) + nd)))
+
+
+def expand_dims(x, dimensions):
+    shape = list(x.shape)
+    for d in sorted(dd % (len(shape) + len(dimensions)) for dd in dimensions):
+        shape.insert(d, 1)
+    return reshape(x, shape)
+
+
+def squeeze(x, dimensions):
+    dims = {d % len(x.shape) for d in dimensions}
+    return reshape(x, [s for i, s in enumerate(x.shape) if i not in dims])
+
+
+def slice(operand, start_indices, limit_indices, strides=None):
+    attrs = dict(start_indices=[int(i) for i in start_indices], limit_indices=[int(i) for i in limit_indices])
+    if strides is not None:
+        attrs["strides"] = [int(s) for s in strides]
+    return bind("slice", operand, **attrs)
+
+
+def slice_in_dim(operand, start_index, limit_index, stride=1, axis=0):
+    nd = len(operand.shape)
+    axis %= nd
+    starts = [0] * nd
+    limits = list(operand.shape)
+    strides = [1] * nd
+    n = operand.shape[axis]
+    s = 0 if start_index is None else (start_index + n if start_index < 0 else start_index)
+    e = n if limit_index is None else (limit_index + n if limit_index < 0 else limit_index)
+    starts[axis], limits[axis], strides[axis] = s, e, stride
+    return slice(operand, starts, limits, strides)
+
+
+def _index_scalar(i):
+    if isinstance(i, (Tracer, Array)):
+        return convert_element_type(i, _np.int32) if i.dtype != _dtypes.int32 else i
+    return to_array(_np.int32(i))
+
+
+def dynamic_slice(operand, start_indices, slice_sizes):
+    return bind("dynamic_slice", operand, *[_index_scalar(i) for i in start_indices],
+                slice_sizes=[int(s) for s in slice_sizes])
+
+
+def dynamic_update_slice(operand, update, start_indices):
+    return bind("dynamic_update_slice", operand, update, *[_index_scalar(i) for i in start_indices])
+
+
+def dynamic_slice_in_dim(operand, start_index, slice_size, axis=0):
+    starts = [0] * len(operand.shape)
+    starts[axis] = start_index
+    sizes = list(operand.shape)
+    sizes[axis] = slice_size
+    return dynamic_slice(operand, starts, sizes)
+
+
+def concatenate(operands, dimension):
+    return bind("concatenate", *operands, dimension=int(dimension))
+
+
+def pad(operand, padding_value, padding_config):
+    lo, hi, it = zip(*padding_config) if padding_config else ((), (), ())
+    pv = padding_value if isinstance(padding_value, (Tracer, Array)) else to_array(_np.asarray(padding_value, operand.dtype))
+    return bind("pad", operand, pv, low=list(lo), high=list(hi), interior=list(it))
+
+
+def rev(operand, dimensions):
+    return bind("rev", operand, dimensions=[int(d) for d in dimensions])
+
+
+def iota(dtype, size):
+    return broadcasted_iota(dtype, (size,), 0)
+
+
+def broadcasted_iota(dtype, shape, dimension):
+    return bind("iota", dtype=_dtypes.canonicalize(dtype).name, shape=[int(s) for s in shape], dimension=int(dimension))
+
+
+# ---- reductions ----
+def reduce_sum(operand, axes):
+    return bind("reduce_sum", operand, axes=[int(a) for a in axes])
+
+
+def reduce_max(operand, axes):
+    return bind("reduce_max", operand, axes=[int(a) for a in axes])
+
+
+def reduce_min(operand, axes):
+    return bind("reduce_min", operand, axes=[int(a) for a in axes])
+
+
+def reduce_prod(operand, axes):
+    return bind("reduce_prod", operand, axes=[int(a) for a in axes])
+
+
+def argmax(operand, axis, index_dtype):
+    return bind("argmax", operand, axis=int(axis), index_dtype=_dtypes.canonicalize(index_dtype).name)
+
+
+def argmin(operand, axis, index_dtype):
+    return bind("argmin", operand, axis=int(axis), index_dtype=_dtypes.canonicalize(index_dtype).name)
+
+
+def cumsum(operand, axis=0, reverse=False):
+    return bind("cumsum", operand, axis=int(axis), reverse=int(bool(reverse)))
+
+
+# ---- contractions ----
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    (lc, rc), (lb, rb) = dimension_numbers
+    attrs = dict(lhs_contracting=[int(i) for i in lc], rhs_contracting=[int(i) for i in rc],
+                 lhs_batch=[int(i) for i in lb], rhs_batch=[int(i) for i in rb])
+    if preferred_element_type is not None:
+        attrs["preferred_element_type"] = _dtypes.canonicalize(preferred_element_type).name
+    return bind("dot_general", lhs, rhs, **attrs)
+
+
+def dot(lhs, rhs, precision=None, preferred_element_type=None):
+    return dot_general(lhs, rhs, (([len(lhs.shape) - 1], [0]), ([], [])),
+                       preferred_element_type=preferred_element_type)
+
+
+def _dilate(k, d):
+    return 0 if k == 0 else 1 + d * (k - 1)
+
+
+def padtype_to_pads(in_shape, window_shape, window_strides, padding):
+    """jax.lax.padtype_to_pads: 'SAME' / 'SAME_LOWER' / 'VALID' -> [(lo, hi), ...]."""
+    if not isinstance(padding, str):
+        return [tuple(int(v) for v in p) for p in padding]
+    p = padding.upper()
+    if p == "VALID":
+        return [(0, 0)] * len(in_shape)
+    if p in ("SAME", "SAME_LOWER"):
+        out = [-(-i // s) for i, s in zip(in_shape, window_strides)]
+        sizes = [_bi.max(0, (o - 1) * s + w - i) for o, s, w, i in zip(out, window_strides, window_shape, in_shape)]
+        if p == "SAME":
+            return [(t // 2, t - t // 2) for t in sizes]
+        return [(t - t // 2, t // 2) for t in sizes]
+    raise ValueError(f"unknown padding {padding!r}; expected 'SAME', 'SAME_LOWER', 'VALID' or (lo, hi) pairs")
+
+
+class ConvDimensionNumbers(tuple):
+    pass
+
+
+def _conv_perms(dimension_numbers, nd):
+    if dimension_numbers is None:
+        spec = ("NCHW", "OIHW", "NCHW")
+    else:
+        spec = tuple(dimension_numbers)
+    if not all(isinstance(s, str) for s in spec):
+        raise ValueError(f"dimension_numbers must be three layout strings like ('NHWC', 'HWIO', 'NHWC'), got {dimension_numbers}")
+    lhs, rhs, out = spec
+    if len(lhs) != 4:
+        raise ValueError(f"podlet convolutions are 2-D (4-letter layouts); got {spec}")
+    # Permutations taking each layout to NHWC / HWIO / NHWC.
+    sp = [c for c in lhs if c not in "NC"]
+    lhs_perm = [lhs.index("N")] + [lhs.index(c) for c in sp] + [lhs.index("C")]
+    rsp = [c for c in rhs if c not in "OI"]
+    rhs_perm = [rhs.index(c) for c in rsp] + [rhs.index("I"), rhs.index("O")]
+    osp = [c for c in out if c not in "NC"]
+    out_to_nhwc = [out.index("N")] + [out.index(c) for c in osp] + [out.index("C")]
+    out_perm = [out_to_nhwc.index(i) for i in range(4)]
+    return lhs_perm, rhs_perm, out_perm
+
+
+def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                         dimension_numbers=None, feature_group_count=1, batch_group_count=1,
+                         precision=None, preferred_element_type=None):
+    """jax.lax.conv_general_dilated for 2-D convolutions (1-D inputs: add a unit dim)."""
+    if batch_group_count != 1:
+        raise NotImplementedError("batch_group_count != 1 is not supported")
+    lhs_perm, rhs_perm, out_perm = _conv_perms(dimension_numbers, 4)
+    x = lhs if lhs_perm == [0, 1, 2, 3] else transpose(lhs, lhs_perm)
+    w = rhs if rhs_perm == [0, 1, 2, 3] else transpose(rhs, rhs_perm)
+    lhs_dilation = tuple(lhs_dilation or (1, 1))
+    rhs_dilation = tuple(rhs_dilation or (1, 1))
+    window_strides = tuple(window_strides)
+    if isinstance(padding, str):
+        eff = [_dilate(k, d) for k, d in zip(w.shape[:2], rhs_dilation)]
+        in_sp = [_dilate(i, d) for i, d in zip(x.shape[1:3], lhs_dilation)]
+        padding = padtype_to_pads(in_sp, eff, window_strides, padding)
+    pads = [int(v) for p in padding for v in p]
+    attrs = dict(window_strides=list(window_strides), padding=pads, lhs_dilation=list(lhs_dilation),
+                 rhs_dilation=list(rhs_dilation), feature_group_count=int(feature_group_count))
+    if preferred_element_type is not None:
+        attrs["preferred_element_type"] = _dtypes.canonicalize(preferred_element_type).name
+    y = bind("conv_general_dilated", x, w, **attrs)
+    return y if out_perm == [0, 1, 2, 3] else transpose(y, out_perm)
+
+
+def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
+    return conv_general_dilated(lhs, rhs, window_strides, padding, preferred_element_type=preferred_element_type)
+
+
+def reduce_window(operand, init_value, computation, window_dimensions, window_strides, padding,
+                  base_dilation=None, window_dilation=None):
+    """jax.lax.reduce_window with computation lax.add or lax.max (or 'sum' / 'max')."""
+    if base_dilation not in (None, (1,) * len(operand.shape)) or window_dilation not in (None, (1,) * len(operand.shape)):
+        raise NotImplementedError("reduce_window dilation is not supported")
+    comp = {add: "sum", max: "max", "sum": "sum", "max": "max", "add": "sum"}.get(computation)
+    if comp is None:
+        raise ValueError(f"reduce_window computation must be lax.add or lax.max, got {computation!r}")
+    if isinstance(padding, str):
+        padding = padtype_to_pads(operand.shape, window_dimensions, window_strides, padding)
+    pads = [int(v) for p in padding for v in p]
+    out = bind("reduce_window", operand, computation=comp, window_dimensions=[int(d) for d in window_dimensions],
+               window_strides=[int(s) for s in window_strides], padding=pads)
+    iv = _np.asarray(init_value if not isinstance(init_value, (Array,)) else _np.asarray(init_value))
+    if comp == "sum" and iv.item() != 0:
+        out = add(out, to_array(iv.astype(operand.dtype)))
+    return out
+
+
+# ---- collectives (pmap lands with the pmap issue) ----
+def _no_pmap(name):
+    def f(x, axis_name, **kw):
+        raise NameError(f"unbound axis name: {axis_name!r}. {name} is only valid inside pmap with a matching axis_name")
+    f.__name__ = name
+    return f
+
+
+pmean = _no_pmap("pmean")
+psum = _no_pmap("psum")

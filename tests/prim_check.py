@@ -1,0 +1,102 @@
+"""check_prim: the one oracle harness every primitive test uses.
+
+For a primitive applied to NumPy inputs it checks, in order:
+  1. forward (eager) against a NumPy float64 reference, with a tolerance by dtype;
+  2. jit(bind) gives bit-identical results to eager;
+  3. the VJP against float64 central finite differences along random directions
+     (for the argnums listed in grad_argnums).
+"""
+import numpy as np
+import ml_dtypes
+
+import podlet
+from podlet._src.core import bind, to_array
+from podlet._core import Array
+
+# (rtol, atol) of the forward check, by output dtype.
+TOL = {"float64": (1e-12, 1e-12), "float32": (2e-6, 1e-6), "bfloat16": (1.6e-2, 1e-2),
+       "int32": (0, 0), "uint32": (0, 0), "uint8": (0, 0), "bool": (0, 0)}
+
+
+def as_podlet(x):
+    """An exact podlet Array of a NumPy array (no dtype canonicalisation: float64 stays)."""
+    x = np.ascontiguousarray(x)
+    return Array.from_numpy(x, copy=True)
+
+
+def to_f64(x):
+    x = np.asarray(x)
+    if x.dtype == ml_dtypes.bfloat16 or x.dtype.kind == "f":
+        return x.astype(np.float64)
+    return x
+
+
+def assert_close(got, want, dtype_name, rtol=None, atol=None, what="output"):
+    r, a = TOL[dtype_name]
+    r = r if rtol is None else rtol
+    a = a if atol is None else atol
+    got64, want64 = to_f64(got), np.asarray(want)
+    assert got64.shape == want64.shape, f"{what}: shape {got64.shape} != reference {want64.shape}"
+    if r == 0 and a == 0:
+        np.testing.assert_array_equal(got64, want64, err_msg=what)
+    else:
+        np.testing.assert_allclose(got64, want64.astype(np.float64), rtol=r, atol=a, err_msg=what)
+
+
+def bits(x):
+    x = np.asarray(x)
+    return x.view(np.uint8) if x.size else x
+
+
+def check_prim(prim, args, attrs=None, ref=None, *, grad_argnums=(), rtol=None, atol=None,
+               fd_eps=1e-6, fd_rtol=1e-5, fd_atol=1e-7, n_dirs=2, seed=0, check_jit=True):
+    """Runs the three checks; returns the eager output as NumPy (tuple if several)."""
+    attrs = dict(attrs or {})
+    arrs = [as_podlet(a) for a in args]
+    out = bind(prim, *arrs, **attrs)
+    outs = out if isinstance(out, tuple) else (out,)
+    np_outs = tuple(np.asarray(o) for o in outs)
+    if ref is not None:
+        want = ref(*[to_f64(a) for a in args])
+        wants = want if isinstance(want, tuple) else (want,)
+        assert len(wants) == len(np_outs), f"{prim}: {len(np_outs)} outputs, reference gave {len(wants)}"
+        for i, (g, w) in enumerate(zip(np_outs, wants)):
+            assert_close(g, w, outs[i]._dtype_name, rtol, atol, what=f"{prim} output {i}")
+    if check_jit:
+        jout = podlet.jit(lambda *xs: bind(prim, *xs, **attrs))(*arrs)
+        jouts = jout if isinstance(jout, tuple) else (jout,)
+        for i, (e, j) in enumerate(zip(np_outs, jouts)):
+            assert np.asarray(j).dtype == e.dtype and np.asarray(j).shape == e.shape
+            assert np.array_equal(bits(e), bits(np.asarray(j))), f"{prim}: jit output {i} differs from eager"
+    if grad_argnums:
+        check_vjp(prim, args, attrs, grad_argnums, fd_eps, fd_rtol, fd_atol, n_dirs, seed)
+    return np_outs if isinstance(out, tuple) else np_outs[0]
+
+
+def check_vjp(prim, args, attrs, grad_argnums, eps=1e-6, rtol=1e-5, atol=1e-7, n_dirs=2, seed=0):
+    """VJP in float64 against central finite differences: <ct, J d> == <J^T ct, d>."""
+    rng = np.random.default_rng(seed)
+    args64 = [to_f64(a) if i in grad_argnums else np.asarray(a) for i, a in enumerate(args)]
+
+    def f(*xs):
+        return bind(prim, *xs, **attrs)
+
+    primals = [as_podlet(a) for a in args64]
+    out, vjp_fn = podlet.vjp(f, *primals)
+    ct = rng.standard_normal(np.shape(np.asarray(out)))
+    grads = vjp_fn(as_podlet(np.asarray(ct, np.float64)))
+    for i in grad_argnums:
+        g = np.asarray(grads[i])
+        assert g.shape == args64[i].shape, f"{prim}: grad {i} shape {g.shape} != {args64[i].shape}"
+        for _ in range(n_dirs):
+            d = rng.standard_normal(args64[i].shape)
+            plus = list(args64)
+            minus = list(args64)
+            plus[i] = args64[i] + eps * d
+            minus[i] = args64[i] - eps * d
+            fp = np.asarray(f(*[as_podlet(a) for a in plus]))
+            fm = np.asarray(f(*[as_podlet(a) for a in minus]))
+            fd = np.sum(ct * (fp - fm)) / (2 * eps)
+            an = np.sum(g * d)
+            assert abs(fd - an) <= atol + rtol * max(abs(fd), abs(an)) * 10 + 1e-6 * max(1.0, abs(fd)), \
+                f"{prim}: VJP wrt arg {i}: analytic {an} vs finite difference {fd}"
