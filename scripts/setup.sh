@@ -34,11 +34,15 @@ hash_of() {  # hash of stdin
 # cmake and ninja come from pip (newer than Debian's); python3-venv/python3-dev are
 # needed by `python3 -m venv` and the pybind11 build on a bare Debian 12.
 APT_PKGS=(
-  build-essential python3-venv python3-dev
+  build-essential zlib1g-dev
   libeigen3-dev libtbb-dev libhdf5-dev libjpeg62-turbo-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
 )
+# Debian's venv/headers only matter when python3 is Debian's own and lacks them.
+if ! python3 -c "import venv, ensurepip, sysconfig, os; assert os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h'))" 2>/dev/null; then
+  APT_PKGS+=(python3-venv python3-dev)
+fi
 missing=()
 for p in "${APT_PKGS[@]}"; do
   # `dpkg -s` succeeds for removed-but-configured packages too; check the status line.

@@ -136,9 +136,15 @@ def test_bad_magic(tmp_path):
     _raises(write(tmp_path / "neg.idx", b"\0\0\x08\x01\xff\xff\xff\xff"), r"negative size -1")
 
 
-def test_huge_shape_is_truncation_not_overflow(tmp_path):
-    header = b"\0\0\x0e\x04" + np.full(4, 2**31 - 1, ">i4").tobytes()
+def test_huge_shapes_are_errors_not_overflows(tmp_path):
+    # ~2^62 float64 elements: the byte count overflows uint64.
+    header = b"\0\0\x0e\x02" + np.full(2, 2**31 - 1, ">i4").tobytes()
     _raises(write(tmp_path / "huge.idx", header + b"\0" * 8), r"truncated data", r"more than 2\^64")
+    header = b"\0\0\x08\x04" + np.full(4, 2**31 - 1, ">i4").tobytes()
+    _raises(write(tmp_path / "huger.idx", header + b"\0" * 8), r"too large", r"more than 2\^63 elements")
+    # Empty (a zero dimension), but the other sizes overflow int64 (found by fuzz/idx_fuzz.cc).
+    header = b"\0\0\x08\x04" + np.array([0] + [2**31 - 1] * 3, ">i4").tobytes()
+    _raises(write(tmp_path / "empty_huge.idx", header), r"too large", r"more than 2\^63 elements")
 
 
 def test_bad_gzip(tmp_path):

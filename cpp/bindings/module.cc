@@ -105,6 +105,8 @@ static std::vector<py::tuple> describe(const Graph& g, const std::vector<int>& i
   return r;
 }
 
+void bind_io(py::module_& m);  // io_bindings.cc
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "podlet C++ core";
   g_PodletError = PyErr_NewException("podlet.PodletError", PyExc_ValueError, nullptr);
@@ -156,6 +158,7 @@ PYBIND11_MODULE(_core, m) {
     return r;
   });
   m.def("prim_names", &prim_names);
+  bind_io(m);
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
   m.def("memory_stats", []() { auto& s = mem_stats(); return py::make_tuple(s.live, s.peak); });

@@ -110,6 +110,12 @@ Array parse_idx(const uint8_t* data, size_t n, const std::string& name) {
     shape[i] = d;
     empty |= d == 0;
   }
+  // Even an empty array must have a shape whose products (numel, strides) fit in int64,
+  // in whatever order they are taken: bound the product of the non-zero sizes.
+  int64_t nonzero = 1;
+  for (auto d : shape)
+    if (d && __builtin_mul_overflow(nonzero, d, &nonzero))
+      fail(name, fmt("shape ", shape_str(shape), " is too large: more than 2^63 elements"));
 
   // Bytes the header promises, without overflowing: saturate and report "more than 2^64".
   size_t avail = n - header;
