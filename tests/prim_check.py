@@ -20,7 +20,7 @@ TOL = {"float64": (1e-12, 1e-12), "float32": (2e-6, 1e-6), "bfloat16": (1.6e-2, 
 
 def as_podlet(x):
     """An exact podlet Array of a NumPy array (no dtype canonicalisation: float64 stays)."""
-    x = np.ascontiguousarray(x)
+    x = np.array(x, order="C", copy=True)  # keeps 0-d arrays 0-d (ascontiguousarray does not)
     return Array.from_numpy(x, copy=True)
 
 
@@ -45,7 +45,7 @@ def assert_close(got, want, dtype_name, rtol=None, atol=None, what="output"):
 
 def bits(x):
     x = np.asarray(x)
-    return x.view(np.uint8) if x.size else x
+    return x.reshape(-1).view(np.uint8) if x.size else x.reshape(-1)
 
 
 def check_prim(prim, args, attrs=None, ref=None, *, grad_argnums=(), rtol=None, atol=None,

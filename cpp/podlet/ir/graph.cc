@@ -260,7 +260,7 @@ int broadcast_in_dim(Graph& g, int x, const Shape& shape, const std::vector<int6
   if (g.aval(x).shape == shape) return x;
   return g.add1("broadcast_in_dim", {x}, {{"shape", shape}, {"broadcast_dimensions", dims}});
 }
-int sum_to_shape(Graph& g, int x, const Shape& shape) {
+int sum_to_shape(Graph& g, int x, Shape shape) {
   const Shape xs = g.aval(x).shape;
   if (xs == shape) return x;
   int lead = int(xs.size()) - int(shape.size());

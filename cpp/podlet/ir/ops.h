@@ -24,7 +24,7 @@ int reduce_sum(Graph& g, int x, const std::vector<int64_t>& axes);
 int broadcast_in_dim(Graph& g, int x, const Shape& shape, const std::vector<int64_t>& dims);
 // Sums a broadcast result back to `shape` (NumPy broadcasting rules): the VJP of an
 // implicit broadcast.
-int sum_to_shape(Graph& g, int x, const Shape& shape);
+int sum_to_shape(Graph& g, int x, Shape shape);  // by value: callers pass g.aval(..).shape, which add() may move
 // Makes x's dtype match `d` when they differ (cotangent dtypes follow primal dtypes).
 int cast_if_needed(Graph& g, int x, DType d);
 

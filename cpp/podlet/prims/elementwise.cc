@@ -1,124 +1,883 @@
-// Elementwise primitives with NumPy broadcasting: shape rule, kernel, VJP, FLOPs.
+// Elementwise primitives with NumPy broadcasting: shape rule, kernel, VJP and FLOP count
+// of each, registered at the bottom of this file in catalogue order.
+//
+// Semantics follow jax.lax / XLA:
+//  * integer arithmetic wraps (two's complement); x / 0 is -1 (all ones for unsigned)
+//    and x % 0 is x; INT_MIN / -1 is INT_MIN and INT_MIN % -1 is 0;
+//  * shifts by an amount >= the bit width give 0 (arithmetic right shift: the sign fill);
+//    shift_right_arithmetic of an unsigned type treats its bits as signed, like XLA;
+//  * max / min / clamp propagate NaN;
+//  * float -> int conversion saturates and maps NaN to 0; int -> narrower int wraps;
+//    anything -> bfloat16 rounds to nearest even through float32 (like ml_dtypes and XLA),
+//    NaN becomes the canonical quiet NaN with its sign kept (0x7fc0 / 0xffc0);
+//  * derivatives are jax's: max/min split the cotangent on ties, abs'(0) = 1
+//    (jax: select(x >= 0, g, -g)), pow wrt the exponent uses log(x) with x == 0 replaced
+//    by 1, floor/ceil/round/sign have zero gradient.
+//
+// Kernels: bf16 is computed in f32 and rounded once. exp/log/tanh/logistic/erf/erf_inv
+// for f32/bf16 use the branch-free approximations in namespace fm below (<= ~1.5 ulp; the
+// loops vectorise, and the results do not depend on the libm of the machine); f64 uses
+// libm. Binary and ternary loops merge dimensions where the broadcast layout allows and
+// specialise the innermost loop on its stride pattern (same shape, scalar operand, row
+// broadcast), so the common cases are plain vectorisable loops.
 #include "podlet/prims/common.h"
+#include <array>
+#include <bit>
 #include <cmath>
+#include <limits>
+
+// FP exceptions are never observed in podlet; without this GCC will not turn the
+// floating-point selects below into vector blends (results are unchanged: IEEE ops
+// are still evaluated exactly as written).
+#pragma GCC optimize("no-trapping-math")
 
 namespace podlet {
 namespace {
 
-// ---- shape rules ----
-std::vector<AVal> unary_shape(const std::vector<AVal>& in, const Attrs&) {
-  check_arity(in, 1);
-  return {in[0]};
-}
-std::vector<AVal> unary_float_shape(const std::vector<AVal>& in, const Attrs& a) {
-  check_arity(in, 1);
-  if (!is_float(in[0].dtype)) throw DTypeError(fmt("requires a floating-point operand, got ", dtype_name(in[0].dtype)));
-  return {in[0]};
-}
-std::vector<AVal> binary_shape(const std::vector<AVal>& in, const Attrs&) {
-  check_arity(in, 2); check_same_dtype(in);
-  return {AVal{in[0].dtype, broadcast_shapes(in[0].shape, in[1].shape)}};
+// =====================================================================================
+// Branch-free f32 math (Cephes-style polynomials). Written with selects instead of
+// branches so that loops over them vectorise on the SSE2 baseline.
+// =====================================================================================
+namespace fm {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+inline uint32_t bits(float f) { return __builtin_bit_cast(uint32_t, f); }
+inline float from_bits(uint32_t u) { return __builtin_bit_cast(float, u); }
+inline float fabs_(float x) { return from_bits(bits(x) & 0x7fffffffu); }
+inline float copysign_(float mag, float sgn) { return from_bits((bits(mag) & 0x7fffffffu) | (bits(sgn) & 0x80000000u)); }
+inline float exp2i(int32_t n) { return from_bits(uint32_t(n + 127) << 23); }  // 2^n, n in [-126, 127]
+
+// e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), degree-6 polynomial for e^r, and
+// 2^n applied in two halves so results near overflow and in the denormal range are right.
+// Max error 1 ulp.
+inline float exp(float x) {
+  float xc = x < -104.0f ? -104.0f : x;  // e^-104 rounds to 0, e^89 overflows: clamping keeps n in range
+  xc = xc > 89.0f ? 89.0f : xc;
+  xc = x == x ? xc : 0.0f;               // keep NaN away from the float->int conversion
+  const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const int32_t n = int32_t(fn);
+  float r = xc - fn * 0.693359375f;
+  r = r - fn * -2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * z + r + 1.0f;
+  const int32_t n1 = n >> 1, n2 = n - n1;
+  const float y = p * exp2i(n1) * exp2i(n2);
+  return x == x ? y : x;
 }
 
-// ---- kernels ----
-template <class Op>
-void unary_kernel(const std::vector<Array>& in, std::vector<Array>& out, Op op) {
-  const int64_t n = in[0].size();
-  PODLET_DTYPE_SWITCH(in[0].dtype(), T, {
-    const T* x = in[0].data<T>(); T* y = out[0].data<T>();
-    parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = from_acc<T>(op(acc_t<T>(x[i])));
-    });
-  });
+// log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(x) = e ln2 + log(m), log(m) by
+// a degree-9 polynomial in m - 1. Denormals are scaled up first. Max error 1 ulp.
+inline float log(float x) {
+  const bool den = x < 1.17549435e-38f;
+  const float xs = den ? x * 8388608.0f : x;
+  const uint32_t u = bits(xs);
+  int32_t e = int32_t((u >> 23) & 0xffu) - 126 - (den ? 23 : 0);
+  float m = from_bits((u & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
+  const bool small = m < 0.707106781186547524f;
+  e -= small ? 1 : 0;
+  m = small ? (m + m) - 1.0f : m - 1.0f;
+  const float z = m * m;
+  float y = 7.0376836292E-2f;
+  y = y * m - 1.1514610310E-1f;
+  y = y * m + 1.1676998740E-1f;
+  y = y * m - 1.2420140846E-1f;
+  y = y * m + 1.4249322787E-1f;
+  y = y * m - 1.6668057665E-1f;
+  y = y * m + 2.0000714765E-1f;
+  y = y * m - 2.4999993993E-1f;
+  y = y * m + 3.3333331174E-1f;
+  y = y * m * z;
+  const float fe = float(e);
+  y = y + -2.12194440e-4f * fe;
+  y = y - 0.5f * z;
+  float r = m + y;
+  r = r + 0.693359375f * fe;
+  r = x == kInf ? x : r;
+  r = x == 0.0f ? -kInf : r;
+  r = x < 0.0f ? kNaN : r;
+  return x == x ? r : x;
 }
-template <class Op>
-void unary_float_kernel(const std::vector<Array>& in, std::vector<Array>& out, Op op) {
-  const int64_t n = in[0].size();
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    const T* x = in[0].data<T>(); T* y = out[0].data<T>();
-    parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = from_acc<T>(op(acc_t<T>(x[i])));
-    });
-  };
-  switch (in[0].dtype()) {
-    case DType::f32: run(float()); break;
-    case DType::bf16: run(bf16()); break;
-    case DType::f64: run(double()); break;
-    default: throw DTypeError("requires a floating-point operand");
+
+// tanh: odd polynomial below 0.625, 1 - 2/(e^{2|x|} + 1) above. Max error 1.5 ulp.
+inline float tanh(float x) {
+  const float a = fabs_(x);
+  const float z = x * x;
+  float ps = -5.70498872745E-3f;
+  ps = ps * z + 2.06390887954E-2f;
+  ps = ps * z - 5.37397155531E-2f;
+  ps = ps * z + 1.33314422036E-1f;
+  ps = ps * z - 3.33332819422E-1f;
+  ps = ps * z * x + x;
+  const float e = fm::exp(a + a);
+  const float pl = 1.0f - 2.0f / (e + 1.0f);
+  return copysign_(a < 0.625f ? ps : pl, x);
+}
+
+// logistic(x) = 1 / (1 + e^-x): jax's formula.
+inline float logistic(float x) { return 1.0f / (1.0f + fm::exp(-x)); }
+
+// erf: XLA's f32 rational approximation x P(x^2) / Q(x^2) on [-3.744, 3.744] (outside,
+// erf rounds to +-1), evaluated in double: max error 1.5 ulp.
+inline float erf(float xf) {
+  const double c = 3.7439211627767994;
+  double x = xf;
+  x = x < -c ? -c : x;
+  x = x > c ? c : x;
+  const double x2 = x * x;
+  double a = 0.00022905065861350646;
+  a = a * x2 + 0.0034082910107109506;
+  a = a * x2 + 0.050955695062380861;
+  a = a * x2 + 0.18520832239976145;
+  a = a * x2 + 1.128379143519084;
+  double b = -1.1791602954361697e-7;
+  b = b * x2 + 0.000023547966471313185;
+  b = b * x2 + 0.0010179625278914885;
+  b = b * x2 + 0.014070470171167667;
+  b = b * x2 + 0.11098505178285362;
+  b = b * x2 + 0.49746925110067538;
+  b = b * x2 + 1.0;
+  const float r = float(x * a / b);
+  return xf == xf ? r : xf;
+}
+
+// erf^-1: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), the
+// single-precision version (the one XLA uses), with the polynomials evaluated in double:
+// max error ~1 ulp. erf_inv(+-1) = +-inf, |x| > 1 -> NaN.
+inline float erf_inv(float xf) {
+  const double x = xf;
+  const float w = -fm::log(float((1.0 - x) * (1.0 + x)));
+  const double w1 = double(w) - 2.5;
+  double p1 = 2.81022636e-08;
+  p1 = 3.43273939e-07 + p1 * w1;
+  p1 = -3.5233877e-06 + p1 * w1;
+  p1 = -4.39150654e-06 + p1 * w1;
+  p1 = 0.00021858087 + p1 * w1;
+  p1 = -0.00125372503 + p1 * w1;
+  p1 = -0.00417768164 + p1 * w1;
+  p1 = 0.246640727 + p1 * w1;
+  p1 = 1.50140941 + p1 * w1;
+  const double w2 = double(__builtin_sqrtf(w)) - 3.0;
+  double p2 = -0.000200214257;
+  p2 = 0.000100950558 + p2 * w2;
+  p2 = 0.00134934322 + p2 * w2;
+  p2 = -0.00367342844 + p2 * w2;
+  p2 = 0.00573950773 + p2 * w2;
+  p2 = -0.0076224613 + p2 * w2;
+  p2 = 0.00943887047 + p2 * w2;
+  p2 = 1.00167406 + p2 * w2;
+  p2 = 2.83297682 + p2 * w2;
+  const double p = double(w) < 5.0 ? p1 : p2;
+  const float r = float(p * x);
+  return fabs_(xf) == 1.0f ? xf * kInf : r;  // |x| > 1 and NaN come out NaN from the log
+}
+
+// floor / ceil / round through the integer conversion (SSE2 has no roundps). |x| >= 2^23,
+// inf and NaN are already integral (or NaN) and pass through. The result always has x's
+// sign, which also gives floor(-0.0) = -0.0 and round(-0.3) = -0.0.
+constexpr float kTwo23 = 8388608.0f;
+inline float trunc_small(float x) { return float(int32_t(fabs_(x) < kTwo23 ? x : 0.0f)); }
+inline float floor(float x) {
+  float t = trunc_small(x);
+  t = t > x ? t - 1.0f : t;
+  t = fabs_(x) < kTwo23 ? t : x;
+  return copysign_(t, x);
+}
+inline float ceil(float x) {
+  float t = trunc_small(x);
+  t = t < x ? t + 1.0f : t;
+  t = fabs_(x) < kTwo23 ? t : x;
+  return copysign_(t, x);
+}
+inline float round_afz(float x) {  // half away from zero
+  float t = trunc_small(x);
+  t = fabs_(x - t) >= 0.5f ? t + copysign_(1.0f, x) : t;
+  t = fabs_(x) < kTwo23 ? t : x;
+  return copysign_(t, x);
+}
+inline float round_even(float x) {  // half to even
+  float t = trunc_small(x);
+  const float f = fabs_(x - t);
+  const float odd = float(int32_t(t) & 1);  // t is an exact small integer here
+  t = (f > 0.5f || (f == 0.5f && odd == 1.0f)) ? t + copysign_(1.0f, x) : t;
+  t = fabs_(x) < kTwo23 ? t : x;
+  return copysign_(t, x);
+}
+}  // namespace fm
+
+// erf^-1 in double: Giles' single-precision approximation as the starting point, then
+// Newton on erf(y) = |x| for |x| <= 0.75 (2 steps), and for the tails Newton on
+// log(erfc(y)) = log(1 - |x|), which converges from the rough start and keeps full
+// relative accuracy where erf(y) is within an ulp of 1 (4 steps). ~1e-16 relative.
+double erf_inv_f64(double x) {
+  const double a = std::fabs(x);
+  if (!(a < 1.0)) return a == 1.0 ? std::copysign(std::numeric_limits<double>::infinity(), x)
+                                  : std::numeric_limits<double>::quiet_NaN();
+  const double w = -std::log((1.0 - a) * (1.0 + a));
+  double p;
+  if (w < 5.0) {
+    const double w1 = w - 2.5;
+    p = 2.81022636e-08; p = 3.43273939e-07 + p * w1; p = -3.5233877e-06 + p * w1;
+    p = -4.39150654e-06 + p * w1; p = 0.00021858087 + p * w1; p = -0.00125372503 + p * w1;
+    p = -0.00417768164 + p * w1; p = 0.246640727 + p * w1; p = 1.50140941 + p * w1;
+  } else {
+    const double w2 = std::sqrt(w) - 3.0;
+    p = -0.000200214257; p = 0.000100950558 + p * w2; p = 0.00134934322 + p * w2;
+    p = -0.00367342844 + p * w2; p = 0.00573950773 + p * w2; p = -0.0076224613 + p * w2;
+    p = 0.00943887047 + p * w2; p = 1.00167406 + p * w2; p = 2.83297682 + p * w2;
+  }
+  double y = p * a;
+  constexpr double k = 1.1283791670955125739;  // 2 / sqrt(pi)
+  if (a <= 0.75) {
+    for (int i = 0; i < 2; ++i) y -= (std::erf(y) - a) / (k * std::exp(-y * y));
+  } else {
+    const double lq = std::log(1.0 - a);  // 1 - a is exact here
+    for (int i = 0; i < 4; ++i) {
+      const double e = std::erfc(y);
+      y += (std::log(e) - lq) * e / (k * std::exp(-y * y));
+    }
+  }
+  return std::copysign(y, x);
+}
+
+// f32 -> bf16 like ml_dtypes / XLA: round to nearest even, NaN -> canonical quiet NaN
+// with the sign kept.
+inline uint16_t f32_to_bf16_bits(float f) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, f);
+  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
+}
+
+// Kernels see bf16 as its uint16_t bits (podlet has no uint16 dtype, so uint16_t always
+// means bf16 here): plain integer loads let GCC vectorise the loops. ar_t is the type the
+// arithmetic happens in; ld / st convert one element. They are defined here rather than
+// taken from dtype.h so that they inline into this file's no-trapping-math loops (GCC
+// does not inline FP code across differing FP-semantics options).
+template <class S> using ar_t = std::conditional_t<std::is_same_v<S, uint16_t>, float, S>;
+template <class S> inline ar_t<S> ld(S x) {
+  if constexpr (std::is_same_v<S, uint16_t>) return __builtin_bit_cast(float, uint32_t(x) << 16);
+  else return x;
+}
+template <class S> inline S st(ar_t<S> v) {
+  if constexpr (std::is_same_v<S, uint16_t>) return f32_to_bf16_bits(v);
+  else return S(v);
+}
+
+// =====================================================================================
+// dtype kinds, checks, dispatch
+// =====================================================================================
+enum Kind : unsigned { kFloat = 1, kSInt = 2, kUInt = 4, kBool = 8 };
+constexpr unsigned kInt = kSInt | kUInt, kNum = kFloat | kInt, kIntBool = kInt | kBool,
+                   kAll = kNum | kBool;
+
+unsigned kind_of(DType d) {
+  switch (d) {
+    case DType::f32: case DType::bf16: case DType::f64: return kFloat;
+    case DType::i32: return kSInt;
+    case DType::u32: case DType::u8: return kUInt;
+    case DType::boolean: return kBool;
+    default: return 0;
   }
 }
-// out[i] = op(a[ia], b[ib]) with broadcasting; OutT may differ from T (comparisons).
-template <class T, class OutT, class Op>
-void binary_loop(const Array& a, const Array& b, Array& o, Op op) {
-  const T* x = a.data<T>(); const T* y = b.data<T>(); OutT* z = o.data<OutT>();
-  if (a.shape() == b.shape()) {
-    parallel_for(o.size(), kGrain, [&](int64_t s, int64_t e) {
-      for (int64_t i = s; i < e; ++i) z[i] = from_acc<OutT>(op(acc_t<T>(x[i]), acc_t<T>(y[i])));
+const char* kinds_name(unsigned k) {
+  switch (k) {
+    case kFloat: return "a floating-point (float32, bfloat16, float64)";
+    case kNum: return "a numeric (float or integer, not bool)";
+    case kIntBool: return "an integer or bool";
+    case kInt: return "an integer (int32, uint32, uint8)";
+    case kFloat | kSInt: return "a float or signed integer";
+    default: return "a supported";
+  }
+}
+void check_kind(DType d, unsigned kinds) {
+  if (!(kind_of(d) & kinds))
+    throw DTypeError(fmt("requires ", kinds_name(kinds), " dtype, got ", dtype_name(d)));
+}
+
+template <class T> struct Tag { using type = T; };
+// Calls f(Tag<S>{}) for the kernel storage type of d (uint16_t for bf16); only
+// instantiates the kinds in K.
+template <unsigned K, class F>
+void dispatch(DType d, F&& f) {
+  switch (d) {
+    case DType::f32: if constexpr (bool(K & kFloat)) { f(Tag<float>{}); return; } break;
+    case DType::bf16: if constexpr (bool(K & kFloat)) { f(Tag<uint16_t>{}); return; } break;
+    case DType::f64: if constexpr (bool(K & kFloat)) { f(Tag<double>{}); return; } break;
+    case DType::i32: if constexpr (bool(K & kSInt)) { f(Tag<int32_t>{}); return; } break;
+    case DType::u32: if constexpr (bool(K & kUInt)) { f(Tag<uint32_t>{}); return; } break;
+    case DType::u8: if constexpr (bool(K & kUInt)) { f(Tag<uint8_t>{}); return; } break;
+    case DType::boolean: if constexpr (bool(K & kBool)) { f(Tag<bool>{}); return; } break;
+    default: break;
+  }
+  throw DTypeError(fmt("requires ", kinds_name(K), " dtype, got ", dtype_name(d)));
+}
+
+template <class A> constexpr bool is_f64 = std::is_same_v<A, double>;
+
+// =====================================================================================
+// shape rules
+// =====================================================================================
+template <unsigned K>
+std::vector<AVal> unary_shape(const std::vector<AVal>& in, const Attrs&) {
+  check_arity(in, 1);
+  check_kind(in[0].dtype, K);
+  return {in[0]};
+}
+template <unsigned K, bool ToBool = false>
+std::vector<AVal> binary_shape(const std::vector<AVal>& in, const Attrs&) {
+  check_arity(in, 2);
+  check_same_dtype(in);
+  check_kind(in[0].dtype, K);
+  return {AVal{ToBool ? DType::boolean : in[0].dtype, broadcast_shapes(in[0].shape, in[1].shape)}};
+}
+
+// =====================================================================================
+// loops
+// =====================================================================================
+// A broadcast loop nest over the output, with size-1 output dims dropped and adjacent
+// dims merged wherever every operand is laid out compatibly, e.g. (64,56,56,128) + (128,)
+// becomes [200704, 128] with strides {128,1} and {0,1}. The innermost stride of each
+// operand is then 0 (broadcast) or 1 (contiguous).
+template <int K>
+struct Nest {
+  Shape dims;                 // outermost first; never empty
+  std::array<Shape, K> st;    // per operand: element stride of each dim
+  int64_t inner() const { return dims.back(); }
+};
+template <int K>
+Nest<K> make_nest(const Shape& out, const std::array<const Shape*, K>& ins) {
+  std::array<Shape, K> s;
+  for (int k = 0; k < K; ++k) s[k] = broadcast_strides(*ins[k], out);
+  Nest<K> n;
+  for (int d = int(out.size()) - 1; d >= 0; --d) {
+    if (out[d] == 1) continue;
+    if (!n.dims.empty()) {
+      bool merge = true;
+      for (int k = 0; k < K; ++k) merge &= s[k][d] == n.st[k].back() * n.dims.back();
+      if (merge) { n.dims.back() *= out[d]; continue; }
+    }
+    n.dims.push_back(out[d]);
+    for (int k = 0; k < K; ++k) n.st[k].push_back(s[k][d]);
+  }
+  if (n.dims.empty()) { n.dims.push_back(1); for (int k = 0; k < K; ++k) n.st[k].push_back(0); }
+  std::reverse(n.dims.begin(), n.dims.end());
+  for (int k = 0; k < K; ++k) std::reverse(n.st[k].begin(), n.st[k].end());
+  return n;
+}
+// row(out_offset, operand offsets, inner length) for every innermost row, in parallel
+// over fixed chunks of rows; the outer index is carried like an odometer.
+template <int K, class Row>
+void for_each_row(const Nest<K>& n, Row&& row) {
+  const int r = int(n.dims.size());
+  const int64_t inner = n.inner();
+  const int64_t rows = numel(n.dims) / inner;
+  parallel_for(rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t b, int64_t e) {
+    Shape idx(std::max(r - 1, 0), 0);
+    std::array<int64_t, K> off{};
+    int64_t rem = b;
+    for (int d = r - 2; d >= 0; --d) {
+      idx[d] = rem % n.dims[d]; rem /= n.dims[d];
+      for (int k = 0; k < K; ++k) off[k] += idx[d] * n.st[k][d];
+    }
+    for (int64_t i = b; i < e; ++i) {
+      row(i * inner, off, inner);
+      for (int d = r - 2; d >= 0; --d) {
+        for (int k = 0; k < K; ++k) off[k] += n.st[k][d];
+        if (++idx[d] < n.dims[d]) break;
+        for (int k = 0; k < K; ++k) off[k] -= n.st[k][d] * n.dims[d];
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+// y = op(x) elementwise; OutT differs from T for is_finite.
+template <class T, class O, class Op>
+void unary_loop(const Array& a, Array& o, const Op& op) {
+  using A = ar_t<T>;
+  const T* x = static_cast<const T*>(a.raw()); O* y = static_cast<O*>(o.raw());
+  parallel_for(a.size(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = st<O>(op(ld(x[i])));
+  });
+}
+
+// z = op(x, y) with broadcasting; O is bool for comparisons.
+template <class T, class O, class Op>
+void binary_loop(const Array& a, const Array& b, Array& o, const Op& op) {
+  using A = ar_t<T>;
+  const T* x = static_cast<const T*>(a.raw()); const T* y = static_cast<const T*>(b.raw());
+  O* z = static_cast<O*>(o.raw());
+  const int64_t n = o.size();
+  if (n == 0) return;
+  if (a.size() == n && b.size() == n) {  // same layout (only size-1 dims may differ)
+    parallel_for(n, kGrain, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) z[i] = st<O>(op(ld(x[i]), ld(y[i])));
     });
     return;
   }
-  for_each_broadcast2(o.shape(), a.shape(), b.shape(), [&](int64_t i, int64_t ia, int64_t ib) {
-    z[i] = from_acc<OutT>(op(acc_t<T>(x[ia]), acc_t<T>(y[ib])));
+  if (a.size() == 1 && b.size() == n) {
+    const A s0 = ld(x[0]);
+    parallel_for(n, kGrain, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) z[i] = st<O>(op(s0, ld(y[i])));
+    });
+    return;
+  }
+  if (b.size() == 1 && a.size() == n) {
+    const A s1 = ld(y[0]);
+    parallel_for(n, kGrain, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) z[i] = st<O>(op(ld(x[i]), s1));
+    });
+    return;
+  }
+  const Nest<2> nest = make_nest<2>(o.shape(), {&a.shape(), &b.shape()});
+  const int64_t ia = nest.st[0].back(), ib = nest.st[1].back();
+  for_each_row(nest, [&](int64_t oz, const std::array<int64_t, 2>& off, int64_t m) {
+    const T* xr = x + off[0]; const T* yr = y + off[1]; O* zr = z + oz;
+    if (ia && ib) { for (int64_t j = 0; j < m; ++j) zr[j] = st<O>(op(ld(xr[j]), ld(yr[j]))); }
+    else if (ib) { const A u = ld(xr[0]); for (int64_t j = 0; j < m; ++j) zr[j] = st<O>(op(u, ld(yr[j]))); }
+    else if (ia) { const A v = ld(yr[0]); for (int64_t j = 0; j < m; ++j) zr[j] = st<O>(op(ld(xr[j]), v)); }
+    else { const O c = st<O>(op(ld(xr[0]), ld(yr[0]))); for (int64_t j = 0; j < m; ++j) zr[j] = c; }
   });
 }
-template <class Op>
-void binary_kernel(const std::vector<Array>& in, std::vector<Array>& out, Op op) {
-  PODLET_DTYPE_SWITCH(in[0].dtype(), T, { binary_loop<T, T>(in[0], in[1], out[0], op); });
+
+// w = op(x, y, z) with broadcasting (select, clamp).
+template <class T0, class T, class Op>
+void ternary_loop(const Array& a, const Array& b, const Array& c, Array& o, const Op& op) {
+  const T0* p = static_cast<const T0*>(a.raw()); const T* x = static_cast<const T*>(b.raw());
+  const T* y = static_cast<const T*>(c.raw()); T* w = static_cast<T*>(o.raw());
+  const int64_t n = o.size();
+  if (n == 0) return;
+  if (a.size() == n && b.size() == n && c.size() == n) {
+    parallel_for(n, kGrain, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) { const T0 u = p[i]; const T v = x[i], t = y[i]; w[i] = op(u, v, t); }
+    });
+    return;
+  }
+  const Nest<3> nest = make_nest<3>(o.shape(), {&a.shape(), &b.shape(), &c.shape()});
+  const int64_t s0 = nest.st[0].back(), s1 = nest.st[1].back(), s2 = nest.st[2].back();
+  for_each_row(nest, [&](int64_t ow, const std::array<int64_t, 3>& off, int64_t m) {
+    const T0* pr = p + off[0]; const T* xr = x + off[1]; const T* yr = y + off[2]; T* wr = w + ow;
+    if (s0 && s1 && s2) {
+      for (int64_t j = 0; j < m; ++j) { const T0 u = pr[j]; const T v = xr[j], t = yr[j]; wr[j] = op(u, v, t); }
+    }
+    else if (s0 && !s1 && !s2) { const T u = xr[0], v = yr[0]; for (int64_t j = 0; j < m; ++j) wr[j] = op(pr[j], u, v); }
+    else if (!s0 && s1 && s2) { const T0 q = pr[0]; for (int64_t j = 0; j < m; ++j) wr[j] = op(q, xr[j], yr[j]); }
+    else { for (int64_t j = 0; j < m; ++j) wr[j] = op(pr[j * s0], xr[j * s1], yr[j * s2]); }
+  });
 }
 
-// One element of convert_element_type (a template, so untaken branches compile away).
-template <class S, class D> inline D convert_one(S x) {
-  if constexpr (std::is_same_v<D, bool>) return acc_t<S>(x) != acc_t<S>(0);
-  else if constexpr (std::is_same_v<S, bf16> || std::is_same_v<D, bf16>) return from_acc<D>(acc_t<D>(float(x)));
-  else return D(x);
+template <unsigned K, class Op>
+Kernel unary_kernel(Op op) {
+  return [op](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
+    dispatch<K>(in[0].dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      unary_loop<T, T>(in[0], out[0], op);
+    });
+  };
+}
+template <unsigned K, bool ToBool = false, class Op>
+Kernel binary_kernel(Op op) {
+  return [op](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
+    dispatch<K>(in[0].dtype(), [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      binary_loop<T, std::conditional_t<ToBool, bool, T>>(in[0], in[1], out[0], op);
+    });
+  };
 }
 
-#define UNARY_FLOAT(NAME, EXPR, VJP)                                                     \
-  static Register reg_##NAME(#NAME, PrimDef{.shape = unary_float_shape,                  \
-      .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) { \
-        unary_float_kernel(in, out, [](auto x) { using std::exp, std::log; return EXPR; }); }, \
-      .vjp = VJP, .flops = elementwise_flops_of});
+// =====================================================================================
+// scalar ops (A is the arithmetic type: float for bf16)
+// =====================================================================================
+// Wrapping integer arithmetic without signed-overflow UB.
+template <class A> inline A wrap_add(A x, A y) {
+  if constexpr (std::is_same_v<A, int32_t>) return int32_t(uint32_t(x) + uint32_t(y)); else return A(x + y);
+}
+template <class A> inline A wrap_sub(A x, A y) {
+  if constexpr (std::is_same_v<A, int32_t>) return int32_t(uint32_t(x) - uint32_t(y)); else return A(x - y);
+}
+template <class A> inline A wrap_mul(A x, A y) {
+  if constexpr (std::is_same_v<A, int32_t>) return int32_t(uint32_t(x) * uint32_t(y));
+  else if constexpr (std::is_integral_v<A>) return A(uint32_t(x) * uint32_t(y));
+  else return x * y;
+}
+template <class A> inline A do_div(A x, A y) {
+  if constexpr (std::is_floating_point_v<A>) return x / y;
+  else if constexpr (std::is_signed_v<A>) {
+    if (y == 0) return A(-1);
+    if (y == -1) return wrap_sub(A(0), x);  // INT_MIN / -1 = INT_MIN
+    return A(x / y);
+  } else {
+    return y == 0 ? std::numeric_limits<A>::max() : A(x / y);
+  }
+}
+template <class A> inline A do_rem(A x, A y) {
+  if constexpr (std::is_floating_point_v<A>) return std::fmod(x, y);
+  else if constexpr (std::is_signed_v<A>) return (y == 0) ? x : (y == -1 ? A(0) : A(x % y));
+  else return y == 0 ? x : A(x % y);
+}
+template <class A> inline A do_max(A x, A y) {
+  if constexpr (std::is_floating_point_v<A>) return (x > y || x != x) ? x : y;  // NaN wins
+  else return x > y ? x : y;
+}
+template <class A> inline A do_min(A x, A y) {
+  if constexpr (std::is_floating_point_v<A>) return (x < y || x != x) ? x : y;
+  else return x < y ? x : y;
+}
+// Shifts: the amount is read as unsigned; >= the bit width gives 0 / the sign fill.
+template <class A> inline A do_shl(A x, A s) {
+  using U = std::make_unsigned_t<A>;
+  constexpr unsigned W = sizeof(A) * 8;
+  return U(s) >= W ? A(0) : A(U(U(x) << U(s)));
+}
+template <class A> inline A do_shr_logical(A x, A s) {
+  using U = std::make_unsigned_t<A>;
+  constexpr unsigned W = sizeof(A) * 8;
+  return U(s) >= W ? A(0) : A(U(x) >> U(s));
+}
+template <class A> inline A do_shr_arith(A x, A s) {
+  using U = std::make_unsigned_t<A>;
+  using S = std::make_signed_t<A>;
+  constexpr unsigned W = sizeof(A) * 8;
+  const S v = S(x);
+  return A(S(U(s) >= W ? (v < 0 ? S(-1) : S(0)) : S(v >> U(s))));
+}
 
-// ---- registrations ----
+template <class A> inline A do_abs(A x) {
+  if constexpr (std::is_same_v<A, float>) return fm::fabs_(x);
+  else if constexpr (std::is_floating_point_v<A>) return __builtin_fabs(x);
+  else if constexpr (std::is_signed_v<A>) return x < 0 ? wrap_sub(A(0), x) : x;
+  else return x;
+}
+template <class A> inline A do_sign(A x) {
+  if constexpr (std::is_floating_point_v<A>) return x > 0 ? A(1) : (x < 0 ? A(-1) : x);  // keeps -0, NaN
+  else if constexpr (std::is_signed_v<A>) return A((x > 0) - (x < 0));
+  else return A(x != 0);
+}
+
+// Unary float functions: f32 (and bf16, computed in f32) through fm, f64 through libm.
+#define FLOAT_FN(NAME, F32, F64)                                              \
+  struct NAME##_fn {                                                          \
+    float operator()(float x) const { return F32; }                           \
+    double operator()(double x) const { return F64; }                         \
+  };
+FLOAT_FN(exp, fm::exp(x), std::exp(x))
+FLOAT_FN(log, fm::log(x), std::log(x))
+FLOAT_FN(log1p, std::log1p(x), std::log1p(x))
+FLOAT_FN(expm1, std::expm1(x), std::expm1(x))
+FLOAT_FN(tanh, fm::tanh(x), std::tanh(x))
+FLOAT_FN(logistic, fm::logistic(x), 1.0 / (1.0 + std::exp(-x)))
+FLOAT_FN(sqrt, __builtin_sqrtf(x), __builtin_sqrt(x))
+FLOAT_FN(rsqrt, 1.0f / __builtin_sqrtf(x), 1.0 / __builtin_sqrt(x))
+FLOAT_FN(erf, fm::erf(x), std::erf(x))
+FLOAT_FN(erf_inv, fm::erf_inv(x), erf_inv_f64(x))
+FLOAT_FN(sin, std::sin(x), std::sin(x))
+FLOAT_FN(cos, std::cos(x), std::cos(x))
+FLOAT_FN(floor, fm::floor(x), std::floor(x))
+FLOAT_FN(ceil, fm::ceil(x), std::ceil(x))
+#undef FLOAT_FN
+
+// =====================================================================================
+// VJP helpers
+// =====================================================================================
 using namespace ops;
+using Cts = std::vector<int>;
+using Ids = std::vector<int>;
 
-static Register reg_add("add", PrimDef{
-    .shape = binary_shape,
+int cst(Graph& g, int like, double v) { return scalar_like(g, like, v); }  // 0-d, like's dtype
+int un1(Graph& g, const char* p, int x) { return g.add1(p, {x}); }
+int cmp(Graph& g, const char* p, int a, int b) { return g.add1(p, {a, b}); }
+// The cotangent of a broadcast operand: summed back to its shape.
+int unb(Graph& g, const Node& n, int k, int c) { return sum_to_shape(g, c, g.aval(n.in[k]).shape); }
+
+// A unary float primitive: shape, kernel, VJP (given as d(out)/d(x) * ct), FLOPs.
+template <class Fn>
+PrimDef unary_float_def(VjpRule vjp, bool zero_grad = false) {
+  return PrimDef{.shape = unary_shape<kFloat>, .kernel = unary_kernel<kFloat>(Fn{}), .vjp = std::move(vjp),
+                 .flops = elementwise_flops_of, .zero_grad = zero_grad};
+}
+
+// jax's _balanced_eq: the share of the cotangent of max/min that goes to the operand
+// equal to the result (all of it, or half on a tie). Returns (ct_x, ct_y).
+std::pair<int, int> balanced_cts(Graph& g, const Node& n, int ct) {
+  const int ans = n.out[0];
+  const int ex = cmp(g, "eq", n.in[0], ans), ey = cmp(g, "eq", n.in[1], ans);
+  const int half = mul(g, ct, cst(g, ct, 0.5)), zero = cst(g, ct, 0.0);
+  const int cx = select(g, ex, select(g, ey, half, ct), zero);
+  const int cy = select(g, ey, select(g, ex, half, ct), zero);
+  return {unb(g, n, 0, cx), unb(g, n, 1, cy)};
+}
+
+// =====================================================================================
+// registrations: unary float
+// =====================================================================================
+// d exp(x) = exp(x) dx: reuse the forward output.
+static Register reg_exp("exp", unary_float_def<exp_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  return {mul(g, ct[0], n.out[0])}; }));
+static Register reg_log("log", unary_float_def<log_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  return {div(g, ct[0], n.in[0])}; }));
+static Register reg_log1p("log1p", unary_float_def<log1p_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  return {div(g, ct[0], add(g, n.in[0], cst(g, n.in[0], 1.0)))}; }));
+static Register reg_expm1("expm1", unary_float_def<expm1_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  return {mul(g, ct[0], add(g, n.out[0], cst(g, n.out[0], 1.0)))}; }));
+// jax: g * (1 + ans) * (1 - ans)
+static Register reg_tanh("tanh", unary_float_def<tanh_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  const int y = n.out[0];
+  return {mul(g, add(g, ct[0], mul(g, ct[0], y)), sub(g, cst(g, y, 1.0), y))}; }));
+// jax: g * (ans * (1 - ans))
+static Register reg_logistic("logistic", unary_float_def<logistic_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  const int y = n.out[0];
+  return {mul(g, ct[0], mul(g, y, sub(g, cst(g, y, 1.0), y)))}; }));
+// jax: g * (0.5 / ans)
+static Register reg_sqrt("sqrt", unary_float_def<sqrt_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  const int y = n.out[0];
+  return {mul(g, ct[0], div(g, cst(g, y, 0.5), y))}; }));
+// jax: g * (-0.5 * (ans / x))
+static Register reg_rsqrt("rsqrt", unary_float_def<rsqrt_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  const int y = n.out[0];
+  return {mul(g, ct[0], mul(g, cst(g, y, -0.5), div(g, y, n.in[0])))}; }));
+// jax: (2/sqrt(pi)) * (g * exp(-x^2))
+static Register reg_erf("erf", unary_float_def<erf_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  const int x = n.in[0];
+  const int e = un1(g, "exp", neg(g, mul(g, x, x)));
+  return {mul(g, cst(g, x, 1.1283791670955125739), mul(g, ct[0], e))}; }));
+// jax: g * ((sqrt(pi)/2) * exp(ans^2))
+static Register reg_erf_inv("erf_inv", unary_float_def<erf_inv_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  const int y = n.out[0];
+  return {mul(g, ct[0], mul(g, cst(g, y, 0.88622692545275801365), un1(g, "exp", mul(g, y, y))))}; }));
+static Register reg_sin("sin", unary_float_def<sin_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  return {mul(g, ct[0], un1(g, "cos", n.in[0]))}; }));
+static Register reg_cos("cos", unary_float_def<cos_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+  return {neg(g, mul(g, ct[0], un1(g, "sin", n.in[0])))}; }));
+static Register reg_floor("floor", unary_float_def<floor_fn>(nullptr, /*zero_grad=*/true));
+static Register reg_ceil("ceil", unary_float_def<ceil_fn>(nullptr, /*zero_grad=*/true));
+
+// round: rounding_method 0 = half away from zero (jax.lax.round's default), 1 = half to even.
+static Register reg_round("round", PrimDef{
+    .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
+      const int64_t m = a.i("rounding_method", 0);
+      if (m != 0 && m != 1)
+        throw ValueError(fmt("rounding_method must be 0 (away from zero) or 1 (to nearest even), got ", m));
+      return unary_shape<kFloat>(in, a);
+    },
+    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+      if (a.i("rounding_method", 0) == 0)
+        unary_kernel<kFloat>([](auto x) {
+          if constexpr (is_f64<decltype(x)>) return std::round(x); else return fm::round_afz(x); })(in, out, a);
+      else
+        unary_kernel<kFloat>([](auto x) {
+          if constexpr (is_f64<decltype(x)>) return std::nearbyint(x); else return fm::round_even(x); })(in, out, a);
+    },
+    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+
+// =====================================================================================
+// registrations: unary, any dtype
+// =====================================================================================
+static Register reg_neg("neg", PrimDef{
+    .shape = unary_shape<kNum>,
+    // Floats flip the sign bit (-0.0 stays distinct from 0 - x); integers wrap.
+    .kernel = unary_kernel<kNum>([](auto x) {
+      using A = decltype(x);
+      if constexpr (std::is_floating_point_v<A>) return -x; else return wrap_sub(A(0), x); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids { return {neg(g, ct[0])}; },
+    .flops = elementwise_flops_of});
+
+static Register reg_abs("abs", PrimDef{
+    .shape = unary_shape<kNum>,
+    .kernel = unary_kernel<kNum>([](auto x) { return do_abs(x); }),
+    // jax: select(x >= 0, g, -g)
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      const int x = n.in[0];
+      return {select(g, cmp(g, "ge", x, cst(g, x, 0.0)), ct[0], neg(g, ct[0]))}; },
+    .flops = elementwise_flops_of});
+
+static Register reg_sign("sign", PrimDef{
+    .shape = unary_shape<kNum>,
+    .kernel = unary_kernel<kNum>([](auto x) { return do_sign(x); }),
+    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+
+// not: logical for bool, bitwise for integers.
+static Register reg_not("not", PrimDef{
+    .shape = unary_shape<kIntBool>,
+    .kernel = unary_kernel<kIntBool>([](auto x) {
+      using A = decltype(x);
+      if constexpr (std::is_same_v<A, bool>) return !x; else return A(~x); }),
+    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+
+static Register reg_is_finite("is_finite", PrimDef{
+    .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
+      unary_shape<kFloat>(in, a);
+      return {AVal{DType::boolean, in[0].shape}};
+    },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
-      binary_kernel(in, out, [](auto x, auto y) { return x + y; }); },
-    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
-      return {sum_to_shape(g, ct[0], g.aval(n.in[0]).shape), sum_to_shape(g, ct[0], g.aval(n.in[1]).shape)}; },
+      dispatch<kFloat>(in[0].dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        unary_loop<T, bool>(in[0], out[0], [](auto x) { return (x - x) == (x - x); });  // false for inf, NaN
+      });
+    },
+    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+
+// integer_pow(x; y): x^y by repeated squaring in jax's multiplication order; y < 0 gives
+// 1 / x^|y| (floats only). Integers wrap.
+static Register reg_integer_pow("integer_pow", PrimDef{
+    .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
+      check_arity(in, 1);
+      check_kind(in[0].dtype, kNum);
+      const int64_t y = a.i("y");
+      if (y < 0 && !is_float(in[0].dtype))
+        throw DTypeError(fmt("integers cannot be raised to a negative power, got y=", y, " for ",
+                             dtype_name(in[0].dtype)));
+      return {in[0]};
+    },
+    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+      const int64_t y = a.i("y");
+      const uint64_t m = uint64_t(y < 0 ? -y : y);
+      dispatch<kNum>(in[0].dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        unary_loop<T, T>(in[0], out[0], [m, y](auto x) {
+          using A = decltype(x);
+          A acc = A(1), b = x;
+          for (uint64_t k = m; k > 0;) {
+            if (k & 1) acc = wrap_mul(acc, b);
+            k >>= 1;
+            if (k) b = wrap_mul(b, b);
+          }
+          if constexpr (std::is_floating_point_v<A>) return y < 0 ? A(1) / acc : acc; else return acc;
+        });
+      });
+    },
+    // jax: 0 for y == 0, g for y == 1, g * (y * x^(y-1)) otherwise.
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      const int64_t y = n.attrs.i("y");
+      const int x = n.in[0];
+      if (y == 0) return {-1};
+      if (y == 1) return {ct[0]};
+      const int xm = y == 2 ? x : g.add1("integer_pow", {x}, {{"y", int64_t(y - 1)}});
+      return {mul(g, ct[0], mul(g, cst(g, x, double(y)), xm))};
+    },
+    .flops = elementwise_flops_of});
+
+// =====================================================================================
+// registrations: binary arithmetic
+// =====================================================================================
+static Register reg_add("add", PrimDef{
+    .shape = binary_shape<kNum>,
+    .kernel = binary_kernel<kNum>([](auto x, auto y) { return wrap_add(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      return {unb(g, n, 0, ct[0]), unb(g, n, 1, ct[0])}; },
     .flops = elementwise_flops_of});
 
 static Register reg_sub("sub", PrimDef{
-    .shape = binary_shape,
-    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
-      binary_kernel(in, out, [](auto x, auto y) { return x - y; }); },
-    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
-      return {sum_to_shape(g, ct[0], g.aval(n.in[0]).shape), sum_to_shape(g, neg(g, ct[0]), g.aval(n.in[1]).shape)}; },
+    .shape = binary_shape<kNum>,
+    .kernel = binary_kernel<kNum>([](auto x, auto y) { return wrap_sub(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      return {unb(g, n, 0, ct[0]), unb(g, n, 1, neg(g, ct[0]))}; },
     .flops = elementwise_flops_of});
 
 static Register reg_mul("mul", PrimDef{
-    .shape = binary_shape,
-    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
-      binary_kernel(in, out, [](auto x, auto y) { return x * y; }); },
-    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
-      return {sum_to_shape(g, mul(g, ct[0], n.in[1]), g.aval(n.in[0]).shape),
-              sum_to_shape(g, mul(g, n.in[0], ct[0]), g.aval(n.in[1]).shape)}; },
+    .shape = binary_shape<kNum>,
+    .kernel = binary_kernel<kNum>([](auto x, auto y) { return wrap_mul(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      return {unb(g, n, 0, mul(g, ct[0], n.in[1])), unb(g, n, 1, mul(g, n.in[0], ct[0]))}; },
     .flops = elementwise_flops_of});
 
-static Register reg_neg("neg", PrimDef{
-    .shape = unary_shape,
-    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
-      unary_kernel(in, out, [](auto x) { return -x; }); },
-    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> { return {neg(g, ct[0])}; },
+// jax: d/dx = g / y, d/dy = (-g * x) * y^-2
+static Register reg_div("div", PrimDef{
+    .shape = binary_shape<kNum>,
+    .kernel = binary_kernel<kNum>([](auto x, auto y) { return do_div(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      const int x = n.in[0], y = n.in[1];
+      const int y2 = g.add1("integer_pow", {y}, {{"y", int64_t(-2)}});
+      return {unb(g, n, 0, div(g, ct[0], y)), unb(g, n, 1, mul(g, mul(g, neg(g, ct[0]), x), y2))}; },
     .flops = elementwise_flops_of});
 
-// d exp(x) = exp(x) dx: reuse the forward output.
-UNARY_FLOAT(exp, exp(x), ([](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
-  return {mul(g, ct[0], n.out[0])}; }))
+// jax (float exponent): d/dx = g * (y * x^(y-1)); d/dy = g * (log(x == 0 ? 1 : x) * ans)
+static Register reg_pow("pow", PrimDef{
+    .shape = binary_shape<kFloat>,
+    .kernel = binary_kernel<kFloat>([](auto x, auto y) { return std::pow(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      const int x = n.in[0], y = n.in[1];
+      const int one = cst(g, x, 1.0);
+      const int dx = mul(g, ct[0], mul(g, y, bin(g, "pow", x, sub(g, y, one))));
+      const int safe_x = select(g, cmp(g, "eq", x, cst(g, x, 0.0)), one, x);
+      const int dy = mul(g, ct[0], mul(g, un1(g, "log", safe_x), n.out[0]));
+      return {unb(g, n, 0, dx), unb(g, n, 1, dy)}; },
+    .flops = elementwise_flops_of});
 
+static Register reg_max("max", PrimDef{
+    .shape = binary_shape<kAll>,
+    .kernel = binary_kernel<kAll>([](auto x, auto y) { return do_max(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      auto [cx, cy] = balanced_cts(g, n, ct[0]);
+      return {cx, cy}; },
+    .flops = elementwise_flops_of});
+
+static Register reg_min("min", PrimDef{
+    .shape = binary_shape<kAll>,
+    .kernel = binary_kernel<kAll>([](auto x, auto y) { return do_min(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      auto [cx, cy] = balanced_cts(g, n, ct[0]);
+      return {cx, cy}; },
+    .flops = elementwise_flops_of});
+
+// rem: C fmod (the result has the sign of x). jax: d/dx = g, d/dy = -g * sign(x/y) * floor(|x/y|)
+static Register reg_rem("rem", PrimDef{
+    .shape = binary_shape<kNum>,
+    .kernel = binary_kernel<kNum>([](auto x, auto y) { return do_rem(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      const int q = div(g, n.in[0], n.in[1]);
+      const int t = mul(g, un1(g, "sign", q), un1(g, "floor", un1(g, "abs", q)));
+      return {unb(g, n, 0, ct[0]), unb(g, n, 1, mul(g, neg(g, ct[0]), t))}; },
+    .flops = elementwise_flops_of});
+
+// atan2(x, y) = the angle of (y, x). jax: d/dx = g * y / (x^2 + y^2), d/dy = g * -x / (x^2 + y^2)
+static Register reg_atan2("atan2", PrimDef{
+    .shape = binary_shape<kFloat>,
+    .kernel = binary_kernel<kFloat>([](auto x, auto y) { return std::atan2(x, y); }),
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      const int x = n.in[0], y = n.in[1];
+      const int r2 = add(g, mul(g, x, x), mul(g, y, y));
+      return {unb(g, n, 0, mul(g, ct[0], div(g, y, r2))), unb(g, n, 1, mul(g, ct[0], div(g, neg(g, x), r2)))}; },
+    .flops = elementwise_flops_of});
+
+// =====================================================================================
+// registrations: bitwise / logical, shifts (no gradient)
+// =====================================================================================
+#define NOGRAD_BINARY(VAR, NAME, KINDS, EXPR)                                      \
+  static Register VAR(NAME, PrimDef{.shape = binary_shape<KINDS>,                  \
+                                    .kernel = binary_kernel<KINDS>([](auto x, auto y) { return EXPR; }), \
+                                    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+NOGRAD_BINARY(reg_and, "and", kIntBool, decltype(x)(x & y))
+NOGRAD_BINARY(reg_or, "or", kIntBool, decltype(x)(x | y))
+NOGRAD_BINARY(reg_xor, "xor", kIntBool, decltype(x)(x ^ y))
+NOGRAD_BINARY(reg_shl, "shift_left", kInt, do_shl(x, y))
+NOGRAD_BINARY(reg_shrl, "shift_right_logical", kInt, do_shr_logical(x, y))
+NOGRAD_BINARY(reg_shra, "shift_right_arithmetic", kInt, do_shr_arith(x, y))
+#undef NOGRAD_BINARY
+
+// =====================================================================================
+// registrations: comparisons -> bool (NaN compares unequal to everything)
+// =====================================================================================
+#define COMPARE(VAR, NAME, OP)                                                      \
+  static Register VAR(NAME, PrimDef{.shape = binary_shape<kAll, true>,             \
+                                    .kernel = binary_kernel<kAll, true>([](auto x, auto y) { return bool(x OP y); }), \
+                                    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+COMPARE(reg_eq, "eq", ==)
+COMPARE(reg_ne, "ne", !=)
+COMPARE(reg_lt, "lt", <)
+COMPARE(reg_le, "le", <=)
+COMPARE(reg_gt, "gt", >)
+COMPARE(reg_ge, "ge", >=)
+#undef COMPARE
+
+// =====================================================================================
+// registrations: select, clamp
+// =====================================================================================
 static Register reg_select("select", PrimDef{
     // select(pred, on_true, on_false), all three broadcast together; pred is bool.
     .shape = [](const std::vector<AVal>& in, const Attrs&) -> std::vector<AVal> {
@@ -127,29 +886,77 @@ static Register reg_select("select", PrimDef{
       check_same_dtype({in[1], in[2]});
       return {AVal{in[1].dtype, broadcast_shapes(in[0].shape, broadcast_shapes(in[1].shape, in[2].shape))}};
     },
+    // Moves bits: one loop per element size, whatever the dtype.
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
-      const Shape& os = out[0].shape();
-      const int r = int(os.size());
-      Shape sp = broadcast_strides(in[0].shape(), os), st = broadcast_strides(in[1].shape(), os),
-            sf = broadcast_strides(in[2].shape(), os);
-      const bool* p = in[0].data<bool>();
-      const size_t isz = itemsize(out[0].dtype());
-      const char* a = static_cast<const char*>(in[1].raw()); const char* b = static_cast<const char*>(in[2].raw());
-      char* o = static_cast<char*>(out[0].raw());
-      parallel_for(out[0].size(), kGrain, [&](int64_t s, int64_t e) {
-        for (int64_t i = s; i < e; ++i) {
-          int64_t rem = i, op = 0, ot = 0, of = 0;
-          for (int d = r - 1; d >= 0; --d) { int64_t k = rem % os[d]; rem /= os[d]; op += k * sp[d]; ot += k * st[d]; of += k * sf[d]; }
-          std::memcpy(o + i * isz, p[op] ? a + ot * isz : b + of * isz, isz);
-        }
-      });
+      auto run = [&](auto tag) {
+        using W = decltype(tag);
+        ternary_loop<uint8_t, W>(in[0], in[1], in[2], out[0], [](uint8_t p, W a, W b) { return p ? a : b; });
+      };
+      switch (itemsize(out[0].dtype())) {
+        case 1: run(uint8_t()); break; case 2: run(uint16_t()); break;
+        case 4: run(uint32_t()); break; default: run(uint64_t()); break;
+      }
     },
-    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
-      int z = zeros_like(g, ct[0]);
-      return {-1, sum_to_shape(g, select(g, n.in[0], ct[0], z), g.aval(n.in[1]).shape),
-              sum_to_shape(g, select(g, n.in[0], z, ct[0]), g.aval(n.in[2]).shape)};
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      const int z = cst(g, ct[0], 0.0);  // 0-d: select broadcasts it
+      return {-1, unb(g, n, 1, select(g, n.in[0], ct[0], z)), unb(g, n, 2, select(g, n.in[0], z, ct[0]))};
     },
     .flops = nullptr});
+
+// clamp(lo, x, hi) = min(max(x, lo), hi) (XLA; NaN x stays NaN); all three broadcast.
+// jax: d lo = g where lo > x and lo < hi; d x = g where lo < x < hi; d hi = g where hi < x.
+static Register reg_clamp("clamp", PrimDef{
+    .shape = [](const std::vector<AVal>& in, const Attrs&) -> std::vector<AVal> {
+      check_arity(in, 3);
+      check_same_dtype(in);
+      check_kind(in[0].dtype, kAll);
+      return {AVal{in[1].dtype, broadcast_shapes(in[1].shape, broadcast_shapes(in[0].shape, in[2].shape))}};
+    },
+    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
+      dispatch<kAll>(in[0].dtype(), [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        // ternary_loop's first operand is the "predicate" slot: here x, then lo, hi.
+        ternary_loop<T, T>(in[1], in[0], in[2], out[0], [](T x, T lo, T hi) {
+          return st<T>(do_min(do_max(ld(x), ld(lo)), ld(hi)));
+        });
+      });
+    },
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
+      const int lo = n.in[0], x = n.in[1], hi = n.in[2];
+      const int z = cst(g, ct[0], 0.0);
+      const int d_lo = select(g, bin(g, "and", cmp(g, "gt", lo, x), cmp(g, "lt", lo, hi)), ct[0], z);
+      const int d_x = select(g, bin(g, "and", cmp(g, "gt", x, lo), cmp(g, "lt", x, hi)), ct[0], z);
+      const int d_hi = select(g, cmp(g, "lt", hi, x), ct[0], z);
+      return {unb(g, n, 0, d_lo), unb(g, n, 1, d_x), unb(g, n, 2, d_hi)};
+    },
+    .flops = elementwise_flops_of});
+
+// =====================================================================================
+// registrations: conversions
+// =====================================================================================
+// One element of convert_element_type, on kernel storage types (uint16_t = bf16).
+template <class S, class D> inline D convert_one(S x) {
+  if constexpr (std::is_same_v<S, D>) return x;
+  else if constexpr (std::is_same_v<D, bool>) return ld(x) != ar_t<S>(0);  // NaN -> true
+  else if constexpr (std::is_same_v<D, uint16_t>) {
+    // Through f32 (like ml_dtypes and XLA, so f64/int32 -> bf16 may round twice).
+    return st<uint16_t>(float(ld(x)));
+  } else if constexpr (std::is_floating_point_v<D>) return D(ld(x));
+  else if constexpr (std::is_floating_point_v<ar_t<S>>) {
+    // float -> int saturates and maps NaN to 0 (XLA). The clamp happens in double, where
+    // the integer bounds are exact, so the final conversion is always in range.
+    double v = double(ld(x));
+    constexpr double lo = double(std::numeric_limits<D>::min()), hi = double(std::numeric_limits<D>::max());
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    v = v == v ? v : 0.0;
+    if constexpr (std::is_same_v<D, uint32_t>)
+      return uint32_t(int32_t(v >= 2147483648.0 ? v - 4294967296.0 : v));
+    else return D(int32_t(v));
+  } else {
+    return D(x);  // int/bool -> int: two's complement wrap-around (defined in C++20)
+  }
+}
 
 static Register reg_convert("convert_element_type", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
@@ -158,18 +965,37 @@ static Register reg_convert("convert_element_type", PrimDef{
     },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
       const int64_t n = in[0].size();
-      PODLET_DTYPE_SWITCH(in[0].dtype(), S, {
-        PODLET_DTYPE_SWITCH(out[0].dtype(), D, {
-          const S* x = in[0].data<S>(); D* y = out[0].data<D>();
+      dispatch<kAll>(in[0].dtype(), [&](auto stag) {
+        dispatch<kAll>(out[0].dtype(), [&](auto dtag) {
+          using S = typename decltype(stag)::type;
+          using D = typename decltype(dtag)::type;
+          const S* x = static_cast<const S*>(in[0].raw()); D* y = static_cast<D*>(out[0].raw());
           parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
             for (int64_t i = b; i < e; ++i) y[i] = convert_one<S, D>(x[i]);
           });
         });
       });
     },
-    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
+    .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
       return {convert(g, ct[0], g.aval(n.in[0]).dtype)}; },
     .flops = nullptr});
+
+// bitcast_convert_type: the same bits read as another dtype of the same size (float32,
+// int32, uint32 among themselves; any dtype to itself). Shares the input's buffer.
+static Register reg_bitcast("bitcast_convert_type", PrimDef{
+    .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
+      check_arity(in, 1);
+      const DType d = dtype_from_name(a.s("new_dtype"));
+      auto ok4 = [](DType t) { return t == DType::f32 || t == DType::i32 || t == DType::u32; };
+      if (d != in[0].dtype && !(ok4(d) && ok4(in[0].dtype)))
+        throw DTypeError(fmt("bitcast_convert_type from ", dtype_name(in[0].dtype), " to ", dtype_name(d),
+                             " is not supported; expected a dtype of the same size (float32, int32, uint32)"));
+      return {AVal{d, in[0].shape}};
+    },
+    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+      out[0] = Array(dtype_from_name(a.s("new_dtype")), in[0].shape(), in[0].raw(), in[0].storage());
+    },
+    .vjp = nullptr, .flops = nullptr, .zero_grad = true, .kernel_allocates = true});
 
 }  // namespace
 }  // namespace podlet

@@ -20,11 +20,9 @@ Shape scaled_strides(const Shape& s, const std::vector<int64_t>& mul) {
 
 // Plain contiguous copy of a whole array into an allocated output of the same size.
 void copy_all(const Array& src, Array& dst) {
-  const size_t isz = itemsize(src.dtype());
   const char* s = static_cast<const char*>(src.raw());
   char* d = static_cast<char*>(dst.raw());
   parallel_for(int64_t(src.nbytes()), kGrain * 4, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, size_t(e - b)); });
-  (void)isz;
 }
 
 void check_rank_list(const std::vector<int64_t>& v, size_t rank, const char* what) {

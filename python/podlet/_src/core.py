@@ -176,7 +176,9 @@ def _top_trace(args):
         if isinstance(a, Tracer):
             t = a._trace
             if not t.active:
-                t.value_of(a)  # raises UnexpectedTracerError
+                raise UnexpectedTracerError(
+                    f"{a!r} escaped the transformation that created it (it was stored in a global or a "
+                    "list and used after the traced function returned); return it instead")
             if best is None or t.level > best.level:
                 best = t
     return best
@@ -443,13 +445,6 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
             n_main = tree_util.tree_structure(out[0]).num_leaves
         else:
             n_main = len(out_leaves)
-        if n_main != 1:
-            raise TypeError(f"grad requires a scalar-output function; the output has {n_main} leaves")
-        d, shape = entry.graph.aval(entry.out_vids[0])
-        if shape != ():
-            raise TypeError(f"grad requires a scalar output, got shape {shape}; reduce it (e.g. .mean()) first")
-        if not dtypes.is_float(d):
-            raise TypeError(f"grad requires a real-valued output, got {d}")
         ranges = _leaf_ranges(args, nums)
         wrt = [j for i in nums for j in ranges[i]]
         for i in nums:
@@ -459,6 +454,13 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
                     raise DTypeError(f"grad requires real-valued inputs; argument {i} has a leaf of dtype {ld} "
                                      "(integer inputs have no gradient: use allow_int or pass them as a "
                                      "non-differentiated argument)")
+        if n_main != 1:
+            raise TypeError(f"grad requires a scalar-output function; the output has {n_main} leaves")
+        d, shape = entry.graph.aval(entry.out_vids[0])
+        if shape != ():
+            raise TypeError(f"grad requires a scalar output, got shape {shape}; reduce it (e.g. .mean()) first")
+        if not dtypes.is_float(d):
+            raise TypeError(f"grad requires a real-valued output, got {d}")
         try:
             bwd = entry.graph.vjp(wrt, [0])
         except PodletError as e:

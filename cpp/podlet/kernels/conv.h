@@ -1,0 +1,41 @@
+// 2-D convolution kernels: forward, backward-data and backward-filter, NHWC activations
+// and HWIO filters, with strides, explicit (possibly negative) padding, lhs (input)
+// dilation, rhs (filter) dilation and feature groups: XLA's conv_general_dilated.
+//
+// Geometry: input row ih sits at position ih*ldh of the dilated input; output row oh,
+// filter row kh read dilated position oh*sh + kh*rdh - ph (ph = low padding), which
+// hits an input row when it is a multiple of ldh inside [0, (H-1)*ldh]. Same for W.
+// Filter [KH, KW, C/G, O]: output channel o belongs to group o / (O/G) and sees input
+// channels (o / (O/G)) * (C/G) + [0, C/G).
+//
+// Operands may be bf16 / f32 / f64 (each its own); accumulation is f32, or f64 when any
+// operand or the output is f64. Every output element is summed in a fixed order
+// (forward: kh, kw, ci; backward-data: kh, kw, o; backward-filter: n, oh, ow), so the
+// bits do not depend on the thread count.
+#pragma once
+#include <cstdint>
+#include "podlet/dtype.h"
+
+namespace podlet::kernels {
+
+struct ConvGeom {
+  int64_t N = 0, H = 0, W = 0, C = 0;  // lhs NHWC
+  int64_t KH = 0, KW = 0, O = 0;       // rhs HWIO = [KH, KW, C / G, O]
+  int64_t G = 1;                       // feature_group_count
+  int64_t Ho = 0, Wo = 0;              // output NHWC = [N, Ho, Wo, O]
+  int64_t sh = 1, sw = 1;              // window_strides
+  int64_t ph = 0, pw = 0;              // low padding (the high padding only shapes Ho, Wo)
+  int64_t ldh = 1, ldw = 1;            // lhs_dilation
+  int64_t rdh = 1, rdw = 1;            // rhs_dilation
+  int64_t Cg() const { return C / G; }
+  int64_t Og() const { return O / G; }
+};
+
+// y[N, Ho, Wo, O] = conv(x[N, H, W, C], w[KH, KW, C/G, O]).
+void conv_fwd_ref(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y);
+// dx[N, H, W, C] = transpose of conv in x, applied to g[N, Ho, Wo, O].
+void conv_bwd_data_ref(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
+// dw[KH, KW, C/G, O] = transpose of conv in w, applied to g[N, Ho, Wo, O].
+void conv_bwd_filter_ref(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
+
+}  // namespace podlet::kernels

@@ -1,0 +1,190 @@
+// Convolution primitives (NHWC lhs, HWIO rhs, 2 spatial dims): shape rules, kernels,
+// VJPs and FLOP counts for
+//   conv_general_dilated(lhs, rhs)          -> y   [N, Ho, Wo, O]
+//   conv_bwd_data(g, rhs; lhs_shape)        -> dx  (the transpose of conv in lhs)
+//   conv_bwd_filter(lhs, g; rhs_shape)      -> dw  (the transpose of conv in rhs)
+// Shared attrs: window_strides[2], padding[4] = [lo_h, hi_h, lo_w, hi_w] (explicit; the
+// Python layer turns 'SAME'/'VALID' into pairs like jax.lax.padtype_to_pads),
+// lhs_dilation[2], rhs_dilation[2], feature_group_count, preferred_element_type.
+// The three are bilinear and transposes of each other, so each one's VJP is made of the
+// other two (conv is differentiable any number of times):
+//   y = conv(x, w):            dx = bwd_data(ct, w),    dw = bwd_filter(x, ct)
+//   dx = bwd_data(g, w):       dg = conv(ct, w),        dw = bwd_filter(ct, g)
+//   dw = bwd_filter(x, g):     dx = bwd_data(g, ct),    dg = conv(x, ct)
+#include "podlet/prims/common.h"
+#include "podlet/kernels/conv.h"
+
+namespace podlet {
+namespace {
+using kernels::ConvGeom;
+
+struct ConvParams {
+  int64_t sh, sw, lo_h, hi_h, lo_w, hi_w, ldh, ldw, rdh, rdw, G;
+};
+
+std::vector<int64_t> ints_of_len(const Attrs& a, const char* k, size_t n, std::vector<int64_t> dflt) {
+  auto v = a.ints(k, dflt);
+  if (v.size() != n) throw ShapeError(fmt(k, " must have ", n, " entries, got ", shape_str(v)));
+  return v;
+}
+
+ConvParams conv_params(const Attrs& a) {
+  auto s = ints_of_len(a, "window_strides", 2, {1, 1});
+  auto p = ints_of_len(a, "padding", 4, {0, 0, 0, 0});
+  auto ld = ints_of_len(a, "lhs_dilation", 2, {1, 1});
+  auto rd = ints_of_len(a, "rhs_dilation", 2, {1, 1});
+  ConvParams c{s[0], s[1], p[0], p[1], p[2], p[3], ld[0], ld[1], rd[0], rd[1], a.i("feature_group_count", 1)};
+  for (auto [v, what] : {std::pair{s, "window_strides"}, {ld, "lhs_dilation"}, {rd, "rhs_dilation"}})
+    for (auto x : v) if (x < 1) throw ShapeError(fmt(what, " must be >= 1, got ", shape_str(v)));
+  if (c.G < 1) throw ShapeError(fmt("feature_group_count must be >= 1, got ", c.G));
+  return c;
+}
+
+// Output size of one spatial dim (0 when the window does not fit, like XLA).
+int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t lo, int64_t hi, int64_t ld, int64_t rd) {
+  const int64_t dilated = in == 0 ? 0 : (in - 1) * ld + 1;
+  const int64_t padded = dilated + lo + hi, window = (k - 1) * rd + 1;
+  return padded < window ? 0 : (padded - window) / s + 1;
+}
+
+// Validates lhs [N, H, W, C] and rhs [KH, KW, C/G, O] against the attrs.
+ConvGeom conv_geom(const Shape& lhs, const Shape& rhs, const ConvParams& c) {
+  if (lhs.size() != 4) throw ShapeError(fmt("lhs must be NHWC (rank 4), got shape ", shape_str(lhs)));
+  if (rhs.size() != 4) throw ShapeError(fmt("rhs must be HWIO (rank 4), got shape ", shape_str(rhs)));
+  ConvGeom q;
+  q.N = lhs[0]; q.H = lhs[1]; q.W = lhs[2]; q.C = lhs[3];
+  q.KH = rhs[0]; q.KW = rhs[1]; q.O = rhs[3]; q.G = c.G;
+  if (q.KH < 1 || q.KW < 1) throw ShapeError(fmt("rhs spatial dims must be >= 1, got rhs shape ", shape_str(rhs)));
+  if (q.C % c.G)
+    throw ShapeError(fmt("feature_group_count ", c.G, " must divide the lhs feature dim (", q.C, ")"));
+  if (rhs[2] * c.G != q.C)
+    throw ShapeError(fmt("rhs input-feature dim (HWIO dim 2) is ", rhs[2], ", expected lhs features ", q.C,
+                         " / feature_group_count ", c.G, " = ", q.C / c.G));
+  if (q.O % c.G)
+    throw ShapeError(fmt("feature_group_count ", c.G, " must divide the rhs output-feature dim (", q.O, ")"));
+  q.Ho = conv_out_size(q.H, q.KH, c.sh, c.lo_h, c.hi_h, c.ldh, c.rdh);
+  q.Wo = conv_out_size(q.W, q.KW, c.sw, c.lo_w, c.hi_w, c.ldw, c.rdw);
+  q.sh = c.sh; q.sw = c.sw; q.ph = c.lo_h; q.pw = c.lo_w;
+  q.ldh = c.ldh; q.ldw = c.ldw; q.rdh = c.rdh; q.rdw = c.rdw;
+  return q;
+}
+
+Shape out_shape(const ConvGeom& q) { return {q.N, q.Ho, q.Wo, q.O}; }
+
+// Result dtype: preferred_element_type, else the wider float operand.
+DType conv_dtype(const AVal& a, const AVal& b, const Attrs& at) {
+  for (auto* v : {&a, &b})
+    if (!is_float(v->dtype))
+      throw DTypeError(fmt("operands must be floating point (bfloat16/float32/float64), got ", dtype_name(v->dtype)));
+  if (at.has("preferred_element_type") && !at.s("preferred_element_type").empty()) {
+    DType p = dtype_from_name(at.s("preferred_element_type"));
+    if (!is_float(p)) throw DTypeError(fmt("preferred_element_type must be a float dtype, got ", dtype_name(p)));
+    return p;
+  }
+  auto rank = [](DType d) { return d == DType::bf16 ? 0 : d == DType::f32 ? 1 : 2; };
+  return rank(a.dtype) >= rank(b.dtype) ? a.dtype : b.dtype;
+}
+
+Shape shape_attr(const Attrs& a, const char* k) {
+  Shape s = a.ints(k);
+  if (s.size() != 4) throw ShapeError(fmt(k, " must have 4 entries, got ", shape_str(s)));
+  for (auto d : s) if (d < 0) throw ShapeError(fmt(k, " ", shape_str(s), " has a negative dim"));
+  return s;
+}
+
+// For the backward prims: g must be the conv output of (lhs_shape, rhs_shape).
+void check_g(const Shape& g, const ConvGeom& q, const Shape& lhs, const Shape& rhs) {
+  if (g != out_shape(q))
+    throw ShapeError(fmt("g has shape ", shape_str(g), ", expected ", shape_str(out_shape(q)),
+                         " (the conv output for lhs ", shape_str(lhs), " and rhs ", shape_str(rhs), ")"));
+}
+
+// Attrs of a conv-family node built from another's: geometry, an explicit output dtype
+// and (for the backward prims) the primal shape they produce.
+Attrs derived_attrs(const Attrs& a, DType out, const char* shape_key = nullptr, const Shape& shape = {}) {
+  ConvParams c = conv_params(a);
+  Attrs r{{"window_strides", std::vector<int64_t>{c.sh, c.sw}},
+          {"padding", std::vector<int64_t>{c.lo_h, c.hi_h, c.lo_w, c.hi_w}},
+          {"lhs_dilation", std::vector<int64_t>{c.ldh, c.ldw}},
+          {"rhs_dilation", std::vector<int64_t>{c.rdh, c.rdw}},
+          {"feature_group_count", c.G},
+          {"preferred_element_type", std::string(dtype_name(out))}};
+  if (shape_key) r.set(shape_key, shape);
+  return r;
+}
+
+int conv(Graph& g, int x, int w, const Attrs& a, DType out) {
+  return g.add1("conv_general_dilated", {x, w}, derived_attrs(a, out));
+}
+int bwd_data(Graph& g, int gy, int w, const Attrs& a, const Shape& x_shape, DType out) {
+  return g.add1("conv_bwd_data", {gy, w}, derived_attrs(a, out, "lhs_shape", x_shape));
+}
+int bwd_filter(Graph& g, int x, int gy, const Attrs& a, const Shape& w_shape, DType out) {
+  return g.add1("conv_bwd_filter", {x, gy}, derived_attrs(a, out, "rhs_shape", w_shape));
+}
+
+// 2 * N * Ho * Wo * O * KH * KW * C / G for all three.
+double flops_of(const ConvGeom& q) {
+  return 2.0 * double(q.N) * double(q.Ho) * double(q.Wo) * double(q.O) * double(q.KH) * double(q.KW) * double(q.Cg());
+}
+
+static Register reg_conv("conv_general_dilated", PrimDef{
+    .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
+      check_arity(in, 2);
+      DType d = conv_dtype(in[0], in[1], a);
+      return {AVal{d, out_shape(conv_geom(in[0].shape, in[1].shape, conv_params(a)))}};
+    },
+    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+      ConvGeom q = conv_geom(in[0].shape(), in[1].shape(), conv_params(a));
+      kernels::conv_fwd_ref(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+    },
+    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
+      const int x = n.in[0], w = n.in[1];
+      const AVal xa = g.aval(x), wa = g.aval(w);
+      return {bwd_data(g, ct[0], w, n.attrs, xa.shape, xa.dtype), bwd_filter(g, x, ct[0], n.attrs, wa.shape, wa.dtype)};
+    },
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+      return flops_of(conv_geom(in[0].shape, in[1].shape, conv_params(a))); }});
+
+static Register reg_conv_bwd_data("conv_bwd_data", PrimDef{
+    .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
+      check_arity(in, 2);
+      DType d = conv_dtype(in[0], in[1], a);
+      Shape ls = shape_attr(a, "lhs_shape");
+      check_g(in[0].shape, conv_geom(ls, in[1].shape, conv_params(a)), ls, in[1].shape);
+      return {AVal{d, ls}};
+    },
+    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+      ConvGeom q = conv_geom(out[0].shape(), in[1].shape(), conv_params(a));
+      kernels::conv_bwd_data_ref(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+    },
+    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
+      const int gy = n.in[0], w = n.in[1];
+      const AVal ga = g.aval(gy), wa = g.aval(w);
+      return {conv(g, ct[0], w, n.attrs, ga.dtype), bwd_filter(g, ct[0], gy, n.attrs, wa.shape, wa.dtype)};
+    },
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>& out, const Attrs& a) {
+      return flops_of(conv_geom(out[0].shape, in[1].shape, conv_params(a))); }});
+
+static Register reg_conv_bwd_filter("conv_bwd_filter", PrimDef{
+    .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
+      check_arity(in, 2);
+      DType d = conv_dtype(in[0], in[1], a);
+      Shape rs = shape_attr(a, "rhs_shape");
+      check_g(in[1].shape, conv_geom(in[0].shape, rs, conv_params(a)), in[0].shape, rs);
+      return {AVal{d, rs}};
+    },
+    .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+      ConvGeom q = conv_geom(in[0].shape(), out[0].shape(), conv_params(a));
+      kernels::conv_bwd_filter_ref(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+    },
+    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
+      const int x = n.in[0], gy = n.in[1];
+      const AVal xa = g.aval(x), ga = g.aval(gy);
+      return {bwd_data(g, gy, ct[0], n.attrs, xa.shape, xa.dtype), conv(g, x, ct[0], n.attrs, ga.dtype)};
+    },
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>& out, const Attrs& a) {
+      return flops_of(conv_geom(in[0].shape, out[0].shape, conv_params(a))); }});
+
+}  // namespace
+}  // namespace podlet

@@ -1,0 +1,369 @@
+// Window reductions (pooling) and their transposes:
+//   reduce_window(x; computation "max"|"sum", window_dimensions, window_strides, padding)
+//   reduce_window_sum_transpose(ct; window attrs, operand_shape)   VJP of the sum
+//   select_and_scatter_add(source, operand; window attrs)          VJP of the max
+//   select_and_gather_add(tangents, operand; window attrs)         VJP of the above
+// Window attrs cover every dim (NHWC pooling: window (1, kh, kw, 1)); padding is the
+// flattened [lo0, hi0, lo1, hi1, ...] and may be negative (crops). Padded positions hold
+// the reduction's identity (-inf for max, 0 for sum), so they are simply skipped.
+// max propagates NaN. The max gradient goes to the first maximum of each window in
+// row-major window order (XLA's select_and_scatter with `ge`); a NaN counts as the
+// maximum, so the gradient follows the NaN the forward pass returned.
+// Every output (and every transposed input) element is reduced in a fixed order, so
+// results do not depend on the thread count.
+#include "podlet/prims/common.h"
+#include <cmath>
+#include <limits>
+
+namespace podlet {
+namespace {
+using namespace ops;
+
+// Dims [0, ro) are windowed; the trailing dims form a contiguous block of `inner`
+// elements with window 1, stride 1 and no padding (channels), handled as a vector.
+struct WinGeom {
+  Shape in, out, win, str, lo, hi;
+  int ro = 0;
+  int64_t inner = 1;
+  Shape in_st;  // element strides of the input
+  int64_t out_outer() const { int64_t n = 1; for (int d = 0; d < ro; ++d) n *= out[d]; return n; }
+  int64_t in_outer() const { int64_t n = 1; for (int d = 0; d < ro; ++d) n *= in[d]; return n; }
+  int64_t win_size() const { int64_t n = 1; for (int d = 0; d < ro; ++d) n *= win[d]; return n; }
+};
+
+WinGeom win_geom(const Shape& in, const Attrs& a) {
+  const size_t r = in.size();
+  WinGeom q;
+  q.in = in;
+  q.win = a.ints("window_dimensions");
+  q.str = a.ints("window_strides", Shape(r, 1));
+  auto pad = a.ints("padding", Shape(2 * r, 0));
+  if (q.win.size() != r)
+    throw ShapeError(fmt("window_dimensions ", shape_str(q.win), " must have one entry per operand dim (rank ", r, ")"));
+  if (q.str.size() != r)
+    throw ShapeError(fmt("window_strides ", shape_str(q.str), " must have one entry per operand dim (rank ", r, ")"));
+  if (pad.size() != 2 * r)
+    throw ShapeError(fmt("padding ", shape_str(pad), " must have a (lo, hi) pair per operand dim (", 2 * r, " entries)"));
+  for (size_t d = 0; d < r; ++d) {
+    if (q.win[d] < 1) throw ShapeError(fmt("window_dimensions ", shape_str(q.win), " must be >= 1"));
+    if (q.str[d] < 1) throw ShapeError(fmt("window_strides ", shape_str(q.str), " must be >= 1"));
+    q.lo.push_back(pad[2 * d]); q.hi.push_back(pad[2 * d + 1]);
+    const int64_t padded = in[d] + q.lo[d] + q.hi[d];
+    q.out.push_back(padded < q.win[d] ? 0 : (padded - q.win[d]) / q.str[d] + 1);
+  }
+  q.ro = int(r);
+  while (q.ro > 0 && q.win[q.ro - 1] == 1 && q.str[q.ro - 1] == 1 && q.lo[q.ro - 1] == 0 && q.hi[q.ro - 1] == 0) {
+    q.inner *= in[q.ro - 1];
+    --q.ro;
+  }
+  q.in_st = strides_of(in);
+  return q;
+}
+
+Attrs win_attrs(const WinGeom& q) {
+  Shape pad;
+  for (size_t d = 0; d < q.in.size(); ++d) { pad.push_back(q.lo[d]); pad.push_back(q.hi[d]); }
+  return {{"window_dimensions", q.win}, {"window_strides", q.str}, {"padding", pad}};
+}
+
+inline int64_t floor_div(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
+
+// Calls f(input_outer_offset_in_elements, input_outer_flat_index) for each in-bounds
+// position of the window of output outer index `o`, in row-major window order.
+template <class F>
+void for_window(const WinGeom& q, int64_t o, std::vector<int64_t>& oidx, F&& f) {
+  for (int d = q.ro - 1; d >= 0; --d) { oidx[d] = o % q.out[d]; o /= q.out[d]; }
+  const int64_t wn = q.win_size();
+  for (int64_t w = 0; w < wn; ++w) {
+    int64_t rem = w, off = 0, flat = 0, mul = 1;
+    bool ok = true;
+    for (int d = q.ro - 1; d >= 0; --d) {
+      const int64_t i = oidx[d] * q.str[d] + rem % q.win[d] - q.lo[d];
+      rem /= q.win[d];
+      if (i < 0 || i >= q.in[d]) { ok = false; break; }
+      off += i * q.in_st[d]; flat += i * mul; mul *= q.in[d];
+    }
+    if (ok) f(off, flat);
+  }
+}
+
+// Calls f(output_outer_flat_index) for every output whose window covers input outer
+// index j, in row-major output order.
+template <class F>
+void for_covering(const WinGeom& q, int64_t j, std::vector<int64_t>& lo, std::vector<int64_t>& hi,
+                  std::vector<int64_t>& cur, F&& f) {
+  for (int d = q.ro - 1; d >= 0; --d) {
+    const int64_t i = j % q.in[d]; j /= q.in[d];
+    // o * s - lo_pad <= i <= o * s - lo_pad + win - 1
+    lo[d] = std::max<int64_t>(0, floor_div(i + q.lo[d] - q.win[d], q.str[d]) + 1);
+    hi[d] = std::min<int64_t>(q.out[d] - 1, floor_div(i + q.lo[d], q.str[d]));
+    if (lo[d] > hi[d]) return;
+  }
+  for (int d = 0; d < q.ro; ++d) cur[d] = lo[d];
+  while (true) {
+    int64_t flat = 0;
+    for (int d = 0; d < q.ro; ++d) flat = flat * q.out[d] + cur[d];
+    f(flat);
+    int d = q.ro - 1;
+    for (; d >= 0; --d) { if (++cur[d] <= hi[d]) break; cur[d] = lo[d]; }
+    if (d < 0) break;
+  }
+}
+
+int64_t grain_for(const WinGeom& q, int64_t work_per_item) {
+  return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, q.inner * work_per_item));
+}
+
+// Calls f(tag) with tag of the storage type of d; bool is rejected.
+template <class F> void float_or_int_switch(DType d, F&& f) {
+  switch (d) {
+    case DType::f32: f(float()); break;
+    case DType::bf16: f(bf16()); break;
+    case DType::f64: f(double()); break;
+    case DType::i32: f(int32_t()); break;
+    case DType::u32: f(uint32_t()); break;
+    case DType::u8: f(uint8_t()); break;
+    default: throw DTypeError(fmt("dtype ", dtype_name(d), " is not supported (cast bool to int32 first)"));
+  }
+}
+
+// ---- reduce_window ----
+
+template <class T, class Acc, class Comb>
+void reduce_window_loop(const WinGeom& q, const T* x, T* y, Acc init, Comb comb) {
+  const int64_t I = q.inner;
+  parallel_for(q.out_outer(), grain_for(q, q.win_size()), [&](int64_t o0, int64_t o1) {
+    std::vector<Acc> acc(I);
+    std::vector<int64_t> oidx(q.ro);
+    for (int64_t o = o0; o < o1; ++o) {
+      std::fill(acc.begin(), acc.end(), init);
+      for_window(q, o, oidx, [&](int64_t off, int64_t) {
+        const T* p = x + off;
+        for (int64_t i = 0; i < I; ++i) acc[i] = comb(acc[i], Acc(p[i]));
+      });
+      T* out = y + o * I;
+      for (int64_t i = 0; i < I; ++i) out[i] = from_acc<T>(acc[i]);
+    }
+  });
+}
+
+template <class A> inline A max_nan(A a, A v) {
+  if constexpr (std::is_floating_point_v<A>) return (v > a || v != v) ? v : a;
+  else return v > a ? v : a;
+}
+
+void reduce_window_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  WinGeom q = win_geom(in[0].shape(), a);
+  if (out[0].size() == 0) return;
+  const bool is_max = a.s("computation") == "max";
+  float_or_int_switch(in[0].dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    {
+      using A = acc_t<T>;
+      const T* x = in[0].data<T>(); T* y = out[0].data<T>();
+      if (is_max) {
+        A init = std::is_floating_point_v<A> ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest();
+        reduce_window_loop<T, A>(q, x, y, init, [](A s, A v) { return max_nan(s, v); });
+      } else {
+        reduce_window_loop<T, A>(q, x, y, A(0), [](A s, A v) { return A(s + v); });
+      }
+    }
+  });
+}
+
+std::vector<AVal> reduce_window_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 1);
+  const std::string c = a.s("computation");
+  if (c != "max" && c != "sum") throw ValueError(fmt("computation must be 'max' or 'sum', got '", c, "'"));
+  if (in[0].dtype == DType::boolean) throw DTypeError("reduce_window of bool: cast to int32 first");
+  return {AVal{in[0].dtype, win_geom(in[0].shape, a).out}};
+}
+
+// ---- reduce_window_sum_transpose: x_bar[j] = sum of ct over the windows covering j ----
+
+void sum_transpose_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  WinGeom q = win_geom(out[0].shape(), a);
+  if (out[0].size() == 0) return;
+  const int64_t I = q.inner;
+  float_or_int_switch(in[0].dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    {
+      using A = acc_t<T>;
+      const T* ct = in[0].data<T>(); T* y = out[0].data<T>();
+      parallel_for(q.in_outer(), grain_for(q, q.win_size()), [&](int64_t j0, int64_t j1) {
+        std::vector<A> acc(I);
+        std::vector<int64_t> lo(q.ro), hi(q.ro), cur(q.ro);
+        for (int64_t j = j0; j < j1; ++j) {
+          std::fill(acc.begin(), acc.end(), A(0));
+          for_covering(q, j, lo, hi, cur, [&](int64_t o) {
+            const T* p = ct + o * I;
+            for (int64_t i = 0; i < I; ++i) acc[i] += A(p[i]);
+          });
+          for (int64_t i = 0; i < I; ++i) y[j * I + i] = from_acc<T>(acc[i]);
+        }
+      });
+    }
+  });
+}
+
+std::vector<AVal> sum_transpose_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 1);
+  if (in[0].dtype == DType::boolean) throw DTypeError("bool is not supported");
+  Shape os = a.ints("operand_shape");
+  WinGeom q = win_geom(os, a);
+  if (in[0].shape != q.out)
+    throw ShapeError(fmt("cotangent has shape ", shape_str(in[0].shape), ", expected ", shape_str(q.out),
+                         " (the reduce_window output for operand_shape ", shape_str(os), ")"));
+  return {AVal{in[0].dtype, os}};
+}
+
+// ---- select_and_scatter_add / select_and_gather_add ----
+
+// sel[o * I + i] = input outer flat index of the first maximum of operand in window o
+// (channel i), or -1 when the window holds no input element.
+template <class T>
+void select_first_max(const WinGeom& q, const T* x, std::vector<int64_t>& sel) {
+  using A = acc_t<T>;
+  const int64_t I = q.inner;
+  sel.assign(q.out_outer() * I, -1);
+  parallel_for(q.out_outer(), grain_for(q, q.win_size()), [&](int64_t o0, int64_t o1) {
+    std::vector<A> best(I);
+    std::vector<int64_t> oidx(q.ro);
+    for (int64_t o = o0; o < o1; ++o) {
+      int64_t* s = sel.data() + o * I;
+      for_window(q, o, oidx, [&](int64_t off, int64_t flat) {
+        const T* p = x + off;
+        for (int64_t i = 0; i < I; ++i) {
+          const A v = A(p[i]);
+          bool take = s[i] < 0 || v > best[i];
+          if constexpr (std::is_floating_point_v<A>) take = take || (v != v && best[i] == best[i]);
+          if (take) { best[i] = v; s[i] = flat; }
+        }
+      });
+    }
+  });
+}
+
+void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  WinGeom q = win_geom(in[1].shape(), a);
+  if (out[0].size() == 0) return;
+  const int64_t I = q.inner;
+  std::vector<int64_t> sel;
+  float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
+  float_or_int_switch(in[0].dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    using A = acc_t<T>;
+    const T* src = in[0].data<T>(); T* y = out[0].data<T>();
+    parallel_for(q.in_outer(), grain_for(q, q.win_size()), [&](int64_t j0, int64_t j1) {
+      std::vector<A> acc(I);
+      std::vector<int64_t> lo(q.ro), hi(q.ro), cur(q.ro);
+      for (int64_t j = j0; j < j1; ++j) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        for_covering(q, j, lo, hi, cur, [&](int64_t o) {
+          const int64_t* s = sel.data() + o * I;
+          const T* p = src + o * I;
+          for (int64_t i = 0; i < I; ++i) if (s[i] == j) acc[i] += A(p[i]);
+        });
+        for (int64_t i = 0; i < I; ++i) y[j * I + i] = from_acc<T>(acc[i]);
+      }
+    });
+  });
+}
+
+void gather_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  WinGeom q = win_geom(in[1].shape(), a);
+  if (out[0].size() == 0) return;
+  const int64_t I = q.inner;
+  std::vector<int64_t> sel;
+  float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
+  float_or_int_switch(in[0].dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* t = in[0].data<T>(); T* y = out[0].data<T>();
+    parallel_for(q.out_outer(), grain_for(q, 1), [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o)
+        for (int64_t i = 0; i < I; ++i) {
+          const int64_t s = sel[o * I + i];
+          y[o * I + i] = s < 0 ? from_acc<T>(acc_t<T>(0)) : t[s * I + i];
+        }
+    });
+  });
+}
+
+void check_window_operand(const AVal& operand) {
+  if (operand.dtype == DType::boolean) throw DTypeError("operand of dtype bool is not supported");
+}
+
+std::vector<AVal> scatter_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 2);
+  check_window_operand(in[1]);
+  if (in[0].dtype == DType::boolean) throw DTypeError("source of dtype bool is not supported");
+  WinGeom q = win_geom(in[1].shape, a);
+  if (in[0].shape != q.out)
+    throw ShapeError(fmt("source has shape ", shape_str(in[0].shape), ", expected ", shape_str(q.out),
+                         " (the reduce_window output for the operand)"));
+  return {AVal{in[0].dtype, in[1].shape}};
+}
+
+std::vector<AVal> gather_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 2);
+  check_window_operand(in[1]);
+  if (in[0].dtype == DType::boolean) throw DTypeError("tangents of dtype bool are not supported");
+  if (in[0].shape != in[1].shape)
+    throw ShapeError(fmt("tangents have shape ", shape_str(in[0].shape), ", expected the operand's ", shape_str(in[1].shape)));
+  return {AVal{in[0].dtype, win_geom(in[1].shape, a).out}};
+}
+
+// One op per window element of every output.
+double window_flops_for(const Shape& operand, const Attrs& a) {
+  WinGeom q = win_geom(operand, a);
+  return double(q.out_outer()) * double(q.inner) * double(q.win_size());
+}
+
+static Register reg_reduce_window("reduce_window", PrimDef{
+    .shape = reduce_window_shape,
+    .kernel = reduce_window_kernel,
+    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
+      const AVal xa = g.aval(n.in[0]);
+      WinGeom q = win_geom(xa.shape, n.attrs);
+      Attrs wa = win_attrs(q);
+      if (n.attrs.s("computation") == "max") return {g.add1("select_and_scatter_add", {ct[0], n.in[0]}, wa)};
+      wa.set("operand_shape", xa.shape);
+      return {g.add1("reduce_window_sum_transpose", {ct[0]}, wa)};
+    },
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+      return window_flops_for(in[0].shape, a); }});
+
+static Register reg_sum_transpose("reduce_window_sum_transpose", PrimDef{
+    .shape = sum_transpose_shape,
+    .kernel = sum_transpose_kernel,
+    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
+      Attrs wa = win_attrs(win_geom(n.attrs.ints("operand_shape"), n.attrs));
+      wa.set("computation", std::string("sum"));
+      return {g.add1("reduce_window", {ct[0]}, wa)};
+    },
+    .flops = [](const std::vector<AVal>&, const std::vector<AVal>& out, const Attrs& a) {
+      return window_flops_for(out[0].shape, a); }});
+
+static Register reg_scatter("select_and_scatter_add", PrimDef{
+    .shape = scatter_shape,
+    .kernel = scatter_kernel,
+    // Linear in source; piecewise constant in operand (no gradient).
+    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
+      Attrs wa = win_attrs(win_geom(g.aval(n.in[1]).shape, n.attrs));
+      return {g.add1("select_and_gather_add", {ct[0], n.in[1]}, wa), -1};
+    },
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+      return window_flops_for(in[1].shape, a); }});
+
+static Register reg_gather("select_and_gather_add", PrimDef{
+    .shape = gather_shape,
+    .kernel = gather_kernel,
+    .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
+      Attrs wa = win_attrs(win_geom(g.aval(n.in[1]).shape, n.attrs));
+      return {g.add1("select_and_scatter_add", {ct[0], n.in[1]}, wa), -1};
+    },
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+      return window_flops_for(in[1].shape, a); }});
+
+}  // namespace
+}  // namespace podlet
