@@ -39,10 +39,7 @@ from ._src.core import (Array, jit, grad, value_and_grad, vjp, device_get, block
 from ._src.config import config  # noqa: E402
 from . import numpy  # noqa: E402  (installs Array/Tracer methods)
 from . import lax  # noqa: E402
-try:
-    from . import random  # noqa: E402
-except ImportError:  # TEMP while random.py is being written
-    pass
+from . import random  # noqa: E402
 from . import nn  # noqa: E402
 
 __version__ = "0.1.0"

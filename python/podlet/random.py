@@ -15,7 +15,12 @@ match bitwise, ``normal`` / ``truncated_normal`` to ~1e-13 relative (different e
     w = podlet.random.normal(sub, (3, 3))
 
 Everything works eagerly and under ``podlet.jit`` (a traced key or a traced ``fold_in``
-datum, e.g. ``lax.axis_index``, is fine). Set ``podlet.random.threefry_partitionable =
+datum, e.g. ``lax.axis_index``, is fine). One jax quirk is not copied: inside
+``jax.jit``, ``truncated_normal`` with literal (Python-float) bounds lets XLA
+constant-fold erf(bound) with its compile-time evaluator, which can differ from the
+runtime erf that eager jax (and jit with array bounds) use; podlet always gives the
+runtime result. With x64, ``bits`` still defaults to uint32 (podlet has no uint64) and
+``randint`` to int32. Set ``podlet.random.threefry_partitionable =
 False`` (or ``config.update("jax_threefry_partitionable", False)`` where the config knows
 it) to reproduce jax's legacy non-partitionable scheme.
 """

@@ -48,6 +48,8 @@ void pack(DType d, const void* src, int64_t base, const int64_t* row_off, int64_
 
 template <class Acc>
 void gemm_float(const GemmArgs& g) {
+  static const bool eigen_ready = (Eigen::initParallel(), true);  // Eigen is called from many threads
+  (void)eigen_ready;
   using Mat = Eigen::Matrix<Acc, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int64_t mt = (g.M + kGemmTileM - 1) / kGemmTileM, nt = (g.N + kGemmTileN - 1) / kGemmTileN;
   const int64_t tiles = g.B * mt * nt;

@@ -20,16 +20,18 @@
 // libm. Binary and ternary loops merge dimensions where the broadcast layout allows and
 // specialise the innermost loop on its stride pattern (same shape, scalar operand, row
 // broadcast), so the common cases are plain vectorisable loops.
+// FP exceptions are never observed in podlet. Without -fno-trapping-math GCC will not
+// turn the floating-point selects of these loops into vector blends; results are
+// unchanged (every IEEE operation is still evaluated as written). It comes before the
+// includes so that the header templates our loops are inlined into (parallel_for) are
+// compiled with it too: GCC inlines across differing FP options and then uses the
+// caller's.
+#pragma GCC optimize("no-trapping-math")
 #include "podlet/prims/common.h"
 #include <array>
 #include <bit>
 #include <cmath>
 #include <limits>
-
-// FP exceptions are never observed in podlet; without this GCC will not turn the
-// floating-point selects below into vector blends (results are unchanged: IEEE ops
-// are still evaluated exactly as written).
-#pragma GCC optimize("no-trapping-math")
 
 namespace podlet {
 namespace {
@@ -204,7 +206,7 @@ inline float round_even(float x) {  // half to even
   float t = trunc_small(x);
   const float f = fabs_(x - t);
   const float odd = float(int32_t(t) & 1);  // t is an exact small integer here
-  t = (f > 0.5f || (f == 0.5f && odd == 1.0f)) ? t + copysign_(1.0f, x) : t;
+  t = ((f > 0.5f) | ((f == 0.5f) & (odd == 1.0f))) ? t + copysign_(1.0f, x) : t;
   t = fabs_(x) < kTwo23 ? t : x;
   return copysign_(t, x);
 }
@@ -400,7 +402,6 @@ void for_each_row(const Nest<K>& n, Row&& row) {
 // y = op(x) elementwise; OutT differs from T for is_finite.
 template <class T, class O, class Op>
 void unary_loop(const Array& a, Array& o, const Op& op) {
-  using A = ar_t<T>;
   const T* x = static_cast<const T*>(a.raw()); O* y = static_cast<O*>(o.raw());
   parallel_for(a.size(), kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = st<O>(op(ld(x[i])));
@@ -522,11 +523,11 @@ template <class A> inline A do_rem(A x, A y) {
   else return y == 0 ? x : A(x % y);
 }
 template <class A> inline A do_max(A x, A y) {
-  if constexpr (std::is_floating_point_v<A>) return (x > y || x != x) ? x : y;  // NaN wins
+  if constexpr (std::is_floating_point_v<A>) return ((x > y) | (x != x)) ? x : y;  // NaN wins (| not ||: no branch)
   else return x > y ? x : y;
 }
 template <class A> inline A do_min(A x, A y) {
-  if constexpr (std::is_floating_point_v<A>) return (x < y || x != x) ? x : y;
+  if constexpr (std::is_floating_point_v<A>) return ((x < y) | (x != x)) ? x : y;
   else return x < y ? x : y;
 }
 // Shifts: the amount is read as unsigned; >= the bit width gives 0 / the sign fill.
@@ -555,7 +556,10 @@ template <class A> inline A do_abs(A x) {
   else return x;
 }
 template <class A> inline A do_sign(A x) {
-  if constexpr (std::is_floating_point_v<A>) return x > 0 ? A(1) : (x < 0 ? A(-1) : x);  // keeps -0, NaN
+  if constexpr (std::is_floating_point_v<A>) {  // keeps -0 and NaN
+    A r = x > 0 ? A(1) : x;
+    return x < 0 ? A(-1) : r;
+  }
   else if constexpr (std::is_signed_v<A>) return A((x > 0) - (x < 0));
   else return A(x != 0);
 }

@@ -7,11 +7,12 @@
 // kernels trivially parallel and deterministic for any thread count.
 //
 // The samplers reproduce the exact float operations XLA:CPU runs for jax.random, read
-// off its optimised LLVM IR: which multiply-adds are contracted into FMAs, the Cephes
-// log it substitutes for llvm.log, the order of every add. Where a comment says
-// "fma(...)" that is an FMA in XLA's code too; everything else is rounded per op.
-// (This file is compiled without -mfma, so the compiler never contracts on its own;
-// std::fma is always a correctly rounded fused multiply-add.)
+// off its optimised LLVM IR and machine code: which multiply-adds LLVM contracts into
+// FMAs (every std::fma below is one; everything else is rounded per op), the Cephes
+// log it substitutes for llvm.log, the order of every add, bf16 rounding after each op.
+// std::fma is correctly rounded with or without FMA hardware, so the baseline build and
+// the FMA build of the sampler loops (run_chunk_fma) give the same bits; `rounded()`
+// stops the compiler from contracting a product XLA keeps separate.
 //
 // Primitives (all zero_grad):
 //   threefry2x32(k1, k2, x1, x2)              -> (y1, y2)       the raw hash, broadcasting
@@ -460,9 +461,15 @@ void uniform_kernel(const std::vector<Array>& in, std::vector<Array>& out, const
   const ParamIndex pl(in[1].shape(), os), ph(in[2].shape(), os);
   const bool part = partitionable_attr(a);
   switch (out[0].dtype()) {
-    case DType::f32: run_sampler(UniformF32{in[1].data<float>(), in[2].data<float>(), pl, ph, out[0].data<float>()}, k, n, part); break;
-    case DType::bf16: run_sampler(UniformBF16{in[1].data<bf16>(), in[2].data<bf16>(), pl, ph, out[0].data<bf16>()}, k, n, part); break;
-    case DType::f64: run_sampler(UniformF64{in[1].data<double>(), in[2].data<double>(), pl, ph, out[0].data<double>()}, k, n, part); break;
+    case DType::f32:
+      run_sampler(UniformF32{in[1].data<float>(), in[2].data<float>(), pl, ph, out[0].data<float>()}, k, n, part);
+      break;
+    case DType::bf16:
+      run_sampler(UniformBF16{in[1].data<bf16>(), in[2].data<bf16>(), pl, ph, out[0].data<bf16>()}, k, n, part);
+      break;
+    case DType::f64:
+      run_sampler(UniformF64{in[1].data<double>(), in[2].data<double>(), pl, ph, out[0].data<double>()}, k, n, part);
+      break;
     default: throw DTypeError("uniform needs a float dtype");
   }
 }
@@ -601,9 +608,15 @@ void truncated_normal_kernel(const std::vector<Array>& in, std::vector<Array>& o
   const ParamIndex pl(in[1].shape(), os), pu(in[2].shape(), os);
   const bool part = partitionable_attr(a);
   switch (out[0].dtype()) {
-    case DType::f32: run_sampler(TruncF32{in[1].data<float>(), in[2].data<float>(), pl, pu, out[0].data<float>()}, k, n, part); break;
-    case DType::bf16: run_sampler(TruncBF16{in[1].data<bf16>(), in[2].data<bf16>(), pl, pu, out[0].data<bf16>()}, k, n, part); break;
-    case DType::f64: run_sampler(TruncF64{in[1].data<double>(), in[2].data<double>(), pl, pu, out[0].data<double>()}, k, n, part); break;
+    case DType::f32:
+      run_sampler(TruncF32{in[1].data<float>(), in[2].data<float>(), pl, pu, out[0].data<float>()}, k, n, part);
+      break;
+    case DType::bf16:
+      run_sampler(TruncBF16{in[1].data<bf16>(), in[2].data<bf16>(), pl, pu, out[0].data<bf16>()}, k, n, part);
+      break;
+    case DType::f64:
+      run_sampler(TruncF64{in[1].data<double>(), in[2].data<double>(), pl, pu, out[0].data<double>()}, k, n, part);
+      break;
     default: throw DTypeError("truncated_normal needs a float dtype");
   }
 }

@@ -7,7 +7,8 @@ from . import dtypes
 
 class _Config:
     def __init__(self):
-        self._values = {"num_threads": _core.num_threads(), "enable_x64": False}
+        self._values = {"num_threads": _core.num_threads(), "enable_x64": False,
+                        "threefry_partitionable": True}
         if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true"):
             self.update("enable_x64", True)
 
