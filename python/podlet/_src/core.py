@@ -465,7 +465,7 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
             bwd = entry.graph.vjp(wrt, [0])
         except PodletError as e:
             _reraise_with_location(e)
-        seed = to_array(np.ones((), dtypes.SUPPORTED[d]))
+        seed = Array.from_numpy(np.ones((), dtypes.SUPPORTED[d]), copy=True)  # exact dtype, even float64
         outs = call_graph(bwd, conv + list(entry.captures) + [seed])
         n_out = len(out_leaves)
         primal = tree_util.tree_unflatten(entry.out_tree, outs[:n_out])
