@@ -55,7 +55,7 @@ def _weak(x):
 def asarray(a, dtype=None, copy=None):
     if _is_array(a):
         return a if dtype is None else astype(a, dtype)
-    if isinstance(a, (list, tuple)) and any(_is_array(x) for x in _tu.tree_leaves(a)):
+    if isinstance(a, (list, tuple)) and _bi.any(_is_array(x) for x in _tu.tree_leaves(a)):
         return stack([asarray(x, dtype) for x in a])
     if dtype is None and isinstance(a, float):
         dtype = float32
@@ -68,7 +68,7 @@ def array(a, dtype=None, copy=True, ndmin=0):
     else:
         npa = _np.array(a)
         d = _dtypes.canonicalize(dtype if dtype is not None else npa.dtype)
-        out = Array.from_numpy(_np.ascontiguousarray(npa.astype(d)), copy=True)
+        out = Array.from_numpy(_np.array(npa, dtype=d, order="C"), copy=True)  # 0-d stays 0-d
     while out.ndim < ndmin:
         out = expand_dims(out, 0)
     return out
@@ -127,7 +127,7 @@ def arange(start, stop=None, step=None, dtype=None):
         start, stop = 0, start
     step = 1 if step is None else step
     if dtype is None:
-        dtype = float32 if any(isinstance(v, float) for v in (start, stop, step)) else int32
+        dtype = float32 if _bi.any(isinstance(v, float) for v in (start, stop, step)) else int32
     return to_array(_np.arange(start, stop, step, dtype=_dtypes.canonicalize(dtype)))
 
 
@@ -351,9 +351,11 @@ def clip(a, a_min=None, a_max=None, *, min=None, max=None):
 
 
 def logaddexp(x1, x2):
+    """log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)), accurate for tiny terms."""
     a, b = _promote_float(x1, x2)
-    m = lax.stop_gradient(maximum(a, b))
-    return m + log(exp(a - m) + exp(b - m))
+    amax = maximum(a, b)
+    delta = a - b
+    return where(isnan(delta), a + b, amax + log1p(exp(-abs(delta))))
 
 
 # ---------------------------------------------------------------------------------
@@ -572,7 +574,7 @@ def sum(a, axis=None, dtype=None, keepdims=False, where=None):
 
 
 def _where_zero(where, a):
-    return bind("select", asarray(where), a, to_array(_np.zeros((), a.dtype)))
+    return bind("select", _bool(where), a, to_array(_np.zeros((), a.dtype)))
 
 
 def prod(a, axis=None, dtype=None, keepdims=False):
@@ -581,15 +583,28 @@ def prod(a, axis=None, dtype=None, keepdims=False):
     return _keep(lax.reduce_prod(a, ax), ax, a.shape, keepdims)
 
 
+def _masked_for_extremum(a, where, initial, name):
+    if where is None:
+        return a
+    if initial is None:
+        raise ValueError(f"reduction operation {name} with where= requires an initial value (as in jax.numpy)")
+    return bind("select", _bool(where), a, to_array(_np.asarray(initial, a.dtype)))
+
+
+def _bool(x):
+    x = asarray(x)
+    return x if x.dtype == _dtypes.bool_ else bind("ne", x, to_array(_np.zeros((), x.dtype)))
+
+
 def max(a, axis=None, keepdims=False, initial=None, where=None):
-    a = asarray(a)
+    a = _masked_for_extremum(asarray(a), where, initial, "max")
     ax = _axes(axis, a.ndim)
     out = _keep(lax.reduce_max(a, ax), ax, a.shape, keepdims)
     return out if initial is None else maximum(out, initial)
 
 
 def min(a, axis=None, keepdims=False, initial=None, where=None):
-    a = asarray(a)
+    a = _masked_for_extremum(asarray(a), where, initial, "min")
     ax = _axes(axis, a.ndim)
     out = _keep(lax.reduce_min(a, ax), ax, a.shape, keepdims)
     return out if initial is None else minimum(out, initial)
@@ -600,13 +615,12 @@ amax, amin = max, min
 
 def all(a, axis=None, keepdims=False):
     a = asarray(a)
-    return equal(min(astype(a, bool_).astype(uint8) if False else astype(astype(a, bool_), int32), axis, keepdims), 1) \
-        if a.size else full((), True, bool)
+    return equal(min(astype(astype(a, bool_), int32), axis, keepdims, initial=1), 1)
 
 
 def any(a, axis=None, keepdims=False):
     a = asarray(a)
-    return greater(max(astype(astype(a, bool_), int32), axis, keepdims), 0) if a.size else full((), False, bool)
+    return greater(max(astype(astype(a, bool_), int32), axis, keepdims, initial=0), 0)
 
 
 def mean(a, axis=None, dtype=None, keepdims=False, where=None):

@@ -62,32 +62,64 @@ def gelu(x, approximate=True):
     return x * (1.0 + bind("erf", x * (1.0 / math.sqrt(2)))) / 2.0
 
 
-def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False):
+def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=None):
+    """jax.nn.logsumexp: entries with b == 0 (or where=False) do not set the shift."""
     a = jnp.asarray(a)
+    if b is not None:
+        b = jnp.asarray(b)
+        a = jnp.where(b != 0, a, -jnp.inf)
+    if where is not None:
+        a = jnp.where(where, a, -jnp.inf)
+    if b is not None:
+        a = jnp.broadcast_to(a, jnp.broadcast_shapes(a.shape, b.shape))
     dims = jnp._axes(axis, a.ndim)
-    m = lax.stop_gradient(jnp.max(a, axis=dims, keepdims=True))
+    amax = jnp.max(a, axis=dims, keepdims=True)
     # A row of -inf has max -inf: subtracting it would give NaN.
-    m = jnp.where(jnp.isfinite(m), m, jnp.zeros_like(m))
-    e = jnp.exp(a - m)
+    amax = lax.stop_gradient(jnp.where(jnp.isfinite(amax), amax, jnp.zeros_like(amax)))
+    e = jnp.exp(a - amax)
     if b is not None:
         e = e * b
     s = jnp.sum(e, axis=dims, keepdims=True)
-    out = jnp.log(s) + m
+    if return_sign:
+        sign = jnp.sign(s)
+        s = jnp.abs(s)
+    out = jnp.log(s) + amax
     if not keepdims:
         out = jnp.squeeze(out, dims) if dims else out
-    return out
+        if return_sign:
+            sign = jnp.squeeze(sign, dims) if dims else sign
+    return (out, sign) if return_sign else out
 
 
 def log_softmax(x, axis=-1, where=None):
+    """jax.nn.log_softmax (with jax's `where` semantics)."""
     x = jnp.asarray(x)
-    shifted = x - lax.stop_gradient(jnp.max(x, axis, keepdims=True))
-    return shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis, keepdims=True))
+    if where is not None:
+        x_max = jnp.max(x, axis, keepdims=True, where=where, initial=-jnp.inf)
+    else:
+        x_max = jnp.max(x, axis, keepdims=True)
+    x_max = jnp.where(jnp.isfinite(x_max), x_max, jnp.zeros_like(x_max))
+    shifted = x - lax.stop_gradient(x_max)
+    shifted_lse = jnp.log(jnp.sum(jnp.exp(shifted), axis, keepdims=True, where=where))
+    out = shifted - shifted_lse
+    if where is not None:
+        out = jnp.where(where, out, -jnp.inf)
+    return out
 
 
 def softmax(x, axis=-1, where=None):
+    """jax.nn.softmax (with jax's `where` semantics)."""
     x = jnp.asarray(x)
-    e = jnp.exp(x - lax.stop_gradient(jnp.max(x, axis, keepdims=True)))
-    return e / jnp.sum(e, axis, keepdims=True)
+    if where is not None:
+        x_max = jnp.max(x, axis, keepdims=True, where=where, initial=-jnp.inf)
+    else:
+        x_max = jnp.max(x, axis, keepdims=True)
+    x_max = jnp.where(jnp.isfinite(x_max), x_max, jnp.zeros_like(x_max))
+    e = jnp.exp(x - lax.stop_gradient(x_max))
+    out = e / jnp.sum(e, axis, keepdims=True, where=where)
+    if where is not None:
+        out = jnp.where(where, out, 0.0)
+    return out
 
 
 def one_hot(x, num_classes, *, dtype=jnp.float32, axis=-1):

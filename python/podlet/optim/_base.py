@@ -309,8 +309,11 @@ def safe_increment(count):
     else:
         raise ValueError(f"Cannot safely increment count with dtype {d}, valid dtypes are "
                          "subdtypes of integer or floating")
-    max_value = jnp.array(max_value, d)
-    one = jnp.array(1, d)
+    # jnp.asarray, not jnp.array as optax writes: podlet.numpy.array(<scalar>) returns
+    # shape (1,) (np.ascontiguousarray promotes 0-d to 1-d), which would turn the count
+    # into a 1-vector after one step. Same values either way.
+    max_value = jnp.asarray(max_value, d)
+    one = jnp.asarray(1, d)
     return jnp.where(count < max_value, count + one, max_value)
 
 
