@@ -33,6 +33,34 @@ newaxis = None
 dtype = _np.dtype
 finfo = _np.finfo
 iinfo = _np.iinfo
+number = _np.number
+inexact = _np.inexact
+floating = _np.floating
+integer = _np.integer
+signedinteger = _np.signedinteger
+unsignedinteger = _np.unsignedinteger
+
+
+def shape(a):
+    return tuple(a.shape) if hasattr(a, "shape") else _np.shape(a)
+
+
+def ndim(a):
+    return len(shape(a))
+
+
+def size(a, axis=None):
+    s = shape(a)
+    return int(_np.prod(s, dtype=_np.int64)) if axis is None else s[axis]
+
+
+def promote_types(a, b):
+    """jnp.promote_types: the dtype both promote to (JAX's lattice, bf16 + f32 -> f32)."""
+    return _dtypes.promote(_dtypes.dtype(a), _dtypes.dtype(b))
+
+
+def can_cast(from_, to, casting="safe"):
+    return _np.can_cast(from_, to, casting)
 
 
 def issubdtype(a, b):

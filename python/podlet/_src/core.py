@@ -235,7 +235,7 @@ def _abstractify(x):
     """(dtype name, shape, weak) of a leaf, converting NumPy/scalars to Arrays."""
     if isinstance(x, Tracer):
         return x, (x._dtype_name, x.shape, x.weak_type)
-    weak = isinstance(x, (int, float)) and not isinstance(x, bool)
+    weak = (isinstance(x, (int, float)) and not isinstance(x, bool)) or getattr(x, "weak_type", False)
     if not isinstance(x, Array):
         try:
             x = to_array(x)
@@ -363,7 +363,9 @@ class JittedFunction:
             paths = [p for p, _ in tree_util.tree_flatten_with_path((dyn_args, dyn_kwargs))[0]]
             for p, a, b in zip(paths, old[1], new[1]):
                 if a != b:
-                    reasons.append(f"{self._describe_path(p)} changed from {a[0]}{list(a[1])} to {b[0]}{list(b[1])}")
+                    fa = f"{a[0]}{list(a[1])}" + (" (weakly typed)" if a[2] else "")
+                    fb = f"{b[0]}{list(b[1])}" + (" (weakly typed)" if b[2] else "")
+                    reasons.append(f"{self._describe_path(p)} changed from {fa} to {fb}")
         if old[2] != new[2]:
             reasons.append(f"static arguments changed from {old[2]} to {new[2]}")
         log.warning("podlet.jit: retracing %s because %s", name, "; ".join(reasons) or "of a new signature")
@@ -384,7 +386,7 @@ class JittedFunction:
         entry, conv = self._get(args, kwargs)
         outs = call_graph(entry.graph, conv + list(entry.captures))
         for o, w in zip(outs, entry.out_weak):
-            if w and isinstance(o, Tracer):
+            if w:  # Python-scalar-derived outputs stay weakly typed, as in JAX
                 o.weak_type = True
         return tree_util.tree_unflatten(entry.out_tree, outs)
 
@@ -543,6 +545,54 @@ def device_get(x):
 def block_until_ready(x):
     """Execution is synchronous: results are ready when returned."""
     return x
+
+
+class ShapeDtypeStruct:
+    """Shape and dtype of a value, without data (jax.ShapeDtypeStruct)."""
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape, dtype, weak_type=False):
+        self.shape = tuple(shape)
+        self.dtype = dtypes.dtype(dtype)
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self):
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+
+    def __eq__(self, other):
+        return isinstance(other, ShapeDtypeStruct) and (self.shape, self.dtype) == (other.shape, other.dtype)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
+
+
+def eval_shape(fun, *args, **kwargs):
+    """jax.eval_shape: the output shapes/dtypes of fun, found by tracing (no kernels run).
+    Arguments may be arrays or anything with .shape and .dtype (e.g. ShapeDtypeStruct)."""
+    def spec(x):
+        if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (Array, Tracer, np.ndarray)):
+            return ("abstract", dtypes.canonicalize(x.dtype).name, tuple(x.shape))
+        return x
+    leaves, in_tree = tree_util.tree_flatten((tuple(args), kwargs))
+    sig = []
+    for leaf in leaves:
+        sp = spec(leaf)
+        if isinstance(sp, tuple) and sp and sp[0] == "abstract":
+            sig.append((sp[1], sp[2], False))
+        else:
+            sig.append(_abstractify(leaf)[1])
+    entry = _Traced(lambda a, k: fun(*a, **k), sig, in_tree)
+    outs = [ShapeDtypeStruct(entry.graph.aval(v)[1], entry.graph.aval(v)[0], w)
+            for v, w in zip(entry.out_vids, entry.out_weak)]
+    return tree_util.tree_unflatten(entry.out_tree, outs)
 
 
 def make_graph(fun, *args, **kwargs):

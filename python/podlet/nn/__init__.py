@@ -1,3 +1,16 @@
-"""podlet.nn: jax.nn's activations (and, with the Flax issue, flax.linen's modules)."""
+"""podlet.nn: jax.nn's activations and flax.linen's module system and layers.
+
+    from podlet import nn
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            return nn.Dense(2)(nn.relu(nn.Dense(16)(x)))
+"""
 from .activations import (relu, relu6, gelu, silu, swish, sigmoid, log_sigmoid, softplus, tanh, elu,
                           leaky_relu, softmax, log_softmax, logsumexp, one_hot, standardize)
+from . import initializers
+from .module import (Module, compact, nowrap, merge_param, Variable, Scope, DenyList, apply, init,
+                     init_with_output, tabulate, errors, FlaxError)
+from .linear import Dense, DenseGeneral, canonicalize_dtype, promote_dtype
+from .combinators import Sequential
