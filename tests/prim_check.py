@@ -84,7 +84,8 @@ def check_vjp(prim, args, attrs, grad_argnums, eps=1e-6, rtol=1e-5, atol=1e-7, n
     primals = [as_podlet(a) for a in args64]
     out, vjp_fn = podlet.vjp(f, *primals)
     ct = rng.standard_normal(np.shape(np.asarray(out)))
-    grads = vjp_fn(as_podlet(np.asarray(ct, np.float64)))
+    out_dtype = np.asarray(out).dtype
+    grads = vjp_fn(as_podlet(np.asarray(ct, out_dtype if out_dtype.kind == "f" else np.float64)))
     for i in grad_argnums:
         g = np.asarray(grads[i])
         assert g.shape == args64[i].shape, f"{prim}: grad {i} shape {g.shape} != {args64[i].shape}"

@@ -14,7 +14,15 @@ from podlet import lax
 from podlet._src.core import bind
 from prim_check import as_podlet, check_prim, check_vjp
 
-jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _jax_x64_for_this_module():
+    """JAX is only an oracle here; float64 keeps it exact. Restored after the module so
+    other test files see JAX's default."""
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", False)
 BF16 = ml_dtypes.bfloat16
 
 

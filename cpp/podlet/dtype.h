@@ -1,5 +1,5 @@
-// dtypes and the bf16 storage type. bf16 <-> f32 conversion is round-to-nearest-even
-// and NaN-preserving (sign and top payload bits kept, quiet bit forced), like XLA.
+// dtypes and the bf16 storage type. f32 -> bf16 is round-to-nearest-even; a NaN stays a
+// NaN (canonical quiet NaN with its sign), bit-identical to ml_dtypes and XLA.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -36,7 +36,7 @@ struct bf16 {
   operator float() const { return to_f32(bits); }
   static inline uint16_t from_f32(float f) {
     uint32_t u; std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x0040u);  // NaN
+    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t(((u >> 16) & 0x8000u) | 0x7fc0u);  // NaN: canonical quiet NaN, sign kept (as ml_dtypes/XLA)
     u += 0x7fffu + ((u >> 16) & 1u);
     return uint16_t(u >> 16);
   }

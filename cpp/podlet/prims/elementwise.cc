@@ -15,11 +15,15 @@
 //    by 1, floor/ceil/round/sign have zero gradient.
 //
 // Kernels: bf16 is computed in f32 and rounded once. exp/log/tanh/logistic/erf/erf_inv
-// for f32/bf16 use the branch-free approximations in namespace fm below (<= ~1.5 ulp; the
-// loops vectorise, and the results do not depend on the libm of the machine); f64 uses
-// libm. Binary and ternary loops merge dimensions where the broadcast layout allows and
-// specialise the innermost loop on its stride pattern (same shape, scalar operand, row
-// broadcast), so the common cases are plain vectorisable loops.
+// and floor/ceil/round for f32/bf16 use the branch-free code in namespace fm below (exp,
+// log <= 1 ulp, tanh/erf/logistic <= 2.5 ulp, erf_inv ~2.6 ulp as Giles' approximation
+// is; the loops vectorise, and results do not depend on the machine's libm); f64 uses
+// libm (erf_inv: Newton-refined, ~1e-16). Binary and ternary loops merge dimensions
+// where the broadcast layout allows and specialise the innermost loop on its stride
+// pattern (same shape, scalar operand, row broadcast): the common cases are plain
+// vectorisable loops. Every loop is elementwise, so results are bit-identical for any
+// thread count.
+//
 // FP exceptions are never observed in podlet. Without -fno-trapping-math GCC will not
 // turn the floating-point selects of these loops into vector blends; results are
 // unchanged (every IEEE operation is still evaluated as written). It comes before the
@@ -29,7 +33,6 @@
 #pragma GCC optimize("no-trapping-math")
 #include "podlet/prims/common.h"
 #include <array>
-#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -121,8 +124,13 @@ inline float tanh(float x) {
   return copysign_(a < 0.625f ? ps : pl, x);
 }
 
-// logistic(x) = 1 / (1 + e^-x): jax's formula.
-inline float logistic(float x) { return 1.0f / (1.0f + fm::exp(-x)); }
+// logistic(x) = 1 / (1 + e^-x) (jax's formula) for x >= 0, and e^x / (1 + e^x) for x < 0,
+// which stays accurate where e^-x would overflow (x < -88.7 gives denormals, not 0).
+inline float logistic(float x) {
+  const float e = fm::exp(-fabs_(x));
+  const float r = 1.0f / (1.0f + e);
+  return x < 0.0f ? e * r : r;
+}
 
 // erf: XLA's f32 rational approximation x P(x^2) / Q(x^2) on [-3.744, 3.744] (outside,
 // erf rounds to +-1), evaluated in double: max error 1.5 ulp.
@@ -154,27 +162,19 @@ inline float erf(float xf) {
 inline float erf_inv(float xf) {
   const double x = xf;
   const float w = -fm::log(float((1.0 - x) * (1.0 + x)));
-  const double w1 = double(w) - 2.5;
-  double p1 = 2.81022636e-08;
-  p1 = 3.43273939e-07 + p1 * w1;
-  p1 = -3.5233877e-06 + p1 * w1;
-  p1 = -4.39150654e-06 + p1 * w1;
-  p1 = 0.00021858087 + p1 * w1;
-  p1 = -0.00125372503 + p1 * w1;
-  p1 = -0.00417768164 + p1 * w1;
-  p1 = 0.246640727 + p1 * w1;
-  p1 = 1.50140941 + p1 * w1;
-  const double w2 = double(__builtin_sqrtf(w)) - 3.0;
-  double p2 = -0.000200214257;
-  p2 = 0.000100950558 + p2 * w2;
-  p2 = 0.00134934322 + p2 * w2;
-  p2 = -0.00367342844 + p2 * w2;
-  p2 = 0.00573950773 + p2 * w2;
-  p2 = -0.0076224613 + p2 * w2;
-  p2 = 0.00943887047 + p2 * w2;
-  p2 = 1.00167406 + p2 * w2;
-  p2 = 2.83297682 + p2 * w2;
-  const double p = double(w) < 5.0 ? p1 : p2;
+  // One Horner chain whose coefficients and variable are chosen per lane (central
+  // region w < 5, or the tails) instead of evaluating both polynomials.
+  const bool c = double(w) < 5.0;
+  const double t = c ? double(w) - 2.5 : double(__builtin_sqrtf(w)) - 3.0;
+  double p = c ? 2.81022636e-08 : -0.000200214257;
+  p = (c ? 3.43273939e-07 : 0.000100950558) + p * t;
+  p = (c ? -3.5233877e-06 : 0.00134934322) + p * t;
+  p = (c ? -4.39150654e-06 : -0.00367342844) + p * t;
+  p = (c ? 0.00021858087 : 0.00573950773) + p * t;
+  p = (c ? -0.00125372503 : -0.0076224613) + p * t;
+  p = (c ? -0.00417768164 : 0.00943887047) + p * t;
+  p = (c ? 0.246640727 : 1.00167406) + p * t;
+  p = (c ? 1.50140941 : 2.83297682) + p * t;
   const float r = float(p * x);
   return fabs_(xf) == 1.0f ? xf * kInf : r;  // |x| > 1 and NaN come out NaN from the log
 }
@@ -206,7 +206,9 @@ inline float round_even(float x) {  // half to even
   float t = trunc_small(x);
   const float f = fabs_(x - t);
   const float odd = float(int32_t(t) & 1);  // t is an exact small integer here
-  t = ((f > 0.5f) | ((f == 0.5f) & (odd == 1.0f))) ? t + copysign_(1.0f, x) : t;
+  float up = f > 0.5f ? 1.0f : 0.0f;
+  up = f == 0.5f ? odd : up;
+  t = t + copysign_(up, x);
   t = fabs_(x) < kTwo23 ? t : x;
   return copysign_(t, x);
 }
@@ -247,6 +249,12 @@ double erf_inv_f64(double x) {
   return std::copysign(y, x);
 }
 
+double logistic_f64(double x) {
+  const double e = std::exp(-std::fabs(x));
+  const double r = 1.0 / (1.0 + e);
+  return x < 0.0 ? e * r : r;
+}
+
 // f32 -> bf16 like ml_dtypes / XLA: round to nearest even, NaN -> canonical quiet NaN
 // with the sign kept.
 inline uint16_t f32_to_bf16_bits(float f) {
@@ -257,10 +265,9 @@ inline uint16_t f32_to_bf16_bits(float f) {
 }
 
 // Kernels see bf16 as its uint16_t bits (podlet has no uint16 dtype, so uint16_t always
-// means bf16 here): plain integer loads let GCC vectorise the loops. ar_t is the type the
-// arithmetic happens in; ld / st convert one element. They are defined here rather than
-// taken from dtype.h so that they inline into this file's no-trapping-math loops (GCC
-// does not inline FP code across differing FP-semantics options).
+// means bf16 here): GCC vectorises loops over plain integers, not over the bf16 struct.
+// ar_t is the type the arithmetic happens in; ld / st convert one element (st rounds
+// with f32_to_bf16_bits, so NaN results are canonical, as in ml_dtypes).
 template <class S> using ar_t = std::conditional_t<std::is_same_v<S, uint16_t>, float, S>;
 template <class S> inline ar_t<S> ld(S x) {
   if constexpr (std::is_same_v<S, uint16_t>) return __builtin_bit_cast(float, uint32_t(x) << 16);
@@ -293,7 +300,6 @@ const char* kinds_name(unsigned k) {
     case kNum: return "a numeric (float or integer, not bool)";
     case kIntBool: return "an integer or bool";
     case kInt: return "an integer (int32, uint32, uint8)";
-    case kFloat | kSInt: return "a float or signed integer";
     default: return "a supported";
   }
 }
@@ -523,12 +529,14 @@ template <class A> inline A do_rem(A x, A y) {
   else return y == 0 ? x : A(x % y);
 }
 template <class A> inline A do_max(A x, A y) {
-  if constexpr (std::is_floating_point_v<A>) return ((x > y) | (x != x)) ? x : y;  // NaN wins (| not ||: no branch)
-  else return x > y ? x : y;
+  const A r = x > y ? x : y;  // (two plain selects: the form GCC vectorises)
+  if constexpr (std::is_floating_point_v<A>) return x != x ? x : r;  // NaN wins
+  else return r;
 }
 template <class A> inline A do_min(A x, A y) {
-  if constexpr (std::is_floating_point_v<A>) return ((x < y) | (x != x)) ? x : y;
-  else return x < y ? x : y;
+  const A r = x < y ? x : y;
+  if constexpr (std::is_floating_point_v<A>) return x != x ? x : r;
+  else return r;
 }
 // Shifts: the amount is read as unsigned; >= the bit width gives 0 / the sign fill.
 template <class A> inline A do_shl(A x, A s) {
@@ -575,7 +583,7 @@ FLOAT_FN(log, fm::log(x), std::log(x))
 FLOAT_FN(log1p, std::log1p(x), std::log1p(x))
 FLOAT_FN(expm1, std::expm1(x), std::expm1(x))
 FLOAT_FN(tanh, fm::tanh(x), std::tanh(x))
-FLOAT_FN(logistic, fm::logistic(x), 1.0 / (1.0 + std::exp(-x)))
+FLOAT_FN(logistic, fm::logistic(x), logistic_f64(x))
 FLOAT_FN(sqrt, __builtin_sqrtf(x), __builtin_sqrt(x))
 FLOAT_FN(rsqrt, 1.0f / __builtin_sqrtf(x), 1.0 / __builtin_sqrt(x))
 FLOAT_FN(erf, fm::erf(x), std::erf(x))
