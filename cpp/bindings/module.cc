@@ -106,6 +106,7 @@ static std::vector<py::tuple> describe(const Graph& g, const std::vector<int>& i
 }
 
 void bind_io(py::module_& m);  // io_bindings.cc
+void bind_isa(py::module_& m);  // isa_bindings.cc
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "podlet C++ core";
@@ -159,6 +160,7 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("prim_names", &prim_names);
   bind_io(m);
+  bind_isa(m);
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
   m.def("memory_stats", []() { auto& s = mem_stats(); return py::make_tuple(s.live, s.peak); });

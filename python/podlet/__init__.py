@@ -47,6 +47,11 @@ __all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "device_get", "block
            "tree_util", "numpy", "lax", "random", "nn", "config", "PodletError", "ShapeError", "DTypeError"]
 
 
+def cpu_info():
+    """What the CPU offers and which kernel ISA podlet uses (PODLET_ISA forces a lower one)."""
+    return _core.cpu_info()
+
+
 def devices():
     return [Device(0)]
 

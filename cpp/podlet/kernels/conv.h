@@ -11,7 +11,7 @@
 // Operands may be bf16 / f32 / f64 (each its own); accumulation is f32, or f64 when any
 // operand or the output is f64. Every output element is summed in a fixed order
 // (forward: kh, kw, ci; backward-data: kh, kw, o; backward-filter: n, oh, ow), so the
-// bits do not depend on the thread count.
+// bits do not depend on the thread count (for a given ISA).
 #pragma once
 #include <cstdint>
 #include "podlet/dtype.h"
@@ -31,11 +31,25 @@ struct ConvGeom {
   int64_t Og() const { return O / G; }
 };
 
+// The dispatchers (dispatch_common.cc): the fastest variant for the active ISA (cpu/isa.h)
+// that takes the dtypes and geometry, else the reference. Same arguments as the _ref.
+void conv_fwd(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y);
+void conv_bwd_data(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
+void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
+
+// Reference kernels: plain C++, every dtype and geometry; the oracle of the fast paths.
 // y[N, Ho, Wo, O] = conv(x[N, H, W, C], w[KH, KW, C/G, O]).
 void conv_fwd_ref(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y);
 // dx[N, H, W, C] = transpose of conv in x, applied to g[N, Ho, Wo, O].
 void conv_bwd_data_ref(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
 // dw[KH, KW, C/G, O] = transpose of conv in w, applied to g[N, Ho, Wo, O].
 void conv_bwd_filter_ref(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
+
+// AVX2+FMA implicit GEMMs (conv_avx2.cc): f32 / bf16 operands and output, lhs_dilation 1,
+// non-empty output; f32 accumulation in fixed K blocks (a different order than the _ref,
+// so results agree to rounding, and are bit-identical for any thread count).
+void conv_fwd_avx2(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y);
+void conv_bwd_data_avx2(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
+void conv_bwd_filter_avx2(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
 
 }  // namespace podlet::kernels

@@ -33,8 +33,14 @@ struct GemmArgs {
   std::vector<int64_t> b_batch, b_k, b_col;  // sizes B, K, N
 };
 
-// Plain C++ / Eigen reference GEMM (the oracle for faster ISA paths).
+// The GEMM of dot_general: the fastest variant for the active ISA (cpu/isa.h) that
+// takes these dtypes, else gemm_ref (dispatch_common.cc walks the list best-first).
+void gemm(const GemmArgs& args);
+// Plain C++ / Eigen reference GEMM (the oracle for faster ISA paths). All dtypes.
 void gemm_ref(const GemmArgs& args);
+// AVX2+FMA (gemm_avx2.cc): operands and output f32 / bf16 in any mix, B*M*N > 0.
+// Accumulates in f32 with K summed in blocks of kGemmTileK (see avx2_engine.h).
+void gemm_avx2(const GemmArgs& args);
 
 // Offsets of every index of a group of dims, enumerated row-major over the group:
 // dims (d0, d1) with sizes (s0, s1) and strides (t0, t1) give [i0*t0 + i1*t1 ...].

@@ -136,7 +136,7 @@ static Register reg_conv("conv_general_dilated", PrimDef{
     },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       ConvGeom q = conv_geom(in[0].shape(), in[1].shape(), conv_params(a));
-      kernels::conv_fwd_ref(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+      kernels::conv_fwd(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
     },
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       const int x = n.in[0], w = n.in[1];
@@ -156,7 +156,7 @@ static Register reg_conv_bwd_data("conv_bwd_data", PrimDef{
     },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       ConvGeom q = conv_geom(out[0].shape(), in[1].shape(), conv_params(a));
-      kernels::conv_bwd_data_ref(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+      kernels::conv_bwd_data(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
     },
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       const int gy = n.in[0], w = n.in[1];
@@ -176,7 +176,7 @@ static Register reg_conv_bwd_filter("conv_bwd_filter", PrimDef{
     },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       ConvGeom q = conv_geom(in[0].shape(), out[0].shape(), conv_params(a));
-      kernels::conv_bwd_filter_ref(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+      kernels::conv_bwd_filter(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
     },
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       const int x = n.in[0], gy = n.in[1];

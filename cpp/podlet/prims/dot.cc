@@ -121,7 +121,7 @@ void dot_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Att
   g.b_batch = kernels::group_offsets(pick(rs, d.rb), pick(rst, d.rb));
   g.b_k = kernels::group_offsets(pick(rs, d.rc), pick(rst, d.rc));
   g.b_col = kernels::group_offsets(pick(rs, d.rfree), pick(rst, d.rfree));
-  kernels::gemm_ref(g);
+  kernels::gemm(g);
 }
 
 std::vector<int64_t> iota_from(int64_t start, size_t n) {

@@ -1,0 +1,39 @@
+// CPU features and the active kernel ISA.
+//
+// The features are read once (cpuid through __builtin_cpu_supports, which also checks
+// that the OS saves the wide registers). The active ISA is the best one the host has,
+// lowered by the environment variable PODLET_ISA=ref|avx2|avx512|avx512bf16 or by
+// set_isa(). Asking for more than the host has is not an error: it clamps down to the
+// best available ISA below the request, with a one-time warning on stderr.
+//
+// Kernels dispatch on active_isa() (best first, down to ref); `ref` is plain C++ and the
+// oracle every faster path is tested against.
+#pragma once
+#include <string>
+
+namespace podlet::cpu {
+
+enum class Isa { ref = 0, avx2, avx512, avx512bf16 };
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false;
+  Isa best = Isa::ref;  // the best ISA the host supports
+};
+
+// Detected once, on first use.
+const CpuFeatures& cpu_features();
+// Whether the host can run kernels of ISA `isa` (ref: always).
+bool host_supports(Isa isa);
+
+// The ISA kernels use now.
+Isa active_isa();
+// Selects the ISA for kernels (tests, benchmarks); clamps to the host like PODLET_ISA.
+// Not meant to be called while kernels run on other threads.
+void set_isa(Isa isa);
+
+const char* isa_name(Isa isa);
+// "ref" | "avx2" | "avx512" | "avx512bf16"; throws ValueError on anything else.
+Isa isa_from_name(const std::string& name);
+
+}  // namespace podlet::cpu

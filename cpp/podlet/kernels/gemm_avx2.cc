@@ -1,0 +1,97 @@
+// AVX2+FMA batched GEMM behind dot_general (see gemm.h for the operand layout and
+// avx2_engine.h for the blocking and the determinism argument). f32 / bf16 operands in
+// any mix, f32 accumulation, f32 / bf16 output; gemm() sends everything else to gemm_ref.
+#include "podlet/kernels/avx2_engine.h"
+
+namespace podlet::kernels {
+namespace {
+using namespace avx2;
+
+// Whether offsets v are consecutive (v[i + 1] == v[i] + 1): that dim is contiguous.
+bool unit_stride(const int64_t* v, int64_t n) {
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] != v[i - 1] + 1) return false;
+  return true;
+}
+
+struct Operands {
+  const GemmArgs& g;
+  bool a_k_unit, a_row_unit, b_col_unit, b_k_unit;
+};
+
+// Panel j of B[b] into dst = [K][NR]: B[b, k, j*NR + c], zero past N.
+template <class T> void pack_b_panel(const Operands& o, int64_t b, int64_t j, float* dst) {
+  const GemmArgs& g = o.g;
+  const T* base = static_cast<const T*>(g.b) + g.b_batch[b];
+  const int64_t n0 = j * NR, nb = imin(NR, g.N - n0), K = g.K;
+  const int64_t* bk = g.b_k.data();
+  const int64_t* bc = g.b_col.data() + n0;
+  if (nb < NR)
+    for (int64_t k = 0; k < K; ++k) zero_row(dst + k * NR + nb, NR - nb);
+  if (o.b_col_unit) {  // rows of B are contiguous: copy 16 at a time
+    for (int64_t k = 0; k < K; ++k) copy_row(base + bk[k] + bc[0], nb, dst + k * NR);
+  } else if (o.b_k_unit) {  // B is stored transposed (x @ W^T): columns are contiguous
+    const T* src[NR];
+    for (int64_t c = 0; c < nb; ++c) src[c] = base + bc[c] + bk[0];
+    transpose_rows(src, nb, K, dst, NR);
+  } else {
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t c = 0; c < nb; ++c) dst[k * NR + c] = load1(base + bk[k] + bc[c]);
+  }
+}
+
+// A[b, m0:m0+mb, k0:k0+kb] row-major into dst (row stride lda).
+template <class T>
+void pack_a_block(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t k0, int64_t kb, float* dst, int64_t lda) {
+  const GemmArgs& g = o.g;
+  const T* base = static_cast<const T*>(g.a) + g.a_batch[b];
+  const int64_t* ar = g.a_row.data() + m0;
+  const int64_t* ak = g.a_k.data() + k0;
+  if (o.a_k_unit) {
+    for (int64_t i = 0; i < mb; ++i) copy_row(base + ar[i] + ak[0], kb, dst + i * lda);
+  } else if (o.a_row_unit) {  // A stored transposed (x^T @ g): rows of A^T are contiguous
+    const T* src[KC];
+    for (int64_t k = 0; k < kb; ++k) src[k] = base + ak[k] + ar[0];
+    transpose_rows(src, kb, mb, dst, lda);
+  } else {
+    for (int64_t i = 0; i < mb; ++i)
+      for (int64_t k = 0; k < kb; ++k) dst[i * lda + k] = load1(base + ar[i] + ak[k]);
+  }
+}
+
+template <class TA, class TB> void run(const GemmArgs& g) {
+  const Operands o{g, unit_stride(g.a_k.data(), g.K), unit_stride(g.a_row.data(), g.M),
+                   unit_stride(g.b_col.data(), g.N), unit_stride(g.b_k.data(), g.K)};
+  const int64_t panels = cdiv(g.N, NR);
+  const int64_t bsize = g.K * panels * NR;  // one batch entry of packed B
+  FBuf bp(g.B * bsize);
+  run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
+            [&](int64_t u) { pack_b_panel<TB>(o, u / panels, u % panels, bp.p + u * g.K * NR); });
+
+  const Tiling t = choose_tiling(g.B, g.M, g.N);
+  const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
+  run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
+    const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
+    const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
+    const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
+    tile_product(m0, mb, n0, nb, g.K, PrepackedB{bp.p + b * bsize, g.K},
+                 [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
+                   pack_a_block<TA>(o, b, m, rows, k0, kb, dst, lda);
+                 },
+                 s, ldc);
+    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, s.c.p + i * ldc, nb);
+  });
+}
+
+}  // namespace
+
+// Preconditions (checked by gemm()): a, b in {f32, bf16}, c in {f32, bf16}, B*M*N > 0.
+void gemm_avx2(const GemmArgs& g) {
+  const bool a16 = g.a_dtype == DType::bf16, b16 = g.b_dtype == DType::bf16;
+  if (a16 && b16) run<bf16, bf16>(g);
+  else if (a16) run<bf16, float>(g);
+  else if (b16) run<float, bf16>(g);
+  else run<float, float>(g);
+}
+
+}  // namespace podlet::kernels

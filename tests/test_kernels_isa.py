@@ -1,0 +1,280 @@
+"""The ISA kernel variants against the reference: every fast path this host has
+(_core.set_isa('avx2') ...) vs _core.set_isa('ref') for dot_general and the three
+convolutions, bit-determinism across thread counts on the fast paths, ResNet shapes,
+tile edges, dtype mixes, and the ISA selection API (cpu_info, set_isa, PODLET_ISA).
+
+Tolerance: the fast paths sum in another order than the reference (K in fixed blocks),
+so an f32 result may differ by a few ulps of the sum of |terms|: we check
+|fast - ref| <= 1e-5 * (sum of |a*b|) element by element (the float64 sum of absolute
+products, computed by the same primitive on |operands| in float64), plus one bf16 ulp
+when the output is bf16.
+"""
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import podlet
+from podlet import _core
+from podlet._src.core import bind
+from prim_check import as_podlet
+
+BF16 = ml_dtypes.bfloat16
+INFO = _core.cpu_info()
+# Every fast ISA the host runs; on a host with none the ref path is compared with itself.
+FAST_ISAS = [i for i in INFO["available_isas"] if i != "ref"] or ["ref"]
+
+
+@pytest.fixture(autouse=True)
+def restore_isa_and_threads():
+    isa, n = _core.active_isa(), podlet.config.num_threads
+    yield
+    _core.set_isa(isa)
+    podlet.config.update("num_threads", n)
+
+
+def run(isa, prim, args, attrs, threads=None):
+    _core.set_isa(isa)
+    if threads:
+        podlet.config.update("num_threads", threads)
+    return np.asarray(bind(prim, *[as_podlet(a) for a in args], **attrs)).copy()
+
+
+def abs_sum(prim, args, attrs):
+    """The float64 sum of |terms| of each output element: prim on |operands| in f64."""
+    a64 = [np.abs(np.asarray(a).astype(np.float64)) for a in args]
+    attrs = {k: v for k, v in attrs.items() if k != "preferred_element_type"}
+    return run("ref", prim, a64, attrs)
+
+
+def check_fast_vs_ref(isa, prim, args, attrs):
+    """Runs prim on `isa` and on ref; returns (fast, ref) after checking they agree."""
+    ref = run("ref", prim, args, attrs)
+    fast = run(isa, prim, args, attrs)
+    assert fast.dtype == ref.dtype and fast.shape == ref.shape
+    bound = 1e-5 * abs_sum(prim, args, attrs) + 1e-30
+    f64, r64 = fast.astype(np.float64), ref.astype(np.float64)
+    if ref.dtype == BF16:
+        bound = bound + 2.0 ** -7 * np.abs(r64)  # one rounding flip of the bf16 output (1 ulp <= 2^-7 |x|)
+    err = np.abs(f64 - r64)
+    worst = np.unravel_index(np.argmax(err - bound), err.shape) if err.size else None
+    assert np.all(err <= bound), (f"{prim} on {isa}: |fast - ref| = {err[worst]:.3g} > bound {bound[worst]:.3g} "
+                                  f"at {worst} (fast {f64[worst]!r}, ref {r64[worst]!r})")
+    return fast, ref
+
+
+def rand(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# ---- ISA selection ------------------------------------------------------------------
+def test_cpu_info_and_set_isa():
+    feats = INFO["features"]
+    for k in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_bf16"):
+        assert isinstance(feats[k], bool)
+    assert INFO["available_isas"][0] == "ref" and INFO["available_isas"][-1] == INFO["best_isa"]
+    assert (INFO["best_isa"] != "ref") == (feats["avx2"] and feats["fma"])
+    with open("/proc/cpuinfo") as f:
+        flags = next(l for l in f if l.startswith("flags")).split()
+    assert feats["avx2"] == ("avx2" in flags) and feats["avx512f"] == ("avx512f" in flags)
+    assert _core.set_isa("ref") == "ref" and _core.cpu_info()["active_isa"] == "ref"
+    # Asking for more than the host has clamps down to its best ISA.
+    assert _core.set_isa("avx512bf16") == INFO["best_isa"]
+    assert _core.active_isa() == INFO["best_isa"]
+    with pytest.raises(podlet.PodletError, match="unknown ISA 'sse9'"):
+        _core.set_isa("sse9")
+    assert _core.active_isa() == INFO["best_isa"]
+
+
+def test_podlet_isa_environment_variable():
+    code = "from podlet import _core; print(_core.cpu_info()['active_isa'])"
+    env = dict(os.environ, PODLET_ISA="ref")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ref"
+    env["PODLET_ISA"] = "avx512bf16"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == INFO["best_isa"]
+    if INFO["best_isa"] != "avx512bf16":
+        assert "requested but this CPU supports up to" in out.stderr
+
+
+# ---- dot_general ----------------------------------------------------------------------
+def dot_attrs(lc, rc, lb=(), rb=(), **kw):
+    return dict(lhs_contracting=list(lc), rhs_contracting=list(rc), lhs_batch=list(lb), rhs_batch=list(rb), **kw)
+
+
+# name -> (lhs shape, rhs shape, attrs): every packing path of A and B, and tile edges
+# (MR = 6, NR = 16, K block 256, tiles 120 x 256).
+DOT_CASES = {
+    "matmul_edges": ((131, 300), (300, 259), dot_attrs([1], [0])),
+    "lhs_transposed": ((300, 37), (300, 45), dot_attrs([0], [0])),        # x^T g
+    "rhs_transposed": ((37, 520), (45, 520), dot_attrs([1], [1])),        # g W^T
+    "both_gathered": ((7, 9, 13), (13, 5, 7), dot_attrs([0, 2], [2, 0])),  # neither side contiguous
+    "batched": ((3, 50, 70), (3, 70, 33), dot_attrs([2], [1], [0], [0])),
+    "batch_not_leading": ((20, 4, 30), (30, 4, 17), dot_attrs([2], [0], [1], [1])),
+    "matvec": ((40, 600), (600,), dot_attrs([1], [0])),
+    "skinny": ((1, 8), (8, 1), dot_attrs([1], [0])),
+    "empty_k": ((5, 0), (0, 7), dot_attrs([1], [0])),
+}
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("name", list(DOT_CASES))
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (BF16, np.float32)],
+                         ids=["f32", "bf16", "bf16xf32"])
+def test_dot_fast_vs_ref(isa, name, dtypes):
+    ls, rs, attrs = DOT_CASES[name]
+    rng = np.random.default_rng(0)
+    check_fast_vs_ref(isa, "dot_general", [rand(rng, ls, dtypes[0]), rand(rng, rs, dtypes[1])], attrs)
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("out", ["float32", "bfloat16"])
+def test_dot_preferred_element_type(isa, out):
+    rng = np.random.default_rng(1)
+    a, b = rand(rng, (2, 33, 400), BF16), rand(rng, (2, 400, 21), BF16)
+    attrs = dot_attrs([2], [1], [0], [0], preferred_element_type=out)
+    fast, _ = check_fast_vs_ref(isa, "dot_general", [a, b], attrs)
+    assert fast.dtype == np.dtype(out if out == "float32" else BF16)
+    if out == "bfloat16":  # the bf16 output is the f32 result of the same path rounded once
+        f32 = run(isa, "dot_general", [a, b], dict(attrs, preferred_element_type="float32"))
+        np.testing.assert_array_equal(fast, f32.astype(BF16))
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+def test_dot_fast_path_is_taken(isa):
+    """With K > 256 the block order differs from the reference's somewhere."""
+    rng = np.random.default_rng(2)
+    a, b = rand(rng, (64, 700), np.float32), rand(rng, (700, 48), np.float32)
+    fast, ref = check_fast_vs_ref(isa, "dot_general", [a, b], dot_attrs([1], [0]))
+    if isa != "ref":
+        assert not np.array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_dot_bits_do_not_depend_on_thread_count(isa, dtype):
+    rng = np.random.default_rng(3)
+    cases = [((250, 530), (530, 300), dot_attrs([1], [0])), ((530, 70), (90, 530), dot_attrs([0], [1])),
+             ((4, 90, 300), (4, 300, 40), dot_attrs([2], [1], [0], [0]))]
+    for ls, rs, attrs in cases:
+        a, b = rand(rng, ls, dtype), rand(rng, rs, dtype)
+        one = run(isa, "dot_general", [a, b], attrs, threads=1)
+        two = run(isa, "dot_general", [a, b], attrs, threads=2)
+        assert one.tobytes() == two.tobytes(), f"{ls} x {rs}"
+
+
+# ---- convolutions -----------------------------------------------------------------------
+def conv_attrs(strides=(1, 1), pad=(0, 0, 0, 0), rd=(1, 1), groups=1, ld=(1, 1), **kw):
+    return dict(window_strides=list(strides), padding=list(pad), lhs_dilation=list(ld), rhs_dilation=list(rd),
+                feature_group_count=groups, **kw)
+
+
+def conv_out_hw(xs, ws, a):
+    out = []
+    for i in range(2):
+        n, k = xs[1 + i], ws[i]
+        s, lo, hi, ld, rd = a["window_strides"][i], a["padding"][2 * i], a["padding"][2 * i + 1], \
+            a["lhs_dilation"][i], a["rhs_dilation"][i]
+        padded = (n - 1) * ld + 1 + lo + hi if n else lo + hi
+        win = (k - 1) * rd + 1
+        out.append(0 if padded < win else (padded - win) // s + 1)
+    return out
+
+
+# name -> (x NHWC, w HWIO, attrs). ResNet layers at batch 2 on small images, then edge
+# geometries; channels are >= 8 per group so the fast paths take them.
+CONV_CASES = {
+    "resnet_stem_7x7_s2": ((2, 20, 18, 3), (7, 7, 3, 64), conv_attrs((2, 2), (3, 3, 3, 3))),
+    "resnet_3x3_s1": ((2, 10, 10, 64), (3, 3, 64, 64), conv_attrs((1, 1), (1, 1, 1, 1))),
+    "resnet_3x3_s2": ((2, 12, 12, 32), (3, 3, 32, 64), conv_attrs((2, 2), (0, 1, 0, 1))),
+    "resnet_1x1_s2_projection": ((2, 11, 12, 32), (1, 1, 32, 64), conv_attrs((2, 2))),
+    "tile_edges": ((2, 13, 11, 40), (3, 3, 40, 40), conv_attrs((1, 1), (1, 1, 1, 1))),  # K=360, N=40
+    "asymmetric_pad_stride_1x2": ((1, 9, 10, 16), (3, 2, 16, 24), conv_attrs((1, 2), (0, 2, 1, 0))),
+    "negative_padding": ((1, 9, 9, 16), (3, 3, 16, 20), conv_attrs((1, 1), (-1, 2, 1, -2))),
+    "rhs_dilation_2": ((2, 11, 10, 16), (3, 3, 16, 24), conv_attrs((1, 1), (2, 2, 2, 2), rd=(2, 2))),
+    "dilated_strided": ((1, 13, 12, 16), (3, 2, 16, 24), conv_attrs((2, 3), (1, 0, 0, 2), rd=(2, 1))),
+    "stride_3_kernel_2": ((1, 11, 10, 16), (2, 2, 16, 16), conv_attrs((3, 3), (0, 0, 0, 0))),  # dx phases without taps
+    "groups_2": ((2, 8, 9, 32), (3, 3, 16, 48), conv_attrs((1, 1), (1, 1, 1, 1), groups=2)),
+    "groups_4_strided": ((1, 9, 9, 64), (3, 3, 16, 32), conv_attrs((2, 2), (1, 1, 1, 1), groups=4)),
+    "window_larger_than_input": ((1, 2, 2, 16), (3, 3, 16, 16), conv_attrs()),
+    # Kept on the reference by the dispatcher (depthwise, lhs dilation): must still agree.
+    "depthwise": ((2, 8, 7, 16), (3, 3, 1, 16), conv_attrs((1, 1), (1, 1, 1, 1), groups=16)),
+    "lhs_dilation": ((1, 5, 6, 16), (3, 3, 16, 16), conv_attrs((1, 1), (1, 1, 2, 1), ld=(2, 2))),
+}
+
+
+def conv_args(name, dtypes, seed=0):
+    xs, ws, a = CONV_CASES[name]
+    rng = np.random.default_rng(seed)
+    ho, wo = conv_out_hw(xs, ws, a)
+    gs = (xs[0], ho, wo, ws[3])
+    x, w, g = rand(rng, xs, dtypes[0]), rand(rng, ws, dtypes[1]), rand(rng, gs, dtypes[0])
+    return x, w, g, a
+
+
+def conv_calls(x, w, g, a):
+    """(prim, operands, attrs) of the three convolutions of one geometry."""
+    return [("conv_general_dilated", [x, w], a),
+            ("conv_bwd_data", [g, w], dict(a, lhs_shape=list(x.shape))),
+            ("conv_bwd_filter", [x, g], dict(a, rhs_shape=list(w.shape)))]
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("name", list(CONV_CASES))
+@pytest.mark.parametrize("dtypes", [(np.float32, np.float32), (BF16, BF16), (BF16, np.float32)],
+                         ids=["f32", "bf16", "bf16xf32"])
+def test_conv_fast_vs_ref(isa, name, dtypes):
+    x, w, g, a = conv_args(name, dtypes)
+    for prim, args, attrs in conv_calls(x, w, g, a):
+        check_fast_vs_ref(isa, prim, args, attrs)
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+def test_conv_bf16_with_f32_output(isa):
+    x, w, g, a = conv_args("resnet_3x3_s2", (BF16, BF16))
+    for prim, args, attrs in conv_calls(x, w, g, a):
+        fast, _ = check_fast_vs_ref(isa, prim, args, dict(attrs, preferred_element_type="float32"))
+        assert fast.dtype == np.float32
+        # The bf16 result of the same path is that f32 sum rounded once.
+        np.testing.assert_array_equal(run(isa, prim, args, attrs), fast.astype(BF16))
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+def test_conv_fast_path_is_taken(isa):
+    x, w, g, a = conv_args("tile_edges", (np.float32, np.float32))
+    for prim, args, attrs in conv_calls(x, w, g, a):
+        fast, ref = check_fast_vs_ref(isa, prim, args, attrs)
+        if isa != "ref":
+            assert not np.array_equal(fast, ref), prim
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_conv_bits_do_not_depend_on_thread_count(isa, dtype):
+    for name in ("resnet_stem_7x7_s2", "resnet_3x3_s2", "tile_edges", "groups_4_strided"):
+        x, w, g, a = conv_args(name, (dtype, dtype), seed=5)
+        if name == "tile_edges":  # more rows: several M tiles and K blocks of pixels
+            x = np.concatenate([x] * 3)
+            g = np.concatenate([g] * 3)
+        for prim, args, attrs in conv_calls(x, w, g, a):
+            one = run(isa, prim, args, attrs, threads=1)
+            two = run(isa, prim, args, attrs, threads=2)
+            assert one.tobytes() == two.tobytes(), f"{name} {prim}"
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+def test_conv_grad_matches_ref(isa):
+    """A whole conv VJP (forward, backward-data, backward-filter) on the fast path."""
+    x, w, _, a = conv_args("resnet_3x3_s1", (np.float32, np.float32))
+
+    def grads(which):
+        _core.set_isa(which)
+        f = lambda x_, w_: (bind("conv_general_dilated", x_, w_, **a) ** 2).sum()
+        return [np.asarray(t) for t in podlet.grad(f, argnums=(0, 1))(as_podlet(x), as_podlet(w))]
+
+    for fast, ref in zip(grads(isa), grads("ref")):
+        np.testing.assert_allclose(fast, ref, rtol=1e-4, atol=1e-3 * np.abs(ref).max())
