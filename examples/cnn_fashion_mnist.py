@@ -122,8 +122,9 @@ def main(argv=None):
     steps_per_epoch = len(xtr) // args.batch_size
     if args.limit_steps:
         steps_per_epoch = min(steps_per_epoch, args.limit_steps)
+    # optax's decay_steps counts the warmup too: the cosine spans the rest of the run.
     schedule = optax.warmup_cosine_decay_schedule(0.0, args.learning_rate, steps_per_epoch // 2,
-                                                  max(args.epochs * steps_per_epoch - steps_per_epoch // 2, 1), 0.0)
+                                                  args.epochs * steps_per_epoch, 0.0)
     tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(schedule, weight_decay=1e-4))
     root = jax.random.PRNGKey(args.seed)
     init_rng, state_rng = jax.random.split(root)
