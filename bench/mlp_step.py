@@ -37,7 +37,7 @@ def main():
     xp, yp = podlet.numpy.asarray(x), podlet.numpy.asarray(y)
 
     def podlet_step():
-        p, o, loss = ex.train_step(state["p"], state["o"], xp, yp)
+        p, o, loss = ex.train_step(state["p"], state["o"], xp, yp, total_steps=1000)
         state["p"], state["o"] = p, o
         float(loss)
 
@@ -67,8 +67,9 @@ def main():
         t = st["t"] + 1.0
         m = jax.tree_util.tree_map(lambda m, g: 0.9 * m + 0.1 * g, st["m"], g)
         v = jax.tree_util.tree_map(lambda v, g: 0.999 * v + 0.001 * g * g, st["v"], g)
+        lr = 1e-3 * 0.5 * (1.0 + jnp.cos(np.pi * jnp.minimum(st["t"] / 1000, 1.0)))
         params = jax.tree_util.tree_map(
-            lambda p, m, v: p - 1e-3 * (m / (1 - 0.9 ** t)) / (jnp.sqrt(v / (1 - 0.999 ** t)) + 1e-8), params, m, v)
+            lambda p, m, v: p - lr * (m / (1 - 0.9 ** t)) / (jnp.sqrt(v / (1 - 0.999 ** t)) + 1e-8), params, m, v)
         return params, {"m": m, "v": v, "t": t}, loss
 
     jp = init(jax.random.PRNGKey(0), [784, 1024, 512, 10])

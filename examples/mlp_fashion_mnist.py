@@ -4,6 +4,7 @@
 one jit(value_and_grad(...)) step. Run: .venv/bin/python examples/mlp_fashion_mnist.py
 """
 import argparse
+import functools
 import time
 
 import numpy as np
@@ -39,7 +40,7 @@ def adam_init(params):
     return {"m": zeros, "v": zeros, "t": jnp.zeros((), jnp.float32)}
 
 
-def adam_update(params, grads, state, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+def adam_update(params, grads, state, lr, b1=0.9, b2=0.999, eps=1e-8):
     t = state["t"] + 1.0
     m = jax.tree_util.tree_map(lambda m, g: b1 * m + (1 - b1) * g, state["m"], grads)
     v = jax.tree_util.tree_map(lambda v, g: b2 * v + (1 - b2) * g * g, state["v"], grads)
@@ -50,10 +51,15 @@ def adam_update(params, grads, state, lr=1e-3, b1=0.9, b2=0.999, eps=1e-8):
     return params, {"m": m, "v": v, "t": t}
 
 
-@jax.jit
-def train_step(params, opt_state, x, y):
+def cosine_lr(step, total_steps, peak=1e-3):
+    """Cosine decay from `peak` to 0 over the run (step is a traced scalar)."""
+    return peak * 0.5 * (1.0 + jnp.cos(np.pi * jnp.minimum(step / total_steps, 1.0)))
+
+
+@functools.partial(jax.jit, static_argnames="total_steps")
+def train_step(params, opt_state, x, y, total_steps):
     loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
-    params, opt_state = adam_update(params, grads, opt_state)
+    params, opt_state = adam_update(params, grads, opt_state, cosine_lr(opt_state["t"], total_steps))
     return params, opt_state, loss
 
 
@@ -87,7 +93,8 @@ def main():
         losses = []
         for i in range(steps):
             idx = perm[i * args.batch_size:(i + 1) * args.batch_size]
-            params, opt_state, loss = train_step(params, opt_state, xtr[idx], ytr[idx])
+            params, opt_state, loss = train_step(params, opt_state, xtr[idx], ytr[idx],
+                                                 total_steps=steps * args.epochs)
             losses.append(loss)
         dt = time.perf_counter() - t0
         preds = np.concatenate([np.asarray(predict(params, xte[i:i + 1000])) for i in range(0, len(xte), 1000)])

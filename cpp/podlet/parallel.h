@@ -19,7 +19,9 @@ inline void parallel_for(int64_t n, int64_t grain, F&& fn) {
   grain = std::max<int64_t>(grain, 1);
   int64_t nchunks = (n + grain - 1) / grain;
   if (nchunks == 1 || num_threads() == 1) { fn(int64_t(0), n); return; }
-#pragma omp parallel for schedule(static) num_threads(num_threads())
+// Dynamic: a thread preempted on a shared machine does not hold back the chunks the
+  // others could take. Chunk boundaries stay fixed, so results do not change.
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
   for (int64_t c = 0; c < nchunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
 }
 
