@@ -277,6 +277,58 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     return y if out_perm == [0, 1, 2, 3] else transpose(y, out_perm)
 
 
+def _conv_transpose_padding(k, s, padding):
+    """(before, after) padding of one spatial dim of a transposed convolution (jax's rule)."""
+    if padding == "SAME":
+        pad_len = k + s - 2
+        pad_a = k - 1 if s > k - 1 else int(_np.ceil(pad_len / 2))
+    elif padding == "VALID":
+        pad_len = k + s - 2 + _bi.max(k - s, 0)
+        pad_a = k - 1
+    elif isinstance(padding, tuple):
+        pads = tuple(k - p - 1 for p in padding)
+        pad_a = pads[0]
+        pad_len = _bi.sum(pads)
+    else:
+        raise ValueError(f"Invalid padding mode: {padding}")
+    return pad_a, pad_len - pad_a
+
+
+def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numbers=None,
+                   transpose_kernel=False, precision=None, preferred_element_type=None,
+                   use_consistent_padding=False):
+    """jax.lax.conv_transpose (2-D): a convolution with input dilation `strides`.
+
+    String padding ('SAME' / 'VALID') names the padding of the forward convolution this
+    one transposes; explicit (lo, hi) pairs are used as they are (unless
+    `use_consistent_padding`), exactly as in jax.
+    """
+    if dimension_numbers is None:
+        if len(lhs.shape) != 4:
+            raise ValueError(f"podlet convolutions are 2-D; got an input of shape {tuple(lhs.shape)}")
+        dimension_numbers = ("NHWC", "HWIO", "NHWC")
+    lhs_spec, rhs_spec, _ = tuple(dimension_numbers)
+    k_sdims = [rhs.shape[rhs_spec.index(c)] for c in rhs_spec if c not in "OI"]
+    rhs_dilation = tuple(rhs_dilation or (1,) * len(k_sdims))
+    if use_consistent_padding or (isinstance(padding, str) and padding in ("SAME", "VALID")):
+        eff = [_dilate(k, d) for k, d in zip(k_sdims, rhs_dilation)]
+        rep = [padding] * len(strides) if isinstance(padding, str) else [tuple(p) for p in padding]
+        pads = [_conv_transpose_padding(k, s, p) for k, s, p in zip(eff, strides, rep)]
+    else:
+        pads = [tuple(p) for p in padding]
+    if transpose_kernel:
+        sp_axes = [rhs_spec.index(c) for c in rhs_spec if c not in "OI"]
+        rhs = rev(rhs, sp_axes)
+        i, o = rhs_spec.index("I"), rhs_spec.index("O")
+        perm = list(range(len(rhs.shape)))
+        perm[i], perm[o] = perm[o], perm[i]
+        rhs = transpose(rhs, perm)
+    one = (1,) * len(k_sdims)
+    return conv_general_dilated(lhs, rhs, one, pads, lhs_dilation=tuple(strides), rhs_dilation=rhs_dilation,
+                                dimension_numbers=dimension_numbers, precision=precision,
+                                preferred_element_type=preferred_element_type)
+
+
 def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
     return conv_general_dilated(lhs, rhs, window_strides, padding, preferred_element_type=preferred_element_type)
 

@@ -242,9 +242,19 @@ greater_equal = _binary("ge")
 bitwise_and = _binary("and")
 bitwise_or = _binary("or")
 bitwise_xor = _binary("xor")
-logical_and = bitwise_and
-logical_or = bitwise_or
-logical_xor = bitwise_xor
+
+
+def _logical(prim):
+    """jnp.logical_*: operands are truth values (x != 0), the result is bool."""
+    def f(x1, x2):
+        return bind(prim, _bool(asarray(x1)), _bool(asarray(x2)))
+    f.__name__ = f"logical_{prim}"
+    return f
+
+
+logical_and = _logical("and")
+logical_or = _logical("or")
+logical_xor = _logical("xor")
 
 
 def true_divide(x1, x2):
@@ -323,10 +333,14 @@ def reciprocal(x):
 
 
 def logical_not(x):
+    return bind("not", _bool(asarray(x)))
+
+
+def invert(x):
     return bind("not", asarray(x))
 
 
-invert = bitwise_not = logical_not
+bitwise_not = invert
 
 
 def isfinite(x):
@@ -540,11 +554,23 @@ def flip(m, axis=None):
 
 
 def pad(array, pad_width, mode="constant", constant_values=0):
-    if mode != "constant":
-        raise NotImplementedError(f"pad mode {mode!r}; only 'constant' is supported")
+    """jnp.pad with modes 'constant', 'wrap', 'reflect', 'symmetric' and 'edge'.
+
+    The index-based modes gather along each padded axis with indices NumPy computes
+    (``np.pad(arange(n), (lo, hi), mode)``), so they trace and differentiate like `take`.
+    """
     array = asarray(array)
     pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64), (array.ndim, 2))
-    return lax.pad(array, _np.asarray(constant_values, array.dtype), [(int(lo), int(hi), 0) for lo, hi in pw])
+    if mode == "constant":
+        return lax.pad(array, _np.asarray(constant_values, array.dtype), [(int(lo), int(hi), 0) for lo, hi in pw])
+    if mode not in ("wrap", "reflect", "symmetric", "edge"):
+        raise NotImplementedError(f"pad mode {mode!r}; supported: 'constant', 'wrap', 'reflect', 'symmetric', 'edge'")
+    for ax, (lo, hi) in enumerate(pw):
+        if lo == 0 and hi == 0:
+            continue
+        idx = _np.pad(_np.arange(array.shape[ax], dtype=_np.int32), (int(lo), int(hi)), mode=mode)
+        array = take(array, to_array(idx.astype(_np.int32)), axis=ax)
+    return array
 
 
 def tile(A, reps):
@@ -1017,7 +1043,7 @@ def _install_methods(cls):
     cls.__neg__ = lambda s: negative(s)
     cls.__pos__ = lambda s: s
     cls.__abs__ = lambda s: abs(s)
-    cls.__invert__ = lambda s: logical_not(s)
+    cls.__invert__ = lambda s: invert(s)
     cls.__and__ = lambda s, o: bitwise_and(s, o)
     cls.__or__ = lambda s, o: bitwise_or(s, o)
     cls.__xor__ = lambda s, o: bitwise_xor(s, o)

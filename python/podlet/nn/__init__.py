@@ -12,5 +12,10 @@ from .activations import (relu, relu6, gelu, silu, swish, sigmoid, log_sigmoid, 
 from . import initializers
 from .module import (Module, compact, nowrap, merge_param, Variable, Scope, DenyList, apply, init,
                      init_with_output, tabulate, errors, FlaxError)
-from .linear import Dense, DenseGeneral, canonicalize_dtype, promote_dtype
+from .linear import Dense, DenseGeneral, Conv, ConvTranspose, canonicalize_dtype, promote_dtype
 from .combinators import Sequential
+from .normalization import BatchNorm, LayerNorm, GroupNorm, RMSNorm
+from .stochastic import Dropout, DropPath
+from .pooling import pool, avg_pool, max_pool, min_pool
+from .attention import (MultiHeadDotProductAttention, MultiHeadAttention, SelfAttention, dot_product_attention,
+                        dot_product_attention_weights, make_attention_mask, make_causal_mask, combine_masks)

@@ -1,5 +1,5 @@
-"""Linear layers (flax.linen.linear): Dense, DenseGeneral; dtype promotion helpers
-(flax.linen.dtypes): canonicalize_dtype, promote_dtype.
+"""Linear layers (flax.linen.linear): Dense, DenseGeneral, Conv, ConvTranspose; dtype
+promotion helpers (flax.linen.dtypes): canonicalize_dtype, promote_dtype.
 
 Flax's mixed-precision policy: parameters are created and stored in ``param_dtype``
 (float32 by default); at use, inputs and parameters are cast to ``dtype`` (or, when
@@ -17,7 +17,8 @@ from .. import numpy as jnp
 from . import initializers
 from .module import Module, compact
 
-__all__ = ["Dense", "DenseGeneral", "canonicalize_dtype", "promote_dtype", "default_kernel_init"]
+__all__ = ["Dense", "DenseGeneral", "Conv", "ConvTranspose", "canonicalize_dtype", "promote_dtype",
+           "canonicalize_padding", "default_kernel_init"]
 
 default_kernel_init = initializers.lecun_normal()
 
@@ -169,3 +170,249 @@ class DenseGeneral(Module):
         if self.use_bias:
             out += jnp.reshape(bias, expanded_batch_shape + features)
         return out
+
+
+# =====================================================================================
+# Convolutions (flax.linen.linear.Conv / ConvTranspose): NHWC inputs, HWIO kernels.
+# =====================================================================================
+def canonicalize_padding(padding, rank: int):
+    """Conv padding in a form lax accepts: a string stays, an int n becomes ``[(n, n)] * rank``,
+    a length-`rank` sequence of ints / ``(lo, hi)`` pairs becomes a list of pairs."""
+    if isinstance(padding, str):
+        return padding
+    if isinstance(padding, (int, np.integer)):
+        return [(int(padding), int(padding))] * rank
+    if isinstance(padding, Sequence) and len(padding) == rank:
+        new_pad = []
+        for p in padding:
+            if isinstance(p, (int, np.integer)):
+                new_pad.append((int(p), int(p)))
+            elif isinstance(p, tuple) and len(p) == 2:
+                new_pad.append(p)
+            else:
+                break
+        if len(new_pad) == rank:
+            return new_pad
+    raise ValueError(f"Invalid padding format: {padding}, should be str, int, or a sequence of len {rank} "
+                     "where each element is an int or pair of ints.")
+
+
+def _conv_kernel_size(kernel_size):
+    if isinstance(kernel_size, (int, np.integer)):
+        return (int(kernel_size),)
+    return tuple(kernel_size)
+
+
+def _broadcast_dims(x, n):
+    """An int / None / sequence attribute as an n-tuple (None means 1, as in Flax)."""
+    if x is None:
+        x = 1
+    if isinstance(x, (int, np.integer)):
+        return (int(x),) * n
+    return tuple(x)
+
+
+def _flatten_batch(inputs, n_spatial):
+    """Inputs with all leading batch dims merged into one (added when absent), and a
+    function restoring them on the output."""
+    num_batch_dimensions = inputs.ndim - (n_spatial + 1)
+    if num_batch_dimensions == 1:
+        return inputs, lambda y: y
+    input_batch_shape = tuple(inputs.shape[:num_batch_dimensions])
+    inputs = jnp.reshape(inputs, (-1,) + tuple(inputs.shape[num_batch_dimensions:]))
+    return inputs, lambda y: jnp.reshape(y, input_batch_shape + tuple(y.shape[1:]))
+
+
+def _as_2d(inputs, kernel, strides, in_dil, k_dil, padding):
+    """1-D convolution operands lifted to 2-D (a unit leading spatial dim): podlet's
+    convolution primitive is 2-D. Returns the lifted operands and an output squeezer."""
+    if kernel.ndim == 4:
+        return inputs, kernel, strides, in_dil, k_dil, padding, lambda y: y
+    if kernel.ndim != 3:
+        raise NotImplementedError(f"podlet convolutions are 1-D or 2-D; got a kernel of shape {tuple(kernel.shape)}")
+    inputs = jnp.expand_dims(inputs, 1)
+    kernel = jnp.expand_dims(kernel, 0)
+    if not isinstance(padding, str):
+        padding = [(0, 0)] + list(padding)
+    return (inputs, kernel, (1,) + strides, (1,) + in_dil, (1,) + k_dil, padding,
+            lambda y: jnp.squeeze(y, 1))
+
+
+class Conv(Module):
+    """A convolution (``lax.conv_general_dilated``) over channels-last inputs.
+
+    Attributes:
+      features: number of convolution filters.
+      kernel_size: shape of the kernel, e.g. ``(3, 3)`` (an int means a 1-D kernel).
+      strides: an int or one int per spatial dim (default 1).
+      padding: ``'SAME'``, ``'VALID'``, ``'CIRCULAR'`` (periodic), ``'REFLECT'``,
+        ``'CAUSAL'`` (1-D only), an int, or per-dim ints / ``(lo, hi)`` pairs.
+      input_dilation: an int or one int per spatial dim (default 1).
+      kernel_dilation: an int or one int per spatial dim (atrous convolution, default 1).
+      feature_group_count: split the input features into this many groups (default 1).
+      use_bias: whether to add a bias (default True).
+      mask: optional mask multiplied into the kernel (same shape as the kernel).
+      dtype: the dtype of the computation (default: infer from input and params).
+      param_dtype: the dtype passed to parameter initializers (default float32).
+      precision: accepted for compatibility; podlet accumulates in float32.
+      kernel_init: initializer for the kernel (default lecun_normal()).
+      bias_init: initializer for the bias (default zeros).
+
+    Inputs are ``(*batch_dims, spatial..., features)`` (NHWC for 2-D, NLC for 1-D); the
+    kernel is ``kernel_size + (in_features // feature_group_count, features)`` (HWIO).
+
+    Params: ``kernel``, ``bias`` (features,).
+    """
+    features: int
+    kernel_size: Any
+    strides: Any = 1
+    padding: Any = "SAME"
+    input_dilation: Any = 1
+    kernel_dilation: Any = 1
+    feature_group_count: int = 1
+    use_bias: bool = True
+    mask: Any = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    kernel_init: Any = default_kernel_init
+    bias_init: Any = initializers.zeros_init()
+    promote_dtype: Any = promote_dtype
+    conv_general_dilated: Any = None
+    conv_general_dilated_cls: Any = None
+
+    @compact
+    def __call__(self, inputs):
+        kernel_size = _conv_kernel_size(self.kernel_size)
+        n = len(kernel_size)
+        inputs, restore = _flatten_batch(inputs, n)
+        strides = _broadcast_dims(self.strides, n)
+        input_dilation = _broadcast_dims(self.input_dilation, n)
+        kernel_dilation = _broadcast_dims(self.kernel_dilation, n)
+
+        padding_lax = canonicalize_padding(self.padding, n)
+        if padding_lax in ("CIRCULAR", "REFLECT"):
+            dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
+            pads = [(0, 0)] + [((k - 1) // 2, k // 2) for k in dilated] + [(0, 0)]
+            inputs = jnp.pad(inputs, pads, mode={"CIRCULAR": "wrap", "REFLECT": "reflect"}[padding_lax])
+            padding_lax = "VALID"
+        elif padding_lax == "CAUSAL":
+            if n != 1:
+                raise ValueError("Causal padding is only implemented for 1D convolutions.")
+            inputs = jnp.pad(inputs, [(0, 0), (kernel_dilation[0] * (kernel_size[0] - 1), 0), (0, 0)])
+            padding_lax = "VALID"
+
+        in_features = inputs.shape[-1]
+        assert in_features % self.feature_group_count == 0
+        kernel_shape = kernel_size + (in_features // self.feature_group_count, self.features)
+        if self.mask is not None and tuple(self.mask.shape) != kernel_shape:
+            raise ValueError("Mask needs to have the same shape as weights. "
+                             f"Shapes are: {tuple(self.mask.shape)}, {kernel_shape}")
+        kernel = self.param("kernel", self.kernel_init, kernel_shape, self.param_dtype)
+        if self.mask is not None:
+            kernel = kernel * self.mask
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+
+        inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        if self.conv_general_dilated_cls is not None:
+            conv_general_dilated = self.conv_general_dilated_cls()
+        elif self.conv_general_dilated is not None:
+            conv_general_dilated = self.conv_general_dilated
+        else:
+            conv_general_dilated = lax.conv_general_dilated
+        x, k, s, ind, kd, pad, squeeze = _as_2d(inputs, kernel, strides, input_dilation, kernel_dilation,
+                                                 padding_lax)
+        y = conv_general_dilated(x, k, s, pad, lhs_dilation=ind, rhs_dilation=kd,
+                                 dimension_numbers=("NHWC", "HWIO", "NHWC"),
+                                 feature_group_count=self.feature_group_count, precision=self.precision)
+        y = squeeze(y)
+        if bias is not None:
+            y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        return restore(y)
+
+
+class ConvTranspose(Module):
+    """A transposed convolution (``lax.conv_transpose``) over channels-last inputs.
+
+    Attributes:
+      features: number of output features.
+      kernel_size: shape of the kernel (an int means a 1-D kernel).
+      strides: an int or one int per spatial dim: the upsampling factor (default 1).
+      padding: ``'SAME'``, ``'VALID'``, ``'CIRCULAR'``, or per-dim ``(lo, hi)`` pairs
+        (interpreted as by ``lax.conv_transpose``).
+      kernel_dilation: an int or one int per spatial dim (default 1).
+      use_bias, mask, dtype, param_dtype, precision, kernel_init, bias_init: as in Conv.
+      transpose_kernel: if True, flip the spatial axes and swap the in/out axes of the
+        kernel (the gradient of a Conv); the kernel is then ``kernel_size + (features, in)``.
+
+    Params: ``kernel`` ``kernel_size + (in_features, features)``, ``bias`` (features,).
+    """
+    features: int
+    kernel_size: Any
+    strides: Any = None
+    padding: Any = "SAME"
+    kernel_dilation: Any = None
+    use_bias: bool = True
+    mask: Any = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    kernel_init: Any = default_kernel_init
+    bias_init: Any = initializers.zeros_init()
+    transpose_kernel: bool = False
+    promote_dtype: Any = promote_dtype
+    preferred_element_type: Any = None
+
+    @compact
+    def __call__(self, inputs):
+        kernel_size = _conv_kernel_size(self.kernel_size)
+        n = len(kernel_size)
+        inputs, restore = _flatten_batch(inputs, n)
+        strides = _broadcast_dims(self.strides, n)
+        kernel_dilation = _broadcast_dims(self.kernel_dilation, n)
+        in_features = inputs.shape[-1]
+        if self.transpose_kernel:
+            kernel_shape = kernel_size + (self.features, in_features)
+        else:
+            kernel_shape = kernel_size + (in_features, self.features)
+        if self.mask is not None and tuple(self.mask.shape) != kernel_shape:
+            raise ValueError("Mask needs to have the same shape as weights. "
+                             f"Shapes are: {tuple(self.mask.shape)}, {kernel_shape}")
+        kernel = self.param("kernel", self.kernel_init, kernel_shape, self.param_dtype)
+        if self.mask is not None:
+            kernel = kernel * self.mask
+        padding_lax = canonicalize_padding(self.padding, n)
+        if padding_lax == "CIRCULAR":
+            padding_lax = "VALID"
+        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+
+        x, k = inputs, kernel
+        s, kd, pad = strides, kernel_dilation, padding_lax
+        squeeze = lambda y: y  # noqa: E731
+        if n == 1:
+            x, k = jnp.expand_dims(inputs, 1), jnp.expand_dims(kernel, 0)
+            s, kd = (1,) + s, (1,) + kd
+            if not isinstance(pad, str):
+                pad = [(0, 0)] + list(pad)   # the lifted unit dim stays unit
+            squeeze = lambda y: jnp.squeeze(y, 1)  # noqa: E731
+        elif n != 2:
+            raise NotImplementedError(f"podlet convolutions are 1-D or 2-D; got kernel_size {kernel_size}")
+        y = lax.conv_transpose(x, k, s, pad, rhs_dilation=kd, transpose_kernel=self.transpose_kernel,
+                               precision=self.precision, preferred_element_type=self.preferred_element_type)
+        y = squeeze(y)
+
+        if self.padding == "CIRCULAR":
+            scaled_x_dims = [x_dim * stride for x_dim, stride in zip(inputs.shape[1:-1], strides)]
+            size_diffs = [-(y_dim - x_dim) % (2 * x_dim) for y_dim, x_dim in zip(y.shape[1:-1], scaled_x_dims)]
+            if self.transpose_kernel:
+                total_pad = [(d // 2, (d + 1) // 2) for d in size_diffs]
+            else:
+                total_pad = [((d + 1) // 2, d // 2) for d in size_diffs]
+            y = jnp.pad(y, [(0, 0)] + total_pad + [(0, 0)])
+            for i in range(1, y.ndim - 1):
+                y = jnp.reshape(y, tuple(y.shape[:i]) + (-1, scaled_x_dims[i - 1]) + tuple(y.shape[i + 1:]))
+                y = jnp.sum(y, axis=i)
+        if bias is not None:
+            y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        return restore(y)
