@@ -165,6 +165,12 @@ PYBIND11_MODULE(_core, m) {
   m.def("num_threads", &num_threads);
   m.def("memory_stats", []() { auto& s = mem_stats(); return py::make_tuple(s.live, s.peak); });
   m.def("reset_peak_memory", &reset_peak_memory);
+  m.def("set_profiling", &set_profiling);
+  m.def("take_profile", []() {
+    py::dict d;
+    for (auto& [k, e] : take_profile()) d[py::str(k)] = py::make_tuple(e.calls, e.seconds, e.flops);
+    return d;
+  });
 
   py::class_<Graph>(m, "Graph")
       .def(py::init<>())

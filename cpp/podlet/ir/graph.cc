@@ -3,6 +3,8 @@
 #include <map>
 #include <sstream>
 #include <algorithm>
+#include <chrono>
+#include <mutex>
 
 namespace podlet {
 
@@ -196,6 +198,14 @@ std::string Attrs::repr() const {
 }
 
 // ---- executor -------------------------------------------------------------------
+// Per-primitive wall time and FLOPs, collected while profiling is on (the profiler's
+// raw data; podlet.profile formats it).
+static bool g_profiling = false;
+static std::map<std::string, ProfileEntry> g_profile;
+void set_profiling(bool on) { g_profiling = on; }
+bool profiling() { return g_profiling; }
+std::map<std::string, ProfileEntry> take_profile() { auto r = std::move(g_profile); g_profile.clear(); return r; }
+
 std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
   if (args.size() != g.inputs.size())
     throw ValueError(fmt("graph takes ", g.inputs.size(), " inputs, got ", args.size()));
@@ -221,8 +231,20 @@ std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
     for (int v : n.out) oa.push_back(g.avals[v]);
     out.clear();
     for (auto& a : oa) out.emplace_back(n.prim->kernel_allocates ? Array() : Array(a));
+    auto t0 = std::chrono::steady_clock::now();
     try { n.prim->kernel(in, out, n.attrs); }
     catch (const Error&) { rethrow_with(n.prim->name + (n.where.empty() ? "" : " (" + n.where + ")") + ": "); }
+    if (g_profiling) {
+      auto& e = g_profile[n.prim->name];
+      e.calls += 1;
+      e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (n.prim->flops) {
+        std::vector<AVal> ia, oa2;
+        for (auto& a : in) ia.push_back(a.aval());
+        for (auto& a : oa) oa2.push_back(a);
+        e.flops += n.prim->flops(ia, oa2, n.attrs);
+      }
+    }
     for (size_t k = 0; k < n.out.size(); ++k) slot[n.out[k]] = std::move(out[k]);
     for (int v : n.in) if (last[v] == int(i)) slot[v] = Array();
   }

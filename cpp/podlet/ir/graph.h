@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 #include <utility>
+#include <map>
 #include "podlet/prim.h"
 
 namespace podlet {
@@ -44,6 +45,11 @@ class Graph {
   std::string dump() const;
   double flops() const;
 };
+
+struct ProfileEntry { int64_t calls = 0; double seconds = 0, flops = 0; };
+void set_profiling(bool on);
+bool profiling();
+std::map<std::string, ProfileEntry> take_profile();
 
 // Runs g on concrete inputs. Buffers are released after their last use.
 std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args);
