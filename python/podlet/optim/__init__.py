@@ -25,6 +25,7 @@ from .transform import (AddDecayedWeightsState, ClipByGlobalNormState, ClipState
                         WeightDecaySchedule, add_decayed_weights, clip, clip_by_global_norm, ema, masked,
                         scale, scale_by_adam, scale_by_learning_rate, scale_by_schedule, trace)
 from .alias import adam, adamw, nadam, nadamw, sgd
+from ._fused import fused_adamw  # podlet extra (not optax), so not in __all__
 from . import schedules
 from .schedules import (constant_schedule, cosine_decay_schedule, cosine_onecycle_schedule,
                         exponential_decay, join_schedules, linear_onecycle_schedule, linear_schedule,

@@ -161,6 +161,17 @@ def chain(*args: GradientTransformation) -> GradientTransformationExtraArgs:
       A :class:`GradientTransformationExtraArgs`; extra keyword arguments given to
       ``update`` are passed to every transformation that accepts them.
     """
+    # chain(clip_by_global_norm(c), adamw(...)) -> one fused pass per parameter (same
+    # state pytree, same numbers); see _fused.py.
+    from ._fused import maybe_fuse_chain
+    fused = maybe_fuse_chain(args)
+    if fused is not None:
+        return fused
+    return _chain(*args)
+
+
+def _chain(*args: GradientTransformation) -> GradientTransformationExtraArgs:
+    """:func:`chain` without the fused fast path."""
     transforms = [with_extra_args_support(t) for t in args]
     init_fns = [t.init for t in transforms]
     update_fns = [t.update for t in transforms]

@@ -7,8 +7,8 @@ same pytree structure (``adamw(lr).init(p)`` is
 """
 import functools
 
-from ._base import GradientTransformationExtraArgs, chain, identity
-from . import transform
+from ._base import GradientTransformationExtraArgs, _chain, chain, identity
+from . import _fused, transform
 
 
 def adam(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None, *,
@@ -64,9 +64,20 @@ def adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None
       nesterov: use Nesterov momentum (NAdamW).
 
     Returns:
-      A :class:`GradientTransformationExtraArgs`.
+      A :class:`GradientTransformationExtraArgs`: the fused one-pass transform
+      (:func:`fused_adamw`, same state and numbers) when the arguments allow it (Python
+      numbers, mu_dtype None, no Nesterov, a constant weight decay), the chain otherwise.
     """
-    return chain(
+    if _fused.can_fuse(learning_rate, b1, b2, eps, eps_root, mu_dtype, weight_decay, mask, nesterov):
+        return _fused.fused_adamw(learning_rate, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
+                                  weight_decay=weight_decay, mask=mask)
+    return _adamw_unfused(learning_rate, b1, b2, eps, eps_root, mu_dtype, weight_decay, mask, nesterov=nesterov)
+
+
+def _adamw_unfused(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None,
+                   weight_decay=1e-4, mask=None, *, nesterov: bool = False) -> GradientTransformationExtraArgs:
+    """:func:`adamw` as optax's chain of three transformations (no fusion)."""
+    return _chain(
         transform.scale_by_adam(b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=mu_dtype,
                                 nesterov=nesterov),
         transform.add_decayed_weights(weight_decay, mask),

@@ -289,6 +289,7 @@ def clip_by_global_norm(max_norm) -> GradientTransformation:
 
         return _tu.tree_map(clip_fn, updates), state
 
+    update_fn._podlet_clip_max_norm = max_norm  # lets chain() fuse it into a following adamw
     return GradientTransformation(init_empty_state, update_fn)
 
 

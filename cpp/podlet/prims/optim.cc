@@ -1,0 +1,160 @@
+// Fused optimizer updates: one pass over the parameters instead of ~20 elementwise ops.
+//
+// adamw_update: param, grad, mu, nu (same shape, same float dtype T), then four 0-d float
+//   scalars of any float dtype: lr, gnorm, bc1, bc2 (inputs, so a traced schedule, a
+//   traced global norm and the step-dependent bias corrections work under jit).
+//   attrs: b1, b2, eps, eps_root, weight_decay (floats); max_norm (float, <= 0: no
+//   clipping; gnorm is then ignored); apply (int, default 1).
+//   outputs: (new_param | update, new_mu, new_nu), all of dtype T; zero_grad.
+//
+// Arithmetic: exactly the op sequence of optax 0.2.8's
+//   chain(clip_by_global_norm(max_norm), adamw(lr, b1, b2, eps, eps_root, weight_decay))
+// as podlet.optim executes it op by op, with every intermediate rounded to T (bf16:
+// computed in f32 and rounded after each op, like podlet's elementwise kernels and
+// XLA's CPU bf16 lowering); Python-float constants are rounded to T first (weak typing):
+//   g      = gnorm < max_norm ? grad : (grad / T(gnorm)) * T(max_norm)     (clip_fn)
+//   mu'    = T(1-b1) * g + T(b1) * mu                                       (update_moment)
+//   nu'    = T(1-b2) * (g*g) + T(b2) * nu
+//   u      = (mu' / T(bc1)) / (sqrt(nu' / T(bc2) + T(eps_root)) + T(eps))   (bias_correction)
+//   u      = u + T(wd) * param           (skipped when wd == 0, as add_decayed_weights)
+//   u      = T(-lr) * u                                                     (scale)
+//   out[0] = apply ? T(param + u) : u                                       (apply_updates)
+// so the result is bit-identical to the unfused chain. The clip is (grad / gnorm) *
+// max_norm, not grad * (max_norm / gnorm): the latter differs by up to an ulp.
+// bc1 = 1 - b1**count and bc2 are computed by the caller in f32, as optax does.
+#include "podlet/prims/common.h"
+#include <cmath>
+
+namespace podlet {
+namespace {
+
+// Rounds a double to dtype D the way a weakly typed Python float becomes a D array
+// (NumPy/ml_dtypes: f64 -> f32 -> bf16), returned as a double.
+double round_to(DType d, double x) {
+  switch (d) {
+    case DType::f32: return double(float(x));
+    case DType::bf16: return double(float(bf16(float(x))));
+    case DType::f64: return x;
+    default: throw DTypeError(fmt("adamw_update: expected a float dtype, got ", dtype_name(d)));
+  }
+}
+
+double scalar_value(const Array& a) { return get_as_double(a, 0); }
+
+struct AdamWConsts {
+  double one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm;
+};
+
+template <class T, bool kClip, bool kDecay, bool kApply>
+void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c) {
+  using A = acc_t<T>;
+  // R rounds an intermediate to T (a no-op for f32/f64).
+  auto R = [](A v) -> A { return A(from_acc<T>(v)); };
+  const A one_m_b1 = A(c.one_m_b1), b1 = A(c.b1), one_m_b2 = A(c.one_m_b2), b2 = A(c.b2);
+  const A eps = A(c.eps), eps_root = A(c.eps_root), wd = A(c.wd), neg_lr = A(c.neg_lr);
+  const A bc1 = A(c.bc1), bc2 = A(c.bc2), gnorm = A(c.gnorm), max_norm = A(c.max_norm);
+  const T* p = in[0].data<T>();
+  const T* gr = in[1].data<T>();
+  const T* m = in[2].data<T>();
+  const T* v = in[3].data<T>();
+  T* o = out[0].data<T>();
+  T* mo = out[1].data<T>();
+  T* vo = out[2].data<T>();
+  parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const A pi = A(p[i]);
+      A g = A(gr[i]);
+      if constexpr (kClip) g = R(R(g / gnorm) * max_norm);
+      const A mu = R(R(one_m_b1 * g) + R(b1 * A(m[i])));
+      const A nu = R(R(one_m_b2 * R(g * g)) + R(b2 * A(v[i])));
+      const A mu_hat = R(mu / bc1);
+      const A nu_hat = R(nu / bc2);
+      A u = R(mu_hat / R(R(std::sqrt(R(nu_hat + eps_root))) + eps));
+      if constexpr (kDecay) u = R(u + R(wd * pi));
+      u = R(neg_lr * u);
+      if constexpr (kApply) o[i] = from_acc<T>(pi + u); else o[i] = from_acc<T>(u);
+      mo[i] = from_acc<T>(mu);
+      vo[i] = from_acc<T>(nu);
+    }
+  });
+}
+
+template <class T, bool kClip>
+void adamw_dispatch(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, bool decay,
+                    bool apply) {
+  if (decay) {
+    if (apply) adamw_loop<T, kClip, true, true>(in, out, c); else adamw_loop<T, kClip, true, false>(in, out, c);
+  } else {
+    if (apply) adamw_loop<T, kClip, false, true>(in, out, c); else adamw_loop<T, kClip, false, false>(in, out, c);
+  }
+}
+
+std::vector<AVal> adamw_shape(const std::vector<AVal>& in, const Attrs&) {
+  check_arity(in, 8);
+  static const char* names[] = {"param", "grad", "mu", "nu", "lr", "gnorm", "bc1", "bc2"};
+  const AVal& p = in[0];
+  if (!is_float(p.dtype))
+    throw DTypeError(fmt("adamw_update: param must be a float array, got ", dtype_name(p.dtype)));
+  for (int k = 1; k < 4; ++k) {
+    if (in[k].dtype != p.dtype)
+      throw DTypeError(fmt("adamw_update: ", names[k], " must have the param dtype ", dtype_name(p.dtype),
+                           ", got ", dtype_name(in[k].dtype)));
+    if (in[k].shape != p.shape)
+      throw ShapeError(fmt("adamw_update: ", names[k], " must have the param shape ", shape_str(p.shape),
+                           ", got ", shape_str(in[k].shape)));
+  }
+  for (int k = 4; k < 8; ++k) {
+    if (!in[k].shape.empty())
+      throw ShapeError(fmt("adamw_update: ", names[k], " must be a 0-d scalar, got shape ", shape_str(in[k].shape)));
+    if (!is_float(in[k].dtype))
+      throw DTypeError(fmt("adamw_update: ", names[k], " must be a float scalar, got ", dtype_name(in[k].dtype)));
+  }
+  return {p, p, p};
+}
+
+void adamw_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  const DType t = in[0].dtype();
+  const double b1 = a.f("b1"), b2 = a.f("b2"), wd = a.f("weight_decay", 0.0), max_norm = a.f("max_norm", 0.0);
+  const bool clip_on = max_norm > 0.0;
+  const double gnorm_raw = scalar_value(in[5]);
+  // The trigger compares the norm in its own dtype with max_norm rounded to it (weak typing).
+  const bool clip = clip_on && !(gnorm_raw < round_to(in[5].dtype(), max_norm));
+  AdamWConsts c;
+  c.one_m_b1 = round_to(t, 1.0 - b1);
+  c.b1 = round_to(t, b1);
+  c.one_m_b2 = round_to(t, 1.0 - b2);
+  c.b2 = round_to(t, b2);
+  c.eps = round_to(t, a.f("eps"));
+  c.eps_root = round_to(t, a.f("eps_root", 0.0));
+  c.wd = round_to(t, wd);
+  c.neg_lr = -round_to(t, scalar_value(in[4]));  // RNE is sign-symmetric: T(-lr) == -T(lr)
+  c.bc1 = round_to(t, scalar_value(in[6]));
+  c.bc2 = round_to(t, scalar_value(in[7]));
+  c.gnorm = round_to(t, gnorm_raw);
+  c.max_norm = round_to(t, max_norm);
+  const bool decay = wd != 0.0, apply = a.i("apply", 1) != 0;
+  switch (t) {
+    case DType::f32:
+      if (clip) adamw_dispatch<float, true>(in, out, c, decay, apply); else adamw_dispatch<float, false>(in, out, c, decay, apply);
+      break;
+    case DType::bf16:
+      if (clip) adamw_dispatch<bf16, true>(in, out, c, decay, apply); else adamw_dispatch<bf16, false>(in, out, c, decay, apply);
+      break;
+    case DType::f64:
+      if (clip) adamw_dispatch<double, true>(in, out, c, decay, apply); else adamw_dispatch<double, false>(in, out, c, decay, apply);
+      break;
+    default: throw DTypeError(fmt("adamw_update: unsupported dtype ", dtype_name(t)));
+  }
+}
+
+// clip 2 + mu 3 + nu 4 + bias correction 2 + sqrt/add/add/div 4 + decay 2 + lr 1 (+ apply 1)
+double adamw_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) {
+  return 19.0 * double(in.at(0).size());
+}
+
+}  // namespace
+
+static Register reg_adamw_update("adamw_update", PrimDef{
+    .shape = adamw_shape, .kernel = adamw_kernel, .vjp = nullptr, .flops = adamw_flops, .zero_grad = true});
+
+}  // namespace podlet
