@@ -18,9 +18,9 @@ import podlet.numpy as pnp
 import podlet.optim as poptax
 from podlet import tree_util as ptu
 
-jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
-optax = pytest.importorskip("optax")
+import jax
+import jax.numpy as jnp
+import optax
 
 
 # ---------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ from podlet.optim import alias as palias
 from test_optim import (_decay_mask, _decay_mask_podlet, assert_same_structure, assert_trees_close, grad_stream,
                         make_params, optax, run_both, seed_tx, to_jax, to_podlet)
 
-jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
+import jax
+import jax.numpy as jnp
 BF16 = jnp.bfloat16
 
 

@@ -8,9 +8,9 @@ import podlet
 import podlet.numpy as pnp
 import podlet.optim as poptax
 
-jax = pytest.importorskip("jax")
-jnp = pytest.importorskip("jax.numpy")
-optax = pytest.importorskip("optax")
+import jax
+import jax.numpy as jnp
+import optax
 
 STEPS = list(range(0, 12)) + [19, 20, 21, 25, 29, 30, 31, 34, 35, 36, 40, 41, 50, 59, 60, 61, 63, 64, 65, 99, 100,
                               101, 150, 199, 200, 201, 250, 299, 300, 301, 1000, 10 ** 6]

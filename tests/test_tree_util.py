@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 
-jtu = pytest.importorskip("jax.tree_util")
+import jax.tree_util as jtu
 
 from podlet import tree_util as ptu  # noqa: E402
 
