@@ -397,7 +397,11 @@ def logaddexp(x1, x2):
     a, b = _promote_float(x1, x2)
     amax = maximum(a, b)
     delta = a - b
-    return where(isnan(delta), a + b, amax + log1p(exp(-abs(delta))))
+    # -|delta| with derivative 0 at delta == 0, so a tie splits the gradient 0.5/0.5
+    # through maximum alone (jax.numpy.logaddexp's derivative).
+    zero = zeros_like(delta)
+    neg_abs = where(delta > 0, -delta, where(delta < 0, delta, zero * delta))
+    return where(isnan(delta), a + b, amax + log1p(exp(neg_abs)))
 
 
 # ---------------------------------------------------------------------------------

@@ -9,12 +9,15 @@ from .._src.core import bind
 
 
 def relu(x):
+    """max(x, 0) with jax's derivative convention: relu'(0) = 0."""
     x = jnp.asarray(x)
-    return jnp.maximum(x, 0)
+    return jnp.where(x > 0, x, jnp.zeros_like(x))
 
 
 def relu6(x):
-    return jnp.minimum(jnp.maximum(x, 0), 6.0)
+    """min(max(x, 0), 6) with jax's derivative: 1 on (0, 6), 0 elsewhere."""
+    x = jnp.asarray(x)
+    return jnp.where(x > 0, jnp.where(x < 6, x, jnp.full_like(x, 6)), jnp.zeros_like(x))
 
 
 def sigmoid(x):
