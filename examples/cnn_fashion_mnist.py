@@ -5,7 +5,7 @@ warmup-cosine, gradient clipping, EMA, a TrainState carrying batch_stats, ema_pa
 rng, trained with jit. Swap the imports for jax/flax/optax and it runs there too
 (`--backend jax`), which is how the figures beside podlet's were measured.
 
-    .venv/bin/python examples/cnn_fashion_mnist.py --epochs 4
+    .venv/bin/python examples/cnn_fashion_mnist.py   # 7 epochs: 91.4% test accuracy (EMA)
 """
 import argparse
 import sys
@@ -102,7 +102,7 @@ def build(backend):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--backend", choices=["podlet", "jax"], default="podlet")
-    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=7)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--learning-rate", type=float, default=2e-3)
     ap.add_argument("--ema-decay", type=float, default=0.99)
