@@ -244,6 +244,16 @@ def _abstractify(x):
     return x, (x._dtype_name, x.shape, weak)
 
 
+def _abstractify_all(leaves):
+    """Concrete values and (dtype, shape, weak) signatures of flattened arguments."""
+    conv, sig = [], []
+    for leaf in leaves:
+        v, s = _abstractify(leaf)
+        conv.append(v)
+        sig.append(s)
+    return conv, sig
+
+
 class _Traced:
     """A function traced into a Graph: graph inputs are the flattened leaves followed by
     any outer-trace values the function closed over."""
@@ -328,11 +338,7 @@ class JittedFunction:
     def _get(self, args, kwargs):
         dyn_args, dyn_kwargs, statics, static_pos = self._split(args, kwargs)
         leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
-        conv, sig = [], []
-        for leaf in leaves:
-            v, s = _abstractify(leaf)
-            conv.append(v)
-            sig.append(s)
+        conv, sig = _abstractify_all(leaves)
         key = (in_tree, tuple(sig), statics)
         entry = self._cache.get(key)
         if entry is None:
@@ -404,11 +410,7 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), *
 # ---------------------------------------------------------------------------------
 def _trace_for_diff(fun, args, kwargs):
     leaves, in_tree = tree_util.tree_flatten((tuple(args), kwargs))
-    conv, sig = [], []
-    for leaf in leaves:
-        v, s = _abstractify(leaf)
-        conv.append(v)
-        sig.append((s[0], s[1], s[2]))
+    conv, sig = _abstractify_all(leaves)
     entry = _Traced(lambda a, k: fun(*a, **k), sig, in_tree)
     return entry, conv, in_tree
 
