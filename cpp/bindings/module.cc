@@ -3,8 +3,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <pybind11/numpy.h>
+#include <cstring>
 #include "podlet/ir/graph.h"
 #include "podlet/parallel.h"
+#include "podlet/data/source.h"
+#include "registry.h"
 
 namespace py = pybind11;
 using namespace podlet;
@@ -108,6 +111,13 @@ static std::vector<py::tuple> describe(const Graph& g, const std::vector<int>& i
 void bind_io(py::module_& m);  // io_bindings.cc
 void bind_isa(py::module_& m);  // isa_bindings.cc
 
+namespace podlet_bindings {
+std::vector<BindFn>& binders() {
+  static std::vector<BindFn> b;
+  return b;
+}
+}  // namespace podlet_bindings
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "podlet C++ core";
   g_PodletError = PyErr_NewException("podlet.PodletError", PyExc_ValueError, nullptr);
@@ -161,6 +171,25 @@ PYBIND11_MODULE(_core, m) {
   m.def("prim_names", &prim_names);
   bind_io(m);
   bind_isa(m);
+  // The base class of every dataset; binders add subclasses and factories.
+  py::class_<data::Source, std::shared_ptr<data::Source>>(m, "DataSource")
+      .def("__len__", [](const data::Source& s) { return s.size(); })
+      .def("describe", &data::Source::describe)
+      .def("class_names", &data::Source::class_names)
+      .def("__repr__", [](const data::Source& s) { return "<DataSource " + s.describe() + ">"; })
+      .def("get", [](const data::Source& s, int64_t i) {
+        if (i < 0) i += s.size();
+        if (i < 0 || i >= s.size())
+          throw ValueError(fmt("index ", i, " out of range for ", s.describe(), " of size ", s.size()));
+        data::Record r;
+        { py::gil_scoped_release nogil; r = s.get(i); }
+        py::array_t<uint8_t> img({r.height, r.width, r.channels});
+        std::memcpy(img.mutable_data(), r.image.data(), r.image.size());
+        py::dict d;
+        d["image"] = img; d["label"] = r.label; d["id"] = r.id;
+        return d;
+      }, py::arg("index"), "One decoded example as {'image': uint8 HxWxC, 'label': int, 'id': str}.");
+  for (auto f : podlet_bindings::binders()) f(m);
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
   m.def("memory_stats", []() { auto& s = mem_stats(); return py::make_tuple(s.live, s.peak); });
