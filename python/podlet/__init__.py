@@ -41,9 +41,11 @@ from . import numpy  # noqa: E402  (installs Array/Tracer methods)
 from . import lax  # noqa: E402
 from . import random  # noqa: E402
 from . import nn  # noqa: E402
+from .profiler import profile  # noqa: E402  (podlet.profile; PODLET_PROFILE=1)
 
 __version__ = "0.1.0"
-__all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "device_get", "block_until_ready",
+__all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "device_get", "block_until_ready", "pmap",
+           "devices", "local_devices", "device_count", "local_device_count", "process_count", "process_index",
            "tree_util", "numpy", "lax", "random", "nn", "config", "PodletError", "ShapeError", "DTypeError"]
 
 
@@ -52,14 +54,7 @@ def cpu_info():
     return _core.cpu_info()
 
 
-def devices():
-    return [Device(0)]
-
-
-class Device:
-    def __init__(self, id):
-        self.id = id
-        self.platform = "cpu"
-
-    def __repr__(self):
-        return f"CpuDevice(id={self.id})"
+from ._src.pmap import (pmap, devices, local_devices, device_count, local_device_count,  # noqa: E402
+                        process_count, process_index, Device, ReplicatedArray)
+from . import jax_utils  # noqa: E402
+from .jax_utils import shard, device_put_replicated, device_put_sharded  # noqa: E402

@@ -5,6 +5,8 @@ import numpy as _np
 
 from ._src.core import bind, Tracer, Array, to_array
 from ._src import dtypes as _dtypes
+from ._src import pmap as _pmap
+from .tree_util import tree_map as _tree_map
 
 
 def _b(name):
@@ -352,13 +354,73 @@ def reduce_window(operand, init_value, computation, window_dimensions, window_st
     return out
 
 
-# ---- collectives (pmap lands with the pmap issue) ----
-def _no_pmap(name):
-    def f(x, axis_name, **kw):
-        raise NameError(f"unbound axis name: {axis_name!r}. {name} is only valid inside pmap with a matching axis_name")
-    f.__name__ = name
-    return f
+# ---- collectives: valid inside pmap with a matching axis_name (see _src/pmap.py) ----
+def _no_groups(axis_index_groups, what):
+    if axis_index_groups is not None:
+        raise NotImplementedError(f"{what}: axis_index_groups is not supported")
 
 
-pmean = _no_pmap("pmean")
-psum = _no_pmap("psum")
+def psum(x, axis_name, *, axis_index_groups=None):
+    """Sum over the replicas of a pmap axis, in replica order (deterministic)."""
+    _no_groups(axis_index_groups, "psum")
+    return _pmap.collective("psum", x, axis_name)
+
+
+def pmean(x, axis_name, *, axis_index_groups=None):
+    """Mean over the replicas of a pmap axis: psum(x) / axis size."""
+    _no_groups(axis_index_groups, "pmean")
+    return _pmap.collective("pmean", x, axis_name)
+
+
+def pmax(x, axis_name, *, axis_index_groups=None):
+    _no_groups(axis_index_groups, "pmax")
+    return _pmap.collective("pmax", x, axis_name)
+
+
+def pmin(x, axis_name, *, axis_index_groups=None):
+    _no_groups(axis_index_groups, "pmin")
+    return _pmap.collective("pmin", x, axis_name)
+
+
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
+    """Every replica's x, stacked along a new `axis` (or concatenated when tiled)."""
+    _no_groups(axis_index_groups, "all_gather")
+    return _pmap.collective("all_gather", x, axis_name, axis=int(axis), tiled=bool(tiled))
+
+
+def ppermute(x, axis_name, perm):
+    """Sends replica i's x to replica j for each (i, j) in perm; replicas nobody sends to get zeros."""
+    pairs = [int(v) for p in perm for v in p]
+    return _pmap.collective("ppermute", x, axis_name, perm=pairs)
+
+
+def axis_index(axis_name):
+    """This replica's index along a pmap axis (int32)."""
+    return _pmap.axis_index(axis_name)
+
+
+def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
+    """psum, then keep this replica's block of `scatter_dimension`."""
+    _no_groups(axis_index_groups, "psum_scatter")
+    n = _pmap.axis_size(axis_name)
+
+    def one(leaf):
+        total = psum(leaf, axis_name)
+        d = scatter_dimension % total.ndim
+        if tiled:
+            if total.shape[d] % n:
+                raise ValueError(f"psum_scatter: dimension {d} of size {total.shape[d]} is not divisible by "
+                                 f"the axis size {n}")
+            size = total.shape[d] // n
+        else:
+            if total.shape[d] != n:
+                raise ValueError(f"psum_scatter: dimension {d} has size {total.shape[d]}, expected the axis "
+                                 f"size {n} (or pass tiled=True)")
+            size = 1
+        start = [0] * total.ndim
+        start[d] = axis_index(axis_name) * size
+        sizes = list(total.shape)
+        sizes[d] = size
+        out = dynamic_slice(total, start, sizes)
+        return out if tiled else squeeze(out, (d,))
+    return _tree_map(one, x)

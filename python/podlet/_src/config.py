@@ -19,6 +19,10 @@ class _Config:
             if n < 1:
                 raise ValueError(f"num_threads must be >= 1, got {value}")
             _core.set_num_threads(n)
+        elif key == "num_devices":
+            from . import pmap
+            pmap.set_local_device_count(value)
+            value = int(value)
         elif key == "enable_x64":
             dtypes.enable_x64(bool(value))
         elif key not in self._values:
@@ -27,6 +31,9 @@ class _Config:
 
     def __getattr__(self, name):
         key = name[4:] if name.startswith("jax_") else name
+        if key == "num_devices":
+            from . import pmap
+            return pmap.local_device_count()
         try:
             return self._values[key]
         except KeyError:

@@ -541,7 +541,8 @@ def vjp(fun, *primals, has_aux=False):
 # misc transformations
 # ---------------------------------------------------------------------------------
 def device_get(x):
-    return tree_util.tree_map(lambda a: np.asarray(a) if isinstance(a, Array) else a, x)
+    return tree_util.tree_map(
+        lambda a: np.asarray(a) if isinstance(a, Array) or getattr(a, "_is_replicated", False) else a, x)
 
 
 def block_until_ready(x):

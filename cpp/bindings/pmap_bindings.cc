@@ -1,0 +1,26 @@
+// podlet._core.run_pmap: the pmap executor (exec/pmap.h) for python/podlet/_src/pmap.py.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "podlet/exec/pmap.h"
+#include "registry.h"
+
+namespace py = pybind11;
+
+static podlet_bindings::Binder reg_pmap([](py::module_& m) {
+  m.def(
+      "run_pmap",
+      [](const podlet::Graph& g, const std::vector<podlet::Array>& args, const std::vector<bool>& replicated,
+         int n_local) {
+        podlet::PmapOutputs r;
+        {
+          py::gil_scoped_release nogil;
+          r = podlet::run_graph_pmap(g, args, replicated, n_local);
+        }
+        return py::make_tuple(r.values, r.replicated);
+      },
+      py::arg("graph"), py::arg("args"), py::arg("replicated"), py::arg("n_local"),
+      "Runs a traced graph on n_local replicas in lockstep. Returns (values, replicated).");
+  m.def("process_count", []() { return podlet::comm() ? podlet::comm()->size() : 1; });
+  m.def("process_index", []() { return podlet::comm() ? podlet::comm()->rank() : 0; });
+});

@@ -1,0 +1,249 @@
+// pmap executor: see pmap.h. Per-replica values are views into one [n, ...] buffer
+// whenever the kernel writes its own output, so graph outputs need no gathering copy.
+#include "podlet/exec/pmap.h"
+
+#include <chrono>
+#include <cstring>
+#include "podlet/parallel.h"
+#include "podlet/prims/common.h"
+
+namespace podlet {
+
+static std::shared_ptr<Comm> g_comm;
+void set_comm(std::shared_ptr<Comm> c) { g_comm = std::move(c); }
+Comm* comm() { return g_comm.get(); }
+
+namespace {
+
+struct Value {
+  std::vector<Array> per;  // size 1 when replicated, else n_local
+  bool replicated = false;
+  bool live() const { return !per.empty(); }
+  const Array& at(int r) const { return replicated ? per[0] : per[r]; }
+};
+
+Array view(const Array& base, const AVal& a, size_t offset_bytes) {
+  return Array(a.dtype, a.shape, static_cast<char*>(base.raw()) + offset_bytes, base.storage());
+}
+
+Shape with_lead(int64_t n, const Shape& s) {
+  Shape r{n};
+  r.insert(r.end(), s.begin(), s.end());
+  return r;
+}
+
+// The replicas' buffers as one [n, ...] array: the existing one when they are views
+// into it in order, else a copy.
+Array stacked(const Value& v, const AVal& a, int n) {
+  size_t nb = a.nbytes();
+  if (!v.replicated) {
+    bool contiguous = true;
+    for (int r = 0; r < n && contiguous; ++r)
+      contiguous = v.per[r].storage() == v.per[0].storage() &&
+                   static_cast<char*>(v.per[r].raw()) == static_cast<char*>(v.per[0].raw()) + r * nb;
+    if (contiguous && nb > 0) return Array(a.dtype, with_lead(n, a.shape), v.per[0].raw(), v.per[0].storage());
+  }
+  Array out(a.dtype, with_lead(n, a.shape));
+  for (int r = 0; r < n; ++r) std::memcpy(static_cast<char*>(out.raw()) + r * nb, v.at(r).raw(), nb);
+  return out;
+}
+
+// Every replica's buffer of `v`, all processes included, in global replica order.
+Array gather_global(const Value& v, const AVal& a, int n_local) {
+  Array local = stacked(v, a, n_local);
+  Comm* c = comm();
+  if (!c || c->size() == 1) return local;
+  Array all(a.dtype, with_lead(int64_t(n_local) * c->size(), a.shape));
+  c->allgather(local.raw(), local.nbytes(), all.raw());
+  return all;
+}
+
+template <class T> T add_wrap(T a, T b) {
+  if constexpr (std::is_same_v<T, int32_t>) return int32_t(uint32_t(a) + uint32_t(b));
+  else return a + b;
+}
+
+enum class Red { sum, mean, max, min };
+
+// out = reduce over the N buffers of g (shape [N, ...]), replica 0 first.
+void reduce_replicas(Red op, const Array& g, Array& out, int64_t N) {
+  int64_t m = out.size();
+  PODLET_DTYPE_SWITCH(out.dtype(), T, {
+    if constexpr (std::is_same_v<T, bool>) {
+      throw DTypeError("collective reduction of bool");
+    } else {
+      const T* src = static_cast<const T*>(g.raw());
+      T* dst = static_cast<T*>(out.raw());
+      using A = acc_t<T>;
+      parallel_for(m, 4096, [&](int64_t b, int64_t e) {
+        if (op == Red::sum || op == Red::mean) {
+          for (int64_t i = b; i < e; ++i) {
+            A acc = A(src[i]);
+            for (int64_t r = 1; r < N; ++r) acc = add_wrap<A>(acc, A(src[r * m + i]));
+            // pmean is psum(x) / n, as in JAX (a true division, not a multiply by 1/n).
+            if constexpr (std::is_floating_point_v<A>) { if (op == Red::mean) acc = acc / A(N); }
+            dst[i] = from_acc<T>(acc);
+          }
+        } else {
+          for (int64_t i = b; i < e; ++i) {
+            A best = A(src[i]);
+            for (int64_t r = 1; r < N; ++r) {
+              A x = A(src[r * m + i]);
+              if constexpr (std::is_floating_point_v<A>) {
+                if (best != best) break;               // NaN wins, as in lax.max / lax.min
+                if (x != x) { best = x; break; }
+              }
+              if (op == Red::max ? x > best : x < best) best = x;
+            }
+            dst[i] = from_acc<T>(best);
+          }
+        }
+      });
+    }
+  });
+}
+
+bool is_collective(const std::string& name) {
+  return name == "psum" || name == "pmean" || name == "pmax" || name == "pmin" || name == "all_gather" ||
+         name == "ppermute" || name == "axis_index";
+}
+
+// Runs collective node `n`; sets vals[n.out[0]].
+void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int n_local) {
+  const std::string& name = n.prim->name;
+  const AVal& oa = g.avals[n.out[0]];
+  Comm* c = comm();
+  int nproc = c ? c->size() : 1, rank = c ? c->rank() : 0;
+  int64_t N = int64_t(n_local) * nproc;
+  if (n.attrs.i("axis_size") != N)
+    throw ValueError(fmt(name, " over axis '", n.attrs.s("axis_name"), "' was traced for ", n.attrs.i("axis_size"),
+                         " replicas but runs on ", N));
+  Value& out = vals[n.out[0]];
+  if (name == "axis_index") {
+    Array all(DType::i32, {n_local});
+    for (int r = 0; r < n_local; ++r) static_cast<int32_t*>(all.raw())[r] = rank * n_local + r;
+    out.replicated = false;
+    for (int r = 0; r < n_local; ++r) out.per.push_back(view(all, oa, size_t(r) * 4));
+    return;
+  }
+  const AVal& ia = g.avals[n.in[0]];
+  Array G = gather_global(vals[n.in[0]], ia, n_local);
+  if (name == "ppermute") {
+    auto perm = n.attrs.ints("perm");
+    Array all(oa.dtype, with_lead(n_local, oa.shape));
+    size_t nb = oa.nbytes();
+    std::memset(all.raw(), 0, all.nbytes());  // replicas nobody sends to receive zeros, as in JAX
+    for (size_t k = 0; k < perm.size(); k += 2) {
+      int64_t src = perm[k], dst = perm[k + 1] - int64_t(rank) * n_local;
+      if (dst >= 0 && dst < n_local)
+        std::memcpy(static_cast<char*>(all.raw()) + dst * nb, static_cast<char*>(G.raw()) + src * nb, nb);
+    }
+    out.replicated = false;
+    for (int r = 0; r < n_local; ++r) out.per.push_back(view(all, oa, size_t(r) * nb));
+    return;
+  }
+  Array res(oa);
+  if (name == "all_gather") {
+    // G is [N, S]; the result puts the replica axis at `axis`: [A, N, B] with
+    // A = prod(S[:axis]) and B the rest (for tiled, the replica blocks sit inside
+    // dimension `axis`, which is the same memory order).
+    const Shape& xs = ia.shape;
+    int64_t rank_x = int64_t(xs.size());
+    bool tiled = n.attrs.i("tiled", 0) != 0;
+    int64_t ax = n.attrs.i("axis", 0);
+    if (ax < 0) ax += tiled ? rank_x : rank_x + 1;
+    int64_t A = 1, B = 1;
+    for (int64_t d = 0; d < rank_x; ++d) (d < ax ? A : B) *= xs[d];
+    size_t isz = itemsize(oa.dtype), row = size_t(B) * isz;
+    const char* src = static_cast<const char*>(G.raw());
+    char* dst = static_cast<char*>(res.raw());
+    for (int64_t a = 0; a < A; ++a)
+      for (int64_t r = 0; r < N; ++r)
+        std::memcpy(dst + (a * N + r) * row, src + (r * A + a) * row, row);
+  } else {
+    Red op = name == "psum" ? Red::sum : name == "pmean" ? Red::mean : name == "pmax" ? Red::max : Red::min;
+    reduce_replicas(op, G, res, N);
+  }
+  out.replicated = true;
+  out.per = {res};
+}
+
+}  // namespace
+
+PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const std::vector<bool>& replicated,
+                           int n_local) {
+  if (n_local < 1) throw ValueError(fmt("pmap needs at least one local device, got ", n_local));
+  if (args.size() != g.inputs.size() || replicated.size() != args.size())
+    throw ValueError(fmt("pmap graph takes ", g.inputs.size(), " inputs, got ", args.size()));
+  std::vector<Value> vals(g.num_values());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const AVal& want = g.avals[g.inputs[i]];
+    Value& v = vals[g.inputs[i]];
+    if (replicated[i]) {
+      if (!(args[i].aval() == want))
+        throw ShapeError(fmt("pmap input ", i, " (replicated) is ", dtype_name(args[i].dtype()),
+                             shape_str(args[i].shape()), ", the traced function expects ", dtype_name(want.dtype),
+                             shape_str(want.shape)));
+      v.replicated = true;
+      v.per = {args[i]};
+    } else {
+      AVal full{want.dtype, with_lead(n_local, want.shape)};
+      if (!(args[i].aval() == full))
+        throw ShapeError(fmt("pmap input ", i, " is ", dtype_name(args[i].dtype()), shape_str(args[i].shape()),
+                             ", expected ", dtype_name(full.dtype), shape_str(full.shape),
+                             " (a leading axis of one entry per local device)"));
+      for (int r = 0; r < n_local; ++r) v.per.push_back(view(args[i], want, size_t(r) * want.nbytes()));
+    }
+  }
+  for (auto& [id, arr] : g.consts) { vals[id].replicated = true; vals[id].per = {arr}; }
+  std::vector<int> last(g.num_values(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) for (int v : g.nodes[i].in) last[v] = int(i);
+  for (int v : g.outputs) last[v] = int(g.nodes.size());
+
+  std::vector<Array> in, out;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const std::string& name = n.prim->name;
+    try {
+      if (is_collective(name)) {
+        run_collective(g, n, vals, n_local);
+      } else {
+        bool all_rep = true;
+        for (int v : n.in) all_rep = all_rep && vals[v].replicated;
+        int reps = all_rep ? 1 : n_local;
+        // Outputs the kernel writes itself go into one [reps, ...] buffer per output.
+        std::vector<Array> bufs;
+        for (int v : n.out)
+          bufs.push_back(n.prim->kernel_allocates ? Array() : Array(g.avals[v].dtype, with_lead(reps, g.avals[v].shape)));
+        for (int v : n.out) { vals[v].replicated = all_rep; vals[v].per.clear(); }
+        for (int r = 0; r < reps; ++r) {
+          in.clear();
+          for (int v : n.in) in.push_back(vals[v].at(r));
+          out.clear();
+          for (size_t k = 0; k < n.out.size(); ++k) {
+            const AVal& a = g.avals[n.out[k]];
+            out.push_back(n.prim->kernel_allocates ? Array() : view(bufs[k], a, size_t(r) * a.nbytes()));
+          }
+          try { n.prim->kernel(in, out, n.attrs); }
+          catch (const Error&) {
+            if (reps > 1) rethrow_prefixed(fmt("(replica ", r, ") "));
+            throw;
+          }
+          for (size_t k = 0; k < n.out.size(); ++k) vals[n.out[k]].per.push_back(std::move(out[k]));
+        }
+      }
+    } catch (const Error&) {
+      rethrow_prefixed(name + (n.where.empty() ? "" : " (" + n.where + ")") + ": ");
+    }
+    for (int v : n.in) if (last[v] == int(i)) vals[v] = Value();
+  }
+  PmapOutputs res;
+  for (int v : g.outputs) {
+    const Value& x = vals[v];
+    res.replicated.push_back(x.replicated);
+    res.values.push_back(x.replicated ? x.per[0] : stacked(x, g.avals[v], n_local));
+  }
+  return res;
+}
+
+}  // namespace podlet

@@ -1,0 +1,42 @@
+// The pmap executor: runs one traced Graph for every replica in lockstep. A value is
+// either replicated (one buffer, provably equal on every replica: graph inputs marked
+// so, constants, and anything computed only from replicated values or by a reducing
+// collective) or per-replica (n buffers, usually views into one [n, ...] array). A
+// node whose inputs are all replicated runs once, so the optimizer update after a
+// pmean costs what it costs on one device. Collectives combine the replicas' buffers
+// in global replica order, so results do not depend on threads or on how replicas are
+// split over processes.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <vector>
+#include "podlet/ir/graph.h"
+
+namespace podlet {
+
+// Exchange between processes (MPI), one participant per process. Implemented in
+// exec/mpi_comm.cc when podlet is built against MPI.
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Every process contributes `bytes` bytes; recv receives size() * bytes, in rank order.
+  virtual void allgather(const void* send, size_t bytes, void* recv) = 0;
+  virtual void barrier() = 0;
+};
+void set_comm(std::shared_ptr<Comm> c);  // nullptr: single process
+Comm* comm();
+
+struct PmapOutputs {
+  std::vector<Array> values;      // replicated: the one buffer; else [n_local, ...]
+  std::vector<bool> replicated;
+};
+
+// args[i] is the single buffer when replicated[i], else an array [n_local, ...] of the
+// graph input's shape. Collectives span n_local * comm()->size() replicas; this
+// process holds replicas rank * n_local ... rank * n_local + n_local - 1.
+PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args,
+                           const std::vector<bool>& replicated, int n_local);
+
+}  // namespace podlet
