@@ -43,14 +43,15 @@ class ResNetBlock(nn.Module):
     stride: int = 1
     drop_path_rate: float = 0.0
     dtype: Any = jnp.float32
+    padding: Any = "SAME"
 
     @nn.compact
     def __call__(self, x, *, train: bool):
         residual = x
-        x = nn.Conv(self.features, (3, 3), self.stride, padding="SAME", use_bias=False, dtype=self.dtype)(x)
+        x = nn.Conv(self.features, (3, 3), self.stride, padding=self.padding, use_bias=False, dtype=self.dtype)(x)
         x = _bn(train)(x)
         x = nn.relu(x)
-        x = nn.Conv(self.features, (3, 3), 1, padding="SAME", use_bias=False, dtype=self.dtype)(x)
+        x = nn.Conv(self.features, (3, 3), 1, padding=self.padding, use_bias=False, dtype=self.dtype)(x)
         x = _bn(train, scale_init=nn.initializers.zeros_init())(x)
         if residual.shape != x.shape:
             residual = nn.Conv(self.features, (1, 1), self.stride, use_bias=False, dtype=self.dtype)(residual)
@@ -70,6 +71,7 @@ class BottleneckResNetBlock(nn.Module):
     stride: int = 1
     drop_path_rate: float = 0.0
     dtype: Any = jnp.float32
+    padding: Any = "SAME"
 
     @nn.compact
     def __call__(self, x, *, train: bool):
@@ -77,7 +79,7 @@ class BottleneckResNetBlock(nn.Module):
         y = nn.Conv(self.features, (1, 1), use_bias=False, dtype=self.dtype)(x)
         y = _bn(train)(y)
         y = nn.relu(y)
-        y = nn.Conv(self.features, (3, 3), self.stride, padding="SAME", use_bias=False, dtype=self.dtype)(y)
+        y = nn.Conv(self.features, (3, 3), self.stride, padding=self.padding, use_bias=False, dtype=self.dtype)(y)
         y = _bn(train)(y)
         y = nn.relu(y)
         y = nn.Conv(self.features * 4, (1, 1), use_bias=False, dtype=self.dtype)(y)
@@ -104,6 +106,10 @@ class ResNet(nn.Module):
       dropout_rate: dropout on the pooled features before the classifier.
       stochastic_depth_rate: the largest DropPath rate (last block); rates rise linearly from 0.
       dtype: the convolution / classifier compute dtype (params stay float32).
+      torchvision_padding: pad symmetrically as torchvision does (3 for the stem, 1 for
+        the max pool and every 3x3 convolution) instead of 'SAME', which on even sizes
+        pads one row/column less at the top/left of every stride-2 window. Needed for
+        the logits of imported torchvision weights to match torch's exactly.
     """
     stage_sizes: Sequence[int]
     block_cls: Any = ResNetBlock
@@ -114,25 +120,30 @@ class ResNet(nn.Module):
     dropout_rate: float = 0.0
     stochastic_depth_rate: float = 0.0
     dtype: Any = jnp.float32
+    torchvision_padding: bool = False
 
     @nn.compact
     def __call__(self, x, *, train: bool):
+        pad = (lambda p: ((p, p), (p, p))) if self.torchvision_padding else (lambda p: "SAME")
+        # Only passed when asked for, so a user's block_cls without `padding` still works.
+        block_kw = {"padding": pad(1)} if self.torchvision_padding else {}
         widths = (list(self.widths) if self.widths is not None
                   else [self.num_filters * 2 ** i for i in range(len(self.stage_sizes))])
         if len(widths) != len(self.stage_sizes):
             raise ValueError(f"widths {widths} and stage_sizes {list(self.stage_sizes)} differ in length")
-        x = nn.Conv(widths[0], (7, 7), (2, 2), padding="SAME", use_bias=False, dtype=self.dtype,
+        x = nn.Conv(widths[0], (7, 7), (2, 2), padding=pad(3), use_bias=False, dtype=self.dtype,
                     name="conv_init")(x)
         x = _bn(train, name="bn_init")(x)
         x = nn.relu(x)
-        x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+        x = nn.max_pool(x, (3, 3), strides=(2, 2), padding=pad(1))
         n_blocks = sum(self.stage_sizes)
         b = 0
         for i, block_size in enumerate(self.stage_sizes):
             for j in range(block_size):
                 stride = 2 if i > 0 and j == 0 else 1
                 rate = self.stochastic_depth_rate * b / max(n_blocks - 1, 1)
-                x = self.block_cls(widths[i], stride=stride, drop_path_rate=rate, dtype=self.dtype)(x, train=train)
+                x = self.block_cls(widths[i], stride=stride, drop_path_rate=rate, dtype=self.dtype,
+                                   **block_kw)(x, train=train)
                 b += 1
         x = jnp.mean(x, axis=(1, 2))
         x = nn.Dropout(self.dropout_rate)(x, deterministic=not train)

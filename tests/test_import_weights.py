@@ -1,0 +1,254 @@
+"""Pretrained-weight import: torchvision ResNets (rebuilt here in plain torch, since
+torchvision itself is not installable next to torch 2.13) and Flax msgpack files."""
+import os
+
+import numpy as np
+import pytest
+import torch
+from torch import nn as tnn
+
+import jax.numpy as jjnp
+from flax import serialization
+
+import podlet
+import podlet.numpy as jnp
+from podlet import models
+
+
+# --- torchvision's ResNet (torchvision/models/resnet.py, v1.5), same module names -----
+class BasicBlock(tnn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = tnn.BatchNorm2d(planes)
+        self.relu = tnn.ReLU(inplace=True)
+        self.conv2 = tnn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = tnn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x):
+        idt = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        return self.relu(self.bn2(self.conv2(out)) + idt)
+
+
+class Bottleneck(tnn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        self.conv1 = tnn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = tnn.BatchNorm2d(planes)
+        self.conv2 = tnn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = tnn.BatchNorm2d(planes)
+        self.conv3 = tnn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = tnn.BatchNorm2d(planes * 4)
+        self.relu = tnn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        idt = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        return self.relu(self.bn3(self.conv3(out)) + idt)
+
+
+class TorchResNet(tnn.Module):
+    def __init__(self, block, layers, num_classes=1000):
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = tnn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = tnn.BatchNorm2d(64)
+        self.relu = tnn.ReLU(inplace=True)
+        self.maxpool = tnn.MaxPool2d(3, 2, 1)
+        self.layer1 = self._make_layer(block, 64, layers[0])
+        self.layer2 = self._make_layer(block, 128, layers[1], 2)
+        self.layer3 = self._make_layer(block, 256, layers[2], 2)
+        self.layer4 = self._make_layer(block, 512, layers[3], 2)
+        self.avgpool = tnn.AdaptiveAvgPool2d((1, 1))
+        self.fc = tnn.Linear(512 * block.expansion, num_classes)
+
+    def _make_layer(self, block, planes, blocks, stride=1):
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = tnn.Sequential(tnn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
+                                        tnn.BatchNorm2d(planes * block.expansion))
+        layers = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return tnn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+TORCH_ARCHS = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
+               "resnet50": (Bottleneck, [3, 4, 6, 3])}
+PODLET_ARCHS = {"resnet18": models.ResNet18, "resnet34": models.ResNet34, "resnet50": models.ResNet50}
+
+
+def random_torch_resnet(arch, seed, num_classes=1000):
+    torch.manual_seed(seed)
+    block, layers = TORCH_ARCHS[arch]
+    net = TorchResNet(block, layers, num_classes)
+    with torch.no_grad():  # random BN statistics and affine params, so a wrong mapping shows
+        for m in net.modules():
+            if isinstance(m, tnn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.2)
+                m.running_mean.normal_(0, 0.2)
+                m.running_var.uniform_(0.5, 2.0)
+    return net.eval()
+
+
+def rel_err(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@pytest.mark.parametrize("arch,size", [("resnet34", 64), ("resnet18", 48), ("resnet50", 40)])
+def test_torchvision_logits_match(tmp_path, arch, size):
+    net = random_torch_resnet(arch, seed=1)
+    path = tmp_path / f"{arch}.pth"
+    torch.save(net.state_dict(), path)
+    x = np.random.default_rng(0).standard_normal((2, 3, size, size)).astype(np.float32)
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+
+    variables = models.load_torchvision_resnet(str(path), arch, in_channels=3)
+    model = PODLET_ARCHS[arch](num_classes=1000, torchvision_padding=True)
+    # the loaded tree has exactly model.init's structure and shapes
+    init = podlet.eval_shape(lambda k: model.init(k, jnp.zeros((1, size, size, 3)), train=False),
+                             podlet.random.PRNGKey(0))
+    got_shapes = podlet.tree_util.tree_map(lambda a: a.shape, variables)
+    assert got_shapes == podlet.tree_util.tree_map(lambda a: a.shape, dict(init))
+    got = np.asarray(model.apply(variables, jnp.asarray(x.transpose(0, 2, 3, 1)), train=False))
+    assert rel_err(got, want) < 1e-4
+
+
+def test_gray_stem_and_new_head(tmp_path):
+    net = random_torch_resnet("resnet18", seed=2)
+    path = tmp_path / "r18.pth"
+    torch.save(net.state_dict(), path)
+    gray = np.random.default_rng(1).standard_normal((2, 1, 32, 32)).astype(np.float32)
+    with torch.no_grad():  # a gray image seen as RGB by torch
+        feats = {}
+        net.fc.register_forward_hook(lambda m, i, o: feats.setdefault("x", i[0].numpy()))
+        net(torch.from_numpy(np.repeat(gray, 3, axis=1)))
+
+    v = models.load_torchvision_resnet(path, "resnet18", in_channels=1, num_classes=5,
+                                       rng=podlet.random.PRNGKey(3))
+    assert v["params"]["conv_init"]["kernel"].shape == (7, 7, 1, 64)
+    assert v["params"]["Dense_0"]["kernel"].shape == (512, 5)
+    np.testing.assert_array_equal(np.asarray(v["params"]["Dense_0"]["bias"]), np.zeros(5, np.float32))
+    # same key, same head bits; another key, another head
+    v2 = models.load_torchvision_resnet(path, "resnet18", in_channels=1, num_classes=5,
+                                        rng=podlet.random.PRNGKey(3))
+    np.testing.assert_array_equal(np.asarray(v["params"]["Dense_0"]["kernel"]),
+                                  np.asarray(v2["params"]["Dense_0"]["kernel"]))
+    # the features under the new head are torch's features of the RGB-repeated image
+    model = models.ResNet18(num_classes=5, torchvision_padding=True)
+    _, state = model.apply(v, jnp.asarray(gray.transpose(0, 2, 3, 1)), train=False,
+                           capture_intermediates=lambda mdl, name: mdl.name == "Dense_0", mutable=["intermediates"])
+    logits = np.asarray(state["intermediates"]["Dense_0"]["__call__"][0])
+    k = np.asarray(v["params"]["Dense_0"]["kernel"])
+    np.testing.assert_allclose(logits, feats["x"] @ k, rtol=1e-4, atol=1e-4)
+
+
+def test_mismatches_named_in_one_error(tmp_path):
+    sd = random_torch_resnet("resnet18", seed=0).state_dict()
+    del sd["layer2.0.downsample.0.weight"]
+    sd["layer3.1.bn2.bias"] = torch.zeros(7)
+    sd["extra.weight"] = torch.zeros(1)
+    with pytest.raises(podlet.PodletError) as e:
+        models.load_torchvision_resnet(sd, "resnet18")
+    msg = str(e.value)
+    for needle in ["layer2.0.downsample.0.weight", "extra.weight", "layer3.1.bn2.bias", "(7,)", "(256,)"]:
+        assert needle in msg
+    # a resnet34 checkpoint is not a resnet18 one
+    with pytest.raises(podlet.PodletError, match="unexpected keys.*layer1.2.conv1.weight"):
+        models.load_torchvision_resnet(random_torch_resnet("resnet34", seed=0).state_dict(), "resnet18")
+    with pytest.raises(podlet.PodletError, match="resnet101"):
+        models.load_torchvision_resnet(sd, "resnet101")
+    with pytest.raises(FileNotFoundError, match="nope.pth"):
+        models.load_torchvision_resnet(str(tmp_path / "nope.pth"), "resnet18")
+    bad = tmp_path / "bad.pth"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(podlet.PodletError, match="bad.pth"):
+        models.load_torchvision_resnet(str(bad), "resnet18")
+
+
+def test_pth_reader_refuses_code(tmp_path):
+    import pickle
+    import zipfile
+    path = tmp_path / "evil.pth"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("archive/data.pkl", pickle.dumps(os.system))
+    with pytest.raises(podlet.PodletError, match="unsupported object"):
+        models.load_torchvision_resnet(str(path), "resnet18")
+
+
+def test_pth_reader_dtypes_and_strides(tmp_path):
+    from podlet.models import _torch_pth
+    t = torch.arange(24, dtype=torch.float64).reshape(4, 6)
+    sd = {"f64": t, "view": t.t()[1:], "i64": torch.tensor([1, -2], dtype=torch.int64),
+          "bf16": torch.tensor([1.5, -2.25], dtype=torch.bfloat16), "b": torch.tensor([True, False]),
+          "scalar": torch.tensor(3.0)}
+    torch.save(sd, tmp_path / "t.pth")
+    got = _torch_pth.load(str(tmp_path / "t.pth"))
+    for k, v in sd.items():
+        want = v.float().numpy() if v.dtype == torch.bfloat16 else v.numpy()
+        np.testing.assert_array_equal(np.asarray(got[k], dtype=want.dtype), want)
+        assert got[k].shape == tuple(v.shape)
+
+
+def test_load_flax_params_matches_flax(tmp_path):
+    rng = np.random.default_rng(0)
+    tree = {"params": {"Dense_0": {"kernel": rng.standard_normal((3, 4)).astype(np.float32),
+                                   "bias": np.zeros(4, np.float32)},
+                       "layers": [rng.standard_normal(2).astype(np.float32), np.arange(3, dtype=np.int32)],
+                       "bf": jjnp.asarray([1.5, -3.0], jjnp.bfloat16)},
+            "batch_stats": {"mean": rng.standard_normal(300).astype(np.float32)},
+            "step": np.int32(7), "big": rng.standard_normal((70, 70)).astype(np.float32)}
+    path = tmp_path / "ckpt.msgpack"
+    data = serialization.to_bytes(tree)
+    path.write_bytes(data)
+    want = serialization.msgpack_restore(data)
+    got = models.load_flax_params(path)
+    flat_w = podlet.tree_util.tree_flatten_with_path(want)[0]
+    flat_g = podlet.tree_util.tree_flatten_with_path(got)[0]
+    assert [p for p, _ in flat_w] == [p for p, _ in flat_g]
+    for (_, w), (_, g) in zip(flat_w, flat_g):
+        assert isinstance(g, podlet.Array)
+        np.testing.assert_array_equal(np.asarray(g).astype(np.float64), np.asarray(w).astype(np.float64))
+    assert got["params"]["bf"].dtype == jnp.bfloat16
+
+    # against a model's variables: structure checked, mismatches named
+    target = {"params": {"Dense_0": {"kernel": podlet.ShapeDtypeStruct((3, 5), jnp.float32),
+                                     "bias": podlet.ShapeDtypeStruct((4,), jnp.float32)},
+                         "Dense_1": {"bias": podlet.ShapeDtypeStruct((4,), jnp.float32)}}}
+    path2 = tmp_path / "p.msgpack"
+    path2.write_bytes(serialization.to_bytes({"params": {"Dense_0": tree["params"]["Dense_0"],
+                                                         "extra": np.zeros(1, np.float32)}}))
+    with pytest.raises(podlet.PodletError) as e:
+        models.load_flax_params(path2, target=target)
+    for needle in ["Dense_1", "extra", "(3, 4)", "(3, 5)", "p.msgpack"]:
+        assert needle in str(e.value)
+
+
+def test_flax_msgpack_decoder_corner_cases(tmp_path):
+    # every msgpack width class, as flax's encoder (msgpack) writes them
+    from podlet.models import _flax_msgpack
+    obj = {"a" * 40: [1, -1, -33, 200, 70000, 2 ** 40, -(2 ** 40), 1.5, None, True, False, "x" * 300, b"\x00" * 70],
+           "m": {str(i): i for i in range(20)}, "l": list(range(20)), "c": complex(1, 2)}
+    data = serialization.msgpack_serialize(obj)
+    assert _flax_msgpack.restore(data) == serialization.msgpack_restore(data)
+    with pytest.raises(podlet.PodletError, match="truncated"):
+        _flax_msgpack.restore(data[:-5], where="cut.msgpack")
+    bad = tmp_path / "bad.msgpack"
+    bad.write_bytes(data[:-5])
+    with pytest.raises(podlet.PodletError, match="bad.msgpack"):
+        models.load_flax_params(bad)
