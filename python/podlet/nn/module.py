@@ -60,6 +60,7 @@ For layer authors (Conv, BatchNorm, Dropout, ... are written on this API):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import functools
@@ -71,7 +72,7 @@ import types
 import typing
 import weakref
 from collections.abc import Mapping
-from typing import Any, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
@@ -741,6 +742,54 @@ class _DynamicContext(threading.local):
 _context = _DynamicContext()
 
 
+# =====================================================================================
+# Method interceptors (flax.linen.intercept_methods)
+# =====================================================================================
+@dataclasses.dataclass(frozen=True)
+class InterceptorContext:
+    """What an interceptor sees: the module whose method is called, the method's name,
+    and ``orig_method`` (the bound method; calling it skips the other interceptors)."""
+    module: "Module"
+    method_name: str
+    orig_method: Callable[..., Any]
+
+
+class _InterceptorStack(threading.local):
+    def __init__(self):
+        self.stack = []
+
+
+_interceptors = _InterceptorStack()
+
+
+@contextlib.contextmanager
+def intercept_methods(interceptor):
+    """Calls ``interceptor(next_fun, args, kwargs, context)`` instead of every wrapped
+    module method while active (Flax semantics: interceptors registered first run
+    first; ``next_fun`` continues the chain)."""
+    _interceptors.stack.append(interceptor)
+    try:
+        yield
+    finally:
+        assert _interceptors.stack.pop() is interceptor
+
+
+def _run_interceptors(orig_method, module, *args, **kwargs):
+    fun = functools.partial(orig_method, module)
+    context = InterceptorContext(module, getattr(orig_method, "__name__", "unnamed_function"), fun)
+
+    def wrap(interceptor, fun):
+        @functools.wraps(fun)
+        def wrapped(*args, **kwargs):
+            return interceptor(fun, args, kwargs, context)
+        return wrapped
+
+    # The innermost wrapper is the newest interceptor, so the oldest runs first.
+    for interceptor in reversed(_interceptors.stack):
+        fun = wrap(interceptor, fun)
+    return fun(*args, **kwargs)
+
+
 class _Sentinel:
     def __copy__(self):
         return self
@@ -1060,7 +1109,10 @@ class Module:
         try:
             if add_call_info:
                 call_index = _context.call_info_stack[-1].next_index()
-            y = fun(self, *args, **kwargs)
+            if _interceptors.stack:
+                y = _run_interceptors(fun, self, *args, **kwargs)
+            else:
+                y = fun(self, *args, **kwargs)
             if _context.capture_stack:
                 filter_fn = _context.capture_stack[-1]
                 if filter_fn and filter_fn(self, fun_name):
@@ -1320,6 +1372,27 @@ class Module:
             xs = init_fn()
         self.scope.put_variable(col, name, reduce_fn(xs, value))
         return True
+
+    def perturb(self, name: str, value, collection: str = "perturbations"):
+        """Adds a zero-initialised variable of `collection` to `value` (Flax's
+        ``Module.perturb``): taking the gradient with respect to that collection gives
+        the gradient with respect to the intermediate `value`. A no-op when the
+        collection is neither mutable nor passed to ``apply``."""
+        if self.scope is None:
+            raise ValueError("Can't store variables on unbound modules")
+        from .. import numpy as jnp  # podlet.numpy imports nothing of nn; deferred to keep import order free
+        if self.is_mutable_collection(collection):
+            if not self.scope.has_variable(collection, name):
+                self.scope.reserve(name, collection)
+                self._state.children[name] = collection
+                self.scope.put_variable(collection, name, tree_util.tree_map(jnp.zeros_like, value))
+        if collection in self.scope.root._variables:
+            if self.scope.has_variable(collection, name):
+                value = tree_util.tree_map(jnp.add, value, self.scope.get_variable(collection, name))
+            else:
+                raise ValueError(f"Perturbation collection {collection} present, but "
+                                 f"missing perturbation variable {name}")
+        return value
 
     # ---------------------------------------------------------------- binding
     @staticmethod

@@ -1,0 +1,14 @@
+"""podlet.explain: why a model predicts what it predicts.
+
+    cams = podlet.explain.grad_cam(model, variables, images)          # (N, H, W) in [0, 1]
+    maps = podlet.explain.saliency(model, variables, images)          # (N, H, W) max_c |dy/dx|
+    podlet.explain.save_overlays(images, cams, "run/explain", labels=labels, class_names=names)
+    podlet.explain.pointing_game(cams, masks)                         # fraction of maxima inside
+"""
+from .grad_cam import grad_cam, find_layers, default_layer, layer_activations_and_grads
+from .saliency import saliency
+from .overlays import save_overlays, overlay
+from .pointing_game import pointing_game, random_baseline
+
+__all__ = ["grad_cam", "saliency", "save_overlays", "overlay", "find_layers", "default_layer",
+           "layer_activations_and_grads", "pointing_game", "random_baseline"]
