@@ -257,3 +257,21 @@ def test_pointing_game_counts():
     assert explain.random_baseline(boxes=boxes, shape=(10, 10)) == pytest.approx((12 + 9 + 9 + 4) / 400)
     with pytest.raises(podlet.PodletError, match="exactly one"):
         explain.pointing_game(cams)
+
+
+def test_explain_to_dir(tmp_path):
+    m = TinyCNN()
+    x = np.random.default_rng(5).standard_normal((3, 8, 8, 1)).astype(np.float32)
+    v = m.init(podlet.random.PRNGKey(6), jnp.asarray(x))
+    out = explain.explain_to_dir(m, v, x, str(tmp_path / "gc"), labels=[1, 0, 1], class_names=list("abcd"),
+                                 batch_size=2)
+    preds = np.argmax(np.asarray(m.apply(v, jnp.asarray(x))), axis=-1)
+    np.testing.assert_array_equal(out["preds"], preds)
+    np.testing.assert_allclose(out["maps"], np.asarray(explain.grad_cam(m, v, x)), atol=1e-6)
+    assert out["layer"] == ("features",)
+    assert sorted(os.listdir(tmp_path / "gc")) == ["a", "b"]
+    assert all(os.path.basename(p).startswith("grad_cam_") and os.path.exists(p) for p in out["paths"])
+    sal = explain.explain_to_dir(m, v, x, str(tmp_path / "sal"), method="saliency", target_class=2)
+    np.testing.assert_allclose(sal["maps"], np.asarray(explain.saliency(m, v, x, target_class=2)), rtol=1e-6)
+    with pytest.raises(podlet.PodletError, match="'lime'"):
+        explain.explain_to_dir(m, v, x, str(tmp_path / "l"), method="lime")

@@ -252,3 +252,28 @@ def test_flax_msgpack_decoder_corner_cases(tmp_path):
     bad.write_bytes(data[:-5])
     with pytest.raises(podlet.PodletError, match="bad.msgpack"):
         models.load_flax_params(bad)
+
+
+def test_load_pretrained_dispatches_on_file_type(tmp_path):
+    net = random_torch_resnet("resnet18", seed=4)
+    torch.save(net.state_dict(), tmp_path / "r18.pth")
+    v = models.load_pretrained(tmp_path / "r18.pth", "resnet18", in_channels=1, num_classes=5)
+    assert v["params"]["conv_init"]["kernel"].shape == (7, 7, 1, 64) and set(v) == {"params", "batch_stats"}
+
+    model = models.MLP(features=(6,), num_classes=3)
+    target = model.init(podlet.random.PRNGKey(0), jnp.zeros((1, 4)), train=False)
+    fv = {k: podlet.tree_util.tree_map(np.asarray, target[k]) for k in target}
+    (tmp_path / "vars.msgpack").write_bytes(serialization.to_bytes(fv))
+    (tmp_path / "params.flax").write_bytes(serialization.to_bytes(fv["params"]))
+    (tmp_path / "state.msgpack").write_bytes(serialization.to_bytes({"step": 3, "params": fv["params"],
+                                                                    "opt_state": {"mu": fv["params"]}}))
+    for name in ["vars.msgpack", "params.flax", "state.msgpack"]:
+        got = models.load_pretrained(tmp_path / name, "mlp", target=target)
+        assert set(got) == {"params"}
+        np.testing.assert_array_equal(np.asarray(got["params"]["Dense_0"]["kernel"]),
+                                      fv["params"]["Dense_0"]["kernel"])
+    other = models.MLP(features=(7,), num_classes=3).init(podlet.random.PRNGKey(0), jnp.zeros((1, 4)), train=False)
+    with pytest.raises(podlet.PodletError, match=r"Dense_0.*\(4, 6\).*\(4, 7\)"):
+        models.load_pretrained(tmp_path / "vars.msgpack", "mlp", target=other)
+    with pytest.raises(podlet.PodletError, match=r"'\.npz'"):
+        models.load_pretrained(tmp_path / "w.npz", "resnet18")

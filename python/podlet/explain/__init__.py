@@ -4,11 +4,13 @@
     maps = podlet.explain.saliency(model, variables, images)          # (N, H, W) max_c |dy/dx|
     podlet.explain.save_overlays(images, cams, "run/explain", labels=labels, class_names=names)
     podlet.explain.pointing_game(cams, masks)                         # fraction of maxima inside
+    podlet.explain.explain_to_dir(model, variables, images, "run/explain", labels=y, class_names=names)
 """
 from .grad_cam import grad_cam, find_layers, default_layer, layer_activations_and_grads
 from .saliency import saliency
 from .overlays import save_overlays, overlay
-from .pointing_game import pointing_game, random_baseline
+from .pointing_game import pointing_game, random_baseline, boxes_to_masks
+from .report import explain_to_dir
 
 __all__ = ["grad_cam", "saliency", "save_overlays", "overlay", "find_layers", "default_layer",
-           "layer_activations_and_grads", "pointing_game", "random_baseline"]
+           "layer_activations_and_grads", "pointing_game", "random_baseline", "boxes_to_masks", "explain_to_dir"]

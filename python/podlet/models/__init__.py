@@ -17,11 +17,12 @@ from .._src.core import eval_shape as _eval_shape
 from .mlp import MLP
 from .resnet import ResNetBlock, BottleneckResNetBlock, ResNet, ResNet18, ResNet34, ResNet50
 from .vit import VisionTransformer, ViTTiny, ViTSmall
-from .import_weights import load_torchvision_resnet, load_flax_params, torchvision_resnet_layout
+from .import_weights import load_torchvision_resnet, load_flax_params, load_pretrained, torchvision_resnet_layout
 
 __all__ = ["MLP", "ResNetBlock", "BottleneckResNetBlock", "ResNet", "ResNet18", "ResNet34", "ResNet50",
            "VisionTransformer", "ViTTiny", "ViTSmall", "MODELS", "get_model", "summary", "param_count",
-           "count_params", "load_torchvision_resnet", "load_flax_params", "torchvision_resnet_layout"]
+           "count_params", "load_torchvision_resnet", "load_flax_params", "load_pretrained",
+           "torchvision_resnet_layout"]
 
 # Config names (``model: resnet34``) -> constructors.
 MODELS = {

@@ -25,7 +25,7 @@ from .._src.errors import PodletError
 from ..nn import initializers
 from . import _flax_msgpack, _torch_pth
 
-__all__ = ["load_torchvision_resnet", "load_flax_params", "torchvision_resnet_layout"]
+__all__ = ["load_torchvision_resnet", "load_flax_params", "load_pretrained", "torchvision_resnet_layout"]
 
 # arch -> (blocks per stage, bottleneck?)
 _ARCHS = {"resnet18": ([2, 2, 2, 2], False), "resnet34": ([3, 4, 6, 3], False), "resnet50": ([3, 4, 6, 3], True)}
@@ -223,3 +223,29 @@ def load_flax_params(path, target=None):
     if target is not None:
         _check_structure(tree, target, path)
     return tree
+
+
+_COLLECTIONS = ("params", "batch_stats")
+
+
+def load_pretrained(path, model_name: str, *, in_channels: int = 1, num_classes=None, rng=None, target=None):
+    """Variables to initialise `model_name` from a pretrained file (the ``train.init_from``
+    config key): a torchvision .pth/.pt state_dict (model_name resnet18/34/50) or a Flax
+    msgpack file (``.msgpack``/``.flax``: ``to_bytes`` of the variables, of the params
+    alone, or of a TrainState). With `target` (``model.init``'s variables) a Flax file
+    is checked path by path and shape by shape. Returns ``{'params', 'batch_stats'?}``."""
+    path = os.fspath(path)
+    ext = os.path.splitext(path)[1].lower()
+    if ext in (".pth", ".pt"):
+        return load_torchvision_resnet(path, model_name, in_channels=in_channels, num_classes=num_classes, rng=rng)
+    if ext in (".msgpack", ".flax"):
+        tree = load_flax_params(path)
+        if "params" in tree:   # variables or a TrainState: keep what a model's apply takes
+            tree = {k: tree[k] for k in _COLLECTIONS if k in tree}
+        else:                  # the params dict alone
+            tree = {"params": tree}
+        if target is not None:
+            _check_structure(tree, {k: target[k] for k in tree if k in target}, path)
+        return tree
+    raise PodletError(f"pretrained weights {path!r}: unknown file type {ext!r}; expected a torchvision "
+                      "state_dict (.pth, .pt) or a Flax msgpack file (.msgpack, .flax)")

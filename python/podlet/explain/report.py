@@ -1,0 +1,46 @@
+"""One call from a trained model and a batch of images to PNG explanations on disk (what
+``podlet explain RUN_DIR --split test -n 16`` runs).
+
+    out = podlet.explain.explain_to_dir(model, variables, images, "run/explain",
+                                        labels=labels, class_names=names)
+    out["paths"], out["preds"]
+"""
+import numpy as np
+
+from .. import numpy as jnp
+from .._src.errors import PodletError
+from .grad_cam import _eval_kwargs, default_layer, grad_cam
+from .overlays import save_overlays
+from .saliency import saliency
+
+__all__ = ["explain_to_dir"]
+
+
+def explain_to_dir(model, variables, images, out_dir, labels=None, class_names=None, method="grad_cam",
+                   layer=None, target_class=None, batch_size=16, apply_kwargs=None):
+    """Predicts `images` (N, H, W, C), explains each prediction (or `target_class`) with
+    `method` ('grad_cam' or 'saliency') and writes one PNG per image under `out_dir`
+    (a subdirectory per true class when `labels` are given, file names carrying the
+    predicted class). Returns ``{'paths', 'preds', 'maps', 'layer'}``."""
+    if method not in ("grad_cam", "saliency"):
+        raise PodletError(f"explain: unknown method {method!r}; expected 'grad_cam' or 'saliency'")
+    images = np.asarray(images, np.float32)
+    if images.ndim != 4:
+        raise PodletError(f"explain: images must be (N, H, W, C), got shape {images.shape}")
+    kw = _eval_kwargs(model) if apply_kwargs is None else dict(apply_kwargs)
+    if method == "grad_cam" and layer is None:
+        layer = default_layer(model, variables, jnp.asarray(images[:1]), apply_kwargs)
+    preds, maps = [], []
+    for s in range(0, len(images), batch_size):
+        x = jnp.asarray(images[s:s + batch_size])
+        preds.append(np.asarray(jnp.argmax(model.apply(variables, x, **kw), axis=-1)))
+        t = None if target_class is None else np.broadcast_to(np.asarray(target_class), (len(images),))[s:s + len(x)]
+        if method == "grad_cam":
+            maps.append(np.asarray(grad_cam(model, variables, x, target_class=t, layer=layer,
+                                            apply_kwargs=apply_kwargs)))
+        else:
+            maps.append(np.asarray(saliency(model, variables, x, target_class=t, apply_kwargs=apply_kwargs)))
+    preds, maps = np.concatenate(preds), np.concatenate(maps)
+    paths = save_overlays(images, maps, out_dir, labels=labels, preds=preds, class_names=class_names,
+                          prefix=f"{method}_")
+    return {"paths": paths, "preds": preds, "maps": maps, "layer": layer}
