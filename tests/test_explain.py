@@ -118,7 +118,7 @@ def jax_grad_cam(fmodel, fvars, images, layer, target=None):
             acts_shape["s"] = out.shape
         return out
     with fnn.intercept_methods(capture):
-        logits = fmodel.apply(fvars, images, train=False)
+        logits = jax.jit(lambda v, x: fmodel.apply(v, x, train=False))(fvars, images)
     tgt = jjnp.argmax(logits, -1) if target is None else jjnp.broadcast_to(jjnp.asarray(target), (images.shape[0],))
 
     def score(delta):
@@ -133,7 +133,7 @@ def jax_grad_cam(fmodel, fvars, images, layer, target=None):
         with fnn.intercept_methods(add):
             lg = fmodel.apply(fvars, images, train=False)
         return jjnp.sum(jjnp.take_along_axis(lg, tgt[:, None], axis=1)), store["a"]
-    g, a = jax.grad(score, has_aux=True)(jjnp.zeros(acts_shape["s"]))
+    g, a = jax.jit(jax.grad(score, has_aux=True))(jjnp.zeros(acts_shape["s"]))
     w = g.mean(axis=(1, 2))
     cam = jax.nn.relu(jjnp.einsum("nhwc,nc->nhw", a, w))
     cam = jax.image.resize(cam, (cam.shape[0],) + images.shape[1:3], "bilinear")
@@ -166,7 +166,7 @@ def test_saliency_matches_jax():
 
     def score(img):
         return fm.apply(fv, img, train=False)[:, 1].sum()
-    want = np.abs(np.asarray(jax.grad(score)(jjnp.asarray(x)))).max(axis=-1)
+    want = np.abs(np.asarray(jax.jit(jax.grad(score))(jjnp.asarray(x)))).max(axis=-1)
     got = np.asarray(explain.saliency(pm, pv, x, target_class=1))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6 * want.max())
 
