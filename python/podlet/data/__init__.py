@@ -1,4 +1,19 @@
-"""Datasets: Fashion-MNIST from Debian's IDX files (more loaders to come)."""
-from .fashion_mnist import CLASS_NAMES, load_fashion_mnist
+"""Datasets and the input pipeline.
 
-__all__ = ["CLASS_NAMES", "load_fashion_mnist"]
+Sources (random access to decoded uint8 examples): ``synthetic_ddsm`` (the embedded
+default: synthetic mammography patches), ``fashion_mnist``, ``array_source``. The
+pipeline: ``Dataset(source).shuffle(...).normalize(...).augment(...).batch(...)
+.repeat().prefetch(...)``, in C++ on TBB, deterministic for a seed whatever the thread
+count. ``load_fashion_mnist`` returns plain NumPy arrays.
+"""
+from .fashion_mnist import CLASS_NAMES, load_fashion_mnist
+from .sources import array_source, fashion_mnist, read_batch, FASHION_MNIST_CLASS_NAMES
+from .synthetic_ddsm import synthetic_ddsm, synthetic_ddsm_lesion
+from .synthetic_ddsm import CLASS_NAMES as DDSM_CLASS_NAMES
+from .pipeline import (Dataset, DatasetIterator, shard_batch, AUTOTUNE, CONSERVATIVE_AUGMENTATION,
+                       WEAK_AUGMENTATION)
+
+__all__ = ["CLASS_NAMES", "load_fashion_mnist", "array_source", "fashion_mnist", "read_batch",
+           "FASHION_MNIST_CLASS_NAMES", "synthetic_ddsm", "synthetic_ddsm_lesion", "DDSM_CLASS_NAMES",
+           "Dataset", "DatasetIterator", "shard_batch", "AUTOTUNE", "CONSERVATIVE_AUGMENTATION",
+           "WEAK_AUGMENTATION"]
