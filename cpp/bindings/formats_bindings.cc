@@ -30,45 +30,6 @@ std::string_view view(const py::bytes& b) {
 }
 const uint8_t* u8(std::string_view s) { return reinterpret_cast<const uint8_t*>(s.data()); }
 
-// An in-memory Source over NumPy arrays (copied), for tests and exports from arrays.
-class NumpySource : public data::Source {
- public:
-  NumpySource(py::array_t<uint8_t, py::array::c_style | py::array::forcecast> images, py::array_t<int64_t> labels,
-              std::vector<std::string> ids, std::vector<std::string> class_names, std::string name)
-      : ids_(std::move(ids)), class_names_(std::move(class_names)), name_(std::move(name)) {
-    if (images.ndim() != 4)
-      throw ShapeError(fmt("numpy source: images must be (N, H, W, C) uint8, got rank ", images.ndim()));
-    n_ = images.shape(0); h_ = int(images.shape(1)); w_ = int(images.shape(2)); c_ = int(images.shape(3));
-    if (labels.ndim() != 1 || labels.shape(0) != n_)
-      throw ShapeError(fmt("numpy source: labels must have shape (", n_, ",), got rank ", labels.ndim()));
-    if (!ids_.empty() && int64_t(ids_.size()) != n_)
-      throw ShapeError(fmt("numpy source: ", ids_.size(), " ids for ", n_, " images"));
-    pixels_.assign(images.data(), images.data() + images.size());
-    auto l = labels.unchecked<1>();
-    for (int64_t i = 0; i < n_; ++i) labels_.push_back(int32_t(l(i)));
-  }
-  int64_t size() const override { return n_; }
-  std::string describe() const override { return name_; }
-  std::vector<std::string> class_names() const override { return class_names_; }
-  data::Record get(int64_t i) const override {
-    if (i < 0 || i >= n_) throw ValueError(fmt(name_, ": example ", i, " out of range (", n_, " examples)"));
-    data::Record r;
-    size_t sz = size_t(h_) * w_ * c_;
-    r.image.assign(pixels_.begin() + i * sz, pixels_.begin() + (i + 1) * sz);
-    r.height = h_; r.width = w_; r.channels = c_;
-    r.label = labels_[i];
-    r.id = ids_.empty() ? fmt(i) : ids_[i];
-    return r;
-  }
- private:
-  std::vector<uint8_t> pixels_;
-  std::vector<int32_t> labels_;
-  std::vector<std::string> ids_, class_names_;
-  std::string name_;
-  int64_t n_ = 0;
-  int h_ = 0, w_ = 0, c_ = 0;
-};
-
 py::object feature_value(const io::Feature& f) {
   switch (f.kind) {
     case io::Feature::Kind::kBytes: {
@@ -208,10 +169,4 @@ static podlet_bindings::Binder reg_formats([](py::module_& m) {
     io::write_hdf5(*src, path, gzip_level);
   }, py::arg("source"), py::arg("path"), py::arg("gzip_level") = 0);
 
-  m.def("_numpy_source", [](py::array_t<uint8_t, py::array::c_style | py::array::forcecast> images,
-                            py::array_t<int64_t> labels, std::vector<std::string> ids,
-                            std::vector<std::string> class_names, std::string name) -> std::shared_ptr<data::Source> {
-    return std::make_shared<NumpySource>(images, labels, std::move(ids), std::move(class_names), std::move(name));
-  }, py::arg("images"), py::arg("labels"), py::arg("ids") = std::vector<std::string>(),
-     py::arg("class_names") = std::vector<std::string>(), py::arg("name") = "numpy");
 });
