@@ -34,7 +34,7 @@ from .._src import dtypes as _dtypes
 from .._src.errors import PodletError
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "restore_checkpoint",
-           "read_checkpoint", "read_metadata", "CheckpointManager", "checkpoint_path"]
+           "read_checkpoint", "read_metadata", "CheckpointManager", "checkpoint_path", "check_structure"]
 
 FORMAT = "podlet-checkpoint-v1"
 _NAME = re.compile(r"^checkpoint_(\d+)\.h5$")
@@ -257,6 +257,23 @@ def restore_checkpoint(path, target):
             lines += [f"  mismatched:                  {m}" for m in mismatched]
             raise CheckpointMismatchError("\n".join(lines), missing, extra, mismatched)
         return treedef.unflatten([_as_target_type(a, leaf) for a, leaf in values])
+
+
+def check_structure(tree, target, where):
+    """Raises CheckpointMismatchError naming every path of `target` missing from `tree`,
+    every extra path and every shape mismatch (e.g. imported weights vs a model)."""
+    got = {p: _shape_of(x) for p, x in _leaf_paths(tree)}
+    want = {p: _shape_of(x) for p, x in _leaf_paths(target)}
+    missing = [p for p in want if p not in got]
+    extra = sorted(p for p in got if p not in want)
+    bad = [f"{p}: {where} has {list(got[p])}, target expects {list(want[p])}"
+           for p in want if p in got and got[p] != want[p]]
+    if missing or extra or bad:
+        lines = [f"{where} does not match the target: {len(missing)} missing, {len(extra)} extra, "
+                 f"{len(bad)} mismatched path(s)"]
+        lines += [f"  missing: {p}" for p in missing] + [f"  extra: {p}" for p in extra]
+        lines += [f"  mismatched: {b}" for b in bad]
+        raise CheckpointMismatchError("\n".join(lines), missing, extra, bad)
 
 
 # -------------------------------------------------------------------------- manager
