@@ -275,3 +275,15 @@ def test_explain_to_dir(tmp_path):
     np.testing.assert_allclose(sal["maps"], np.asarray(explain.saliency(m, v, x, target_class=2)), rtol=1e-6)
     with pytest.raises(podlet.PodletError, match="'lime'"):
         explain.explain_to_dir(m, v, x, str(tmp_path / "l"), method="lime")
+
+
+def test_grad_cam_bf16_model_close_to_f32():
+    kw = dict(stage_sizes=[1, 1], num_filters=4, num_classes=3)
+    m32 = models.ResNet(block_cls=models.ResNetBlock, **kw)
+    m16 = models.ResNet(block_cls=models.ResNetBlock, dtype=jnp.bfloat16, **kw)
+    x = np.random.default_rng(7).standard_normal((2, 32, 32, 1)).astype(np.float32)
+    v = _noisy(m32.init(podlet.random.PRNGKey(0), jnp.asarray(x), train=False), seed=3)
+    c32 = np.asarray(explain.grad_cam(m32, v, x, target_class=1))
+    c16 = np.asarray(explain.grad_cam(m16, v, x, target_class=1))
+    assert c16.dtype == np.float32
+    assert np.max(np.abs(c16 - c32)) < 0.1

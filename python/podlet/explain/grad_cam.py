@@ -44,13 +44,17 @@ def _path(layer):
 def find_layers(model, variables, images, apply_kwargs=None):
     """``[(path, output shape)]`` of every submodule ``__call__`` of `model` on `images`,
     in the order the calls return (found by tracing: no kernel runs)."""
+    return [(p, s) for p, s, _ in _find_layers(model, variables, images, apply_kwargs)]
+
+
+def _find_layers(model, variables, images, apply_kwargs=None):
     kw = _eval_kwargs(model) if apply_kwargs is None else dict(apply_kwargs)
     found = []
 
     def interceptor(next_fun, args, kwargs, context):
         out = next_fun(*args, **kwargs)
         if context.method_name == "__call__" and context.module.path and hasattr(out, "shape"):
-            found.append((tuple(context.module.path), tuple(out.shape)))
+            found.append((tuple(context.module.path), tuple(out.shape), out.dtype))
         return out
 
     def run(v, x):
@@ -79,7 +83,7 @@ def layer_activations_and_grads(model, variables, images, target_class=None, lay
     if layer is None:
         layer = default_layer(model, variables, images, apply_kwargs)
     layer = _path(layer)
-    shapes = dict(find_layers(model, variables, images, apply_kwargs))
+    shapes = {p: (s, d) for p, s, d in _find_layers(model, variables, images, apply_kwargs)}
     if layer not in shapes:
         known = ", ".join("/".join(p) for p in shapes) or "(none)"
         raise PodletError(f"grad_cam: layer {'/'.join(layer)!r} is not a submodule of {type(model).__name__}; "
@@ -114,7 +118,7 @@ def layer_activations_and_grads(model, variables, images, target_class=None, lay
         # image's own gradient.
         return jnp.sum(logits * onehot), (logits, calls[-1], tgt)
 
-    zeros = jnp.zeros(shapes[layer], jnp.float32)
+    zeros = jnp.zeros(*shapes[layer])  # the activation's dtype, so a bf16 model stays bf16
     (_, (logits, acts, tgt)), grads = core.value_and_grad(score, has_aux=True)(zeros, images)
     if len(calls) != 1:
         raise PodletError(f"grad_cam: layer {'/'.join(layer)!r} is called {len(calls)} times per forward pass; "
@@ -160,7 +164,7 @@ def grad_cam(model, variables, images, target_class=None, layer=None, apply_kwar
     if acts.ndim != 4:
         raise PodletError(f"grad_cam: layer output must be a 4-D (N, h, w, C) feature map, got shape {acts.shape}")
     acts = acts.astype(jnp.float32)
-    weights = jnp.mean(grads, axis=(1, 2))                                # (N, C)
+    weights = jnp.mean(grads.astype(jnp.float32), axis=(1, 2))                                # (N, C)
     cam = jnp.maximum(jnp.einsum("nhwc,nc->nhw", acts, weights), 0.0)     # (N, h, w)
     _, h, w = cam.shape
     rh = jnp.asarray(bilinear_resize_matrix(images.shape[1], h))
