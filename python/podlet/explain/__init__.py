@@ -11,6 +11,8 @@ from .saliency import saliency
 from .overlays import save_overlays, overlay
 from .pointing_game import pointing_game, random_baseline, boxes_to_masks
 from .report import explain_to_dir
+from .run import explain_run, load_run
 
 __all__ = ["grad_cam", "saliency", "save_overlays", "overlay", "find_layers", "default_layer",
-           "layer_activations_and_grads", "pointing_game", "random_baseline", "boxes_to_masks", "explain_to_dir"]
+           "layer_activations_and_grads", "pointing_game", "random_baseline", "boxes_to_masks", "explain_to_dir",
+           "explain_run", "load_run"]

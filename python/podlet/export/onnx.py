@@ -412,9 +412,11 @@ def _eval_kwargs(model):
     return {}
 
 
-def _inference_fn(model, variables, apply_kwargs):
+def _inference_fn(model, variables, apply_kwargs, dtype):
     from ..nn import Module
     if isinstance(model, Module):
+        if dtype is not None and "dtype" in getattr(model, "__dataclass_fields__", {}):
+            model = model.clone(dtype=dtypes.dtype(dtype))
         kw = _eval_kwargs(model) if apply_kwargs is None else dict(apply_kwargs)
         return lambda x: model.apply(variables, x, **kw)
     if not callable(model):
@@ -465,7 +467,7 @@ def build_model(rec, opset=DEFAULT_OPSET, input_names=None, output_names=None, g
 
 
 def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwargs=None,
-            input_name="input", output_name="output"):
+            input_name="input", output_name="output", dtype="float32"):
     """Writes the eval-mode inference graph of `model` to `path` as ONNX; returns the
     ModelProto (already checked with ``onnx.checker.check_model``).
 
@@ -479,11 +481,15 @@ def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwa
       path: the .onnx file, written to a temporary file and renamed.
       opset: the ONNX opset (default 17).
       apply_kwargs: keyword arguments for the call, replacing the eval-mode guess.
+      dtype: compute dtype of the exported graph, set on a Module that has a ``dtype``
+        attribute (podlet.models, Flax-style layers). Default float32: a model trained
+        in bfloat16 is exported in float32, since ONNX's Conv and most runtimes have no
+        bfloat16 kernels. None keeps the model's own.
 
     Raises UnsupportedPrimitiveError naming the first primitive that has no mapping.
     """
     onnx = _onnx()
-    fn = _inference_fn(model, variables, apply_kwargs)
+    fn = _inference_fn(model, variables, apply_kwargs, dtype)
     rec = _record.record(fn, sample_input)
     if len(rec.outputs) != 1:
         output_names = [f"{output_name}_{i}" for i in range(len(rec.outputs))]
