@@ -18,7 +18,7 @@ from PIL import Image
 import podlet
 from podlet import _core
 from podlet.data.export import export_tfds
-from podlet.data.sources import array_source
+from podlet.data.sources import array_source, read_batch
 from podlet.data.synthetic_ddsm import synthetic_ddsm
 from podlet.data.tfds import tfds_source
 
@@ -89,6 +89,11 @@ def test_round_trip(tmp_path, c):
         assert ex["image"].shape == images[i].shape
         errs.append(np.abs(ex["image"].astype(int) - images[i]))
     errs = np.stack(errs)
+    # The pipeline's parallel reader (C++ threads, GIL released) sees the same examples.
+    got_images, got_labels, got_ids = read_batch(back, range(len(images)), 2)
+    np.testing.assert_array_equal(got_images, np.stack([back.get(i)["image"] for i in range(len(images))]))
+    np.testing.assert_array_equal(got_labels, labels)
+    assert list(got_ids) == ids
     assert errs.mean() < (1.5 if c == 1 else 3.0) and errs.max() <= (12 if c == 1 else 32)
 
     info = json.load(open(os.path.join(vdir, "dataset_info.json")))
