@@ -21,6 +21,8 @@ static podlet_bindings::Binder reg_pmap([](py::module_& m) {
       },
       py::arg("graph"), py::arg("args"), py::arg("replicated"), py::arg("n_local"),
       "Runs a traced graph on n_local replicas in lockstep. Returns (values, replicated).");
+  m.def("set_pmap_merge", &podlet::set_pmap_merge, py::arg("on"));
+  m.def("pmap_merge", &podlet::pmap_merge);
   m.def("process_count", []() { return podlet::comm() ? podlet::comm()->size() : 1; });
   m.def("process_index", []() { return podlet::comm() ? podlet::comm()->rank() : 0; });
 });

@@ -4,12 +4,17 @@
 
 #include <chrono>
 #include <cstring>
+#include <cstdlib>
+#include <set>
 #include "podlet/parallel.h"
 #include "podlet/prims/common.h"
 
 namespace podlet {
 
 static std::shared_ptr<Comm> g_comm;
+static bool g_merge = [] { const char* e = std::getenv("PODLET_PMAP_MERGE"); return !(e && e[0] == '0'); }();
+void set_pmap_merge(bool on) { g_merge = on; }
+bool pmap_merge() { return g_merge; }
 void set_comm(std::shared_ptr<Comm> c) { g_comm = std::move(c); }
 Comm* comm() { return g_comm.get(); }
 
@@ -101,6 +106,90 @@ void reduce_replicas(Red op, const Array& g, Array& out, int64_t N) {
       });
     }
   });
+}
+
+// The replicas' buffers of v as one [n, ...] array, if they already are one (no copy).
+bool as_stack(const Value& v, const AVal& a, int n, Array* out) {
+  size_t nb = a.nbytes();
+  if (v.replicated || nb == 0) return false;
+  for (int r = 0; r < n; ++r)
+    if (v.per[r].storage() != v.per[0].storage() ||
+        static_cast<char*>(v.per[r].raw()) != static_cast<char*>(v.per[0].raw()) + r * nb)
+      return false;
+  *out = Array(a.dtype, with_lead(n, a.shape), v.per[0].raw(), v.per[0].storage());
+  return true;
+}
+
+Array reshaped(const Array& x, Shape s) { return Array(x.dtype(), std::move(s), x.raw(), x.storage()); }
+Shape fold_lead(int64_t n, const Shape& s) { Shape r = s; r[0] *= n; return r; }
+
+const std::set<std::string>& elementwise_prims() {
+  static const std::set<std::string> s{
+      "exp", "log", "log1p", "expm1", "tanh", "logistic", "sqrt", "rsqrt", "erf", "erf_inv", "sin", "cos",
+      "floor", "ceil", "round", "neg", "abs", "sign", "not", "is_finite", "integer_pow", "add", "sub", "mul",
+      "div", "pow", "max", "min", "rem", "atan2", "and", "or", "xor", "shift_left", "shift_right_logical",
+      "shift_right_arithmetic", "eq", "ne", "lt", "le", "gt", "ge", "select", "clamp", "convert_element_type",
+      "bitcast_convert_type", "stop_gradient"};
+  return s;
+}
+
+// Runs node n once over every replica's buffer when the per-replica results are, by
+// construction, slices of the merged result: elementwise ops (replica axis in front,
+// replicated operands broadcast over it) and ops batched over dimension 0 of a
+// per-replica operand with replicated weights (conv, conv_bwd_data, dense dot_general),
+// whose kernels compute every output row with the same arithmetic whatever the batch.
+// One kernel call instead of n keeps 8 virtual devices close to the cost of one.
+bool run_merged(const Graph& g, const Node& n, std::vector<Value>& vals, int nrep, std::vector<Array>& bufs) {
+  if (n.prim->kernel_allocates || n.out.empty()) return false;
+  const std::string& name = n.prim->name;
+  std::vector<Array> in(n.in.size());
+  std::vector<Array> out(n.out.size());
+  Attrs attrs = n.attrs;
+  auto stack_in = [&](size_t k, bool fold) {
+    const AVal& a = g.avals[n.in[k]];
+    if (a.shape.empty() && fold) return false;
+    if (!as_stack(vals[n.in[k]], a, nrep, &in[k])) return false;
+    if (fold) in[k] = reshaped(in[k], fold_lead(nrep, a.shape));
+    return true;
+  };
+  bool fold = true;
+  if (elementwise_prims().count(name)) {
+    fold = false;
+    const Shape& os = g.avals[n.out[0]].shape;
+    for (size_t k = 0; k < n.in.size(); ++k) {
+      if (vals[n.in[k]].replicated) { in[k] = vals[n.in[k]].per[0]; continue; }
+      if (g.avals[n.in[k]].shape != os || !stack_in(k, false)) return false;
+    }
+  } else if (name == "conv_general_dilated" || name == "conv_bwd_data") {
+    if (vals[n.in[0]].replicated || !vals[n.in[1]].replicated || !stack_in(0, true)) return false;
+    in[1] = vals[n.in[1]].per[0];
+    if (name == "conv_bwd_data") attrs.set("lhs_shape", fold_lead(nrep, attrs.ints("lhs_shape")));
+  } else if (name == "dot_general") {
+    auto lc = n.attrs.ints("lhs_contracting"), lb = n.attrs.ints("lhs_batch"), rb = n.attrs.ints("rhs_batch");
+    bool l_rep = vals[n.in[0]].replicated, r_rep = vals[n.in[1]].replicated;
+    if (lb.empty() && !l_rep && r_rep) {
+      for (auto d : lc) if (d == 0) return false;
+      if (!stack_in(0, true)) return false;
+      in[1] = vals[n.in[1]].per[0];
+    } else if (!lb.empty() && lb[0] == 0 && rb[0] == 0 && !l_rep && !r_rep) {
+      if (!stack_in(0, true) || !stack_in(1, true)) return false;
+    } else {
+      return false;
+    }
+  } else {
+    return false;
+  }
+  for (size_t k = 0; k < n.out.size(); ++k) {
+    const AVal& a = g.avals[n.out[k]];
+    if (fold && a.shape.empty()) return false;
+    out[k] = reshaped(bufs[k], fold ? fold_lead(nrep, a.shape) : with_lead(nrep, a.shape));
+  }
+  n.prim->kernel(in, out, attrs);
+  for (size_t k = 0; k < n.out.size(); ++k) {
+    const AVal& a = g.avals[n.out[k]];
+    for (int r = 0; r < nrep; ++r) vals[n.out[k]].per.push_back(view(bufs[k], a, size_t(r) * a.nbytes()));
+  }
+  return true;
 }
 
 bool is_collective(const std::string& name) {
@@ -204,6 +293,7 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     const std::string& name = n.prim->name;
+    bool continue_node = false;
     try {
       if (is_collective(name)) {
         run_collective(g, n, vals, n_local);
@@ -216,7 +306,8 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
         for (int v : n.out)
           bufs.push_back(n.prim->kernel_allocates ? Array() : Array(g.avals[v].dtype, with_lead(reps, g.avals[v].shape)));
         for (int v : n.out) { vals[v].replicated = all_rep; vals[v].per.clear(); }
-        for (int r = 0; r < reps; ++r) {
+        if (!all_rep && g_merge && run_merged(g, n, vals, n_local, bufs)) continue_node = true;
+        for (int r = 0; r < reps && !continue_node; ++r) {
           in.clear();
           for (int v : n.in) in.push_back(vals[v].at(r));
           out.clear();

@@ -39,4 +39,9 @@ struct PmapOutputs {
 PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args,
                            const std::vector<bool>& replicated, int n_local);
 
+// Running batch-separable nodes once over all replicas' buffers (on by default;
+// PODLET_PMAP_MERGE=0 turns it off). Results are bit-identical either way.
+void set_pmap_merge(bool on);
+bool pmap_merge();
+
 }  // namespace podlet

@@ -1,0 +1,124 @@
+"""The seed's pmap'd train step on 8 virtual devices: equal to JAX's pmap on 8 forced
+host devices (BatchNorm, dropout keys folded with axis_index, EMA), equal to a
+single-device jit step for a model without BatchNorm, deterministic across threads."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import podlet as jax
+import podlet.numpy as jnp
+import podlet.optim as optax
+from podlet import lax, jax_utils, nn, _core
+from podlet.data import load_fashion_mnist
+
+import pmap_seed_step
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+N = 8
+
+
+@pytest.fixture(scope="module")
+def batches():
+    x, y = load_fashion_mnist("train")
+    steps, per = 2, 4
+    k = steps * N * per
+    x = ((x[:k].astype(np.float32) / 255.0 - 0.286) / 0.353).reshape(steps, N, per, 28, 28, 1)
+    return x, y[:k].astype(np.int32).reshape(steps, N, per)
+
+
+def test_seed_step_equals_jax_pmap_on_8_host_devices(batches, tmp_path):
+    x, y = batches
+    np.savez(tmp_path / "in.npz", images=x, labels=y, steps=len(x), dtype="float32")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "pmap_seed_step.py"), "jax",
+                           str(tmp_path / "in.npz"), str(tmp_path / "jax.npz")],
+                          env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = np.load(tmp_path / "jax.npz")
+    got = pmap_seed_step.run("podlet", x, y, len(x))
+    assert sorted(got) == sorted(want.files)
+    # Loss is pmean'd: one value, the same on every device.
+    assert np.all(got["losses"] == got["losses"][:, :1])
+    np.testing.assert_allclose(got["losses"], want["losses"], rtol=2e-6)
+    for k in want.files:
+        scale = np.max(np.abs(want[k])) + 1e-12
+        err = np.max(np.abs(got[k].astype(np.float64) - want[k])) / scale
+        assert err < 5e-5, f"{k}: max error {err:.3g} of its largest magnitude"
+
+
+def test_seed_step_bits_do_not_depend_on_threads_or_replica_merging(batches):
+    """1 vs 2 threads, and batch-separable nodes run once over all replicas (default)
+    vs once per replica: the same bits."""
+    x, y = batches
+    old = jax.config.num_threads
+    try:
+        jax.config.update("num_threads", 1)
+        a = pmap_seed_step.run("podlet", x[:1], y[:1], 1, dtype_name="bfloat16")
+        jax.config.update("num_threads", 2)
+        b = pmap_seed_step.run("podlet", x[:1], y[:1], 1, dtype_name="bfloat16")
+        _core.set_pmap_merge(False)
+        c = pmap_seed_step.run("podlet", x[:1], y[:1], 1, dtype_name="bfloat16")
+    finally:
+        jax.config.update("num_threads", old)
+        _core.set_pmap_merge(True)
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+        np.testing.assert_array_equal(a[k], c[k], err_msg=k)
+
+
+def test_seed_step_trains_bf16_cnn_on_8_devices():
+    xs, ys = load_fashion_mnist("train")
+    per, steps = 8, 8
+    idx = np.random.default_rng(0).permutation(len(xs))[:N * per * 3]
+    x = ((xs[idx].astype(np.float32) / 255.0 - 0.286) / 0.353).reshape(3, N, per, 28, 28, 1)
+    y = ys[idx].astype(np.int32).reshape(3, N, per)
+    order = [s % 3 for s in range(steps)]
+    out = pmap_seed_step.run("podlet", x[order], y[order], steps, dtype_name="bfloat16")
+    losses = out["losses"][:, 0]
+    assert np.all(np.isfinite(losses))
+    assert losses[-3:].mean() < 0.92 * losses[:3].mean(), losses
+
+
+class _MLP(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        x = nn.relu(nn.Dense(32)(x.reshape(x.shape[0], -1)))
+        return nn.Dense(10)(x)
+
+
+def test_pmap_without_batchnorm_equals_one_device_jit():
+    rng = np.random.default_rng(4)
+    B = 64
+    x = rng.standard_normal((B, 20)).astype(np.float32)
+    y = rng.integers(0, 10, B).astype(np.int32)
+    model = _MLP()
+    params = model.init(jax.random.PRNGKey(0), x[:1])["params"]
+    tx = optax.adamw(1e-2)
+
+    def loss_fn(p, xb, yb):
+        return optax.softmax_cross_entropy_with_integer_labels(model.apply({"params": p}, xb), yb).mean()
+
+    @jax.jit
+    def step(p, o, xb, yb):
+        g = jax.grad(loss_fn)(p, xb, yb)
+        u, o = tx.update(g, o, p)
+        return optax.apply_updates(p, u), o
+
+    def pstep(p, o, xb, yb):
+        g = lax.pmean(jax.grad(loss_fn)(p, xb, yb), "batch")
+        u, o = tx.update(g, o, p)
+        return optax.apply_updates(p, u), o
+
+    p1, o1 = params, tx.init(params)
+    pp, po = jax_utils.replicate(params), jax_utils.replicate(tx.init(params))
+    pm = jax.pmap(pstep, axis_name="batch")
+    for _ in range(3):
+        p1, o1 = step(p1, o1, x, y)
+        pp, po = pm(pp, po, jax.shard(x), jax.shard(y))
+    # Replicated in, pmean'd grads: the whole update ran once and stays replicated.
+    assert all(isinstance(l, jax.ReplicatedArray) for l in jax.tree_util.tree_leaves(pp))
+    for a, b in zip(jax.tree_util.tree_leaves(jax_utils.unreplicate(pp)), jax.tree_util.tree_leaves(p1)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
