@@ -258,3 +258,11 @@ def test_jpeg_bad_arguments():
         _core.jpeg_encode(np.zeros((4, 4, 2), np.uint8), 90)
     with pytest.raises(podlet.PodletError, match="0x4"):
         _core.jpeg_encode(np.zeros((0, 4, 1), np.uint8), 90)
+
+
+def test_jpeg_huge_header_rejected_before_allocating():
+    data = bytearray(_core.jpeg_encode(smooth_image(np.random.default_rng(3), 16, 16, 1), 90))
+    sof = data.index(b"\xff\xc0")
+    data[sof + 5:sof + 9] = b"\xff\xff\xff\xff"  # height, width = 65535
+    with pytest.raises(podlet.PodletError, match="JPEG of 65535x65535 pixels is too large"):
+        _core.jpeg_decode(bytes(data), 0, "huge")

@@ -338,3 +338,8 @@ def test_export_refuses_conflicting_class_names(built):
     src = array_source(smooth_images(2, 8, 8, 1), [0, 1], None, ["x", "y"])
     with pytest.raises(podlet.PodletError, match="lists classes"):
         export_tfds(src, root, "test")
+
+
+def test_export_needs_a_source(tmp_path):
+    with pytest.raises(TypeError, match="expected a data source .* got list"):
+        export_tfds([1, 2], tmp_path, "train")

@@ -71,6 +71,7 @@ Outcome run_decode(jpeg_decompress_struct* cinfo, ErrorMgr* err, const uint8_t* 
   if (cinfo->jpeg_color_space == JCS_CMYK || cinfo->jpeg_color_space == JCS_YCCK) return Outcome::kUnsupported;
   int want = channels ? channels : cinfo->jpeg_color_space == JCS_GRAYSCALE ? 1 : 3;
   cinfo->out_color_space = want == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo->dct_method = JDCT_ISLOW;  // libjpeg's and tf.io.decode_jpeg's default, stated: it fixes the pixels
   uint64_t pixels = uint64_t(cinfo->image_width) * cinfo->image_height;
   if (pixels == 0 || pixels > max_pixels) return Outcome::kTooLarge;
   jpeg_start_decompress(cinfo);

@@ -22,10 +22,11 @@ struct DecodedImage {
 bool is_jpeg(const uint8_t* data, size_t n);  // starts with the SOI marker FF D8 FF
 
 // channels: 0 keeps the stored colour (1 for grayscale, 3 otherwise), 1 converts to
-// grayscale, 3 to RGB. Images with more than `max_pixels` pixels are rejected before
-// any pixel memory is allocated.
+// grayscale, 3 to RGB. Images with more than `max_pixels` pixels (default 8192x8192)
+// are rejected before any pixel memory is allocated, so a corrupt header cannot make a
+// reader thread allocate gigabytes.
 DecodedImage decode_jpeg(const uint8_t* data, size_t n, const std::string& where, int channels = 0,
-                         uint64_t max_pixels = uint64_t(1) << 28);
+                         uint64_t max_pixels = uint64_t(1) << 26);
 
 // Baseline JPEG of an HxWxC (C = 1 or 3) uint8 image; deterministic for given input.
 std::string encode_jpeg(const uint8_t* pixels, int height, int width, int channels, int quality,

@@ -37,6 +37,13 @@ def _atomic_write_text(path: str, text: str) -> None:
 
 
 
+def _check_source(source, fn):
+    if not isinstance(source, _core.DataSource):
+        raise TypeError(f"{fn}: expected a data source (podlet.data.synthetic_ddsm, array_source, "
+                        f"tfds_source, hdf5_source, ...), got {type(source).__name__}; export the source "
+                        "a Dataset pipeline reads, not the pipeline")
+
+
 def _features_json(shape, num_classes: int) -> dict:
     dims = [str(d) for d in shape]
     return {
@@ -74,6 +81,7 @@ def export_tfds(source, data_dir, split: str, *, name: str = DEFAULT_NAME, num_s
     Returns:
       The version directory written.
     """
+    _check_source(source, "export_tfds")
     dataset, config, version = parse_name(name)
     if version is None:
         raise ValueError(f"export_tfds: name {name!r} needs a version, e.g. {DEFAULT_NAME!r}")
@@ -144,6 +152,7 @@ def export_hdf5(source, path, *, gzip_level: int = 0) -> str:
     image; gzip-compressed when ``gzip_level`` > 0), ``label`` (N,) int64, ``id`` (N,)
     UTF-8 strings, and the class names as the root attribute ``class_names``. Every image
     must have the same shape. Returns ``path``."""
+    _check_source(source, "export_hdf5")
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
