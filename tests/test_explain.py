@@ -14,7 +14,7 @@ import podlet.numpy as jnp
 from podlet import explain, models, nn
 from podlet.nn.module import intercept_methods
 
-from test_models import ResNet as FlaxResNet, ResNetBlock as FlaxResNetBlock
+from test_models import ResNet as FlaxResNet, ResNetBlock as FlaxResNetBlock, VisionTransformer as FlaxViT
 
 
 def to_jax(tree):
@@ -134,6 +134,9 @@ def jax_grad_cam(fmodel, fvars, images, layer, target=None):
             lg = fmodel.apply(fvars, images, train=False)
         return jjnp.sum(jjnp.take_along_axis(lg, tgt[:, None], axis=1)), store["a"]
     g, a = jax.jit(jax.grad(score, has_aux=True))(jjnp.zeros(acts_shape["s"]))
+    if a.ndim == 3:  # ViT tokens: drop the class token, patches back on their grid
+        side = int(np.sqrt(a.shape[1] - 1))
+        g, a = (t[:, 1:].reshape(t.shape[0], side, side, t.shape[2]) for t in (g, a))
     w = g.mean(axis=(1, 2))
     cam = jax.nn.relu(jjnp.einsum("nhwc,nc->nhw", a, w))
     cam = jax.image.resize(cam, (cam.shape[0],) + images.shape[1:3], "bilinear")
@@ -156,6 +159,24 @@ def test_grad_cam_matches_flax_twin():
     want2, _ = jax_grad_cam(fm, to_jax(pv), x, ("ResNetBlock_0",), target=np.array([2, 0, 1]))
     got2 = np.asarray(explain.grad_cam(pm, pv, x, target_class=[2, 0, 1], layer="ResNetBlock_0"))
     np.testing.assert_allclose(got2, want2, atol=2e-4)
+
+
+def test_grad_cam_vit_matches_flax_twin():
+    kw = dict(patch_size=4, hidden_size=8, num_layers=2, num_heads=2, mlp_dim=16, num_classes=3)
+    pm, fm = models.VisionTransformer(**kw), FlaxViT(**kw)
+    x = np.random.default_rng(4).standard_normal((2, 16, 16, 1)).astype(np.float32)
+    pv = pm.init(podlet.random.PRNGKey(0), jnp.asarray(x), train=False)
+    rs = np.random.RandomState(1)  # the head and class token start at zero
+    pv = podlet.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a) + 0.3 * rs.randn(*a.shape).astype(np.float32)), pv)
+    layer = explain.default_layer(pm, pv, jnp.asarray(x))
+    assert layer == ("Transformer", "encoderblock_1", "LayerNorm_0")
+    want, _ = jax_grad_cam(fm, to_jax(pv), x, layer)
+    got = np.asarray(explain.grad_cam(pm, pv, x))
+    assert got.shape == (2, 16, 16) and np.all(got.max(axis=(1, 2)) > 0.99)
+    np.testing.assert_allclose(got, want, atol=2e-4)
+    wide = jnp.asarray(x[:, :, :12])                      # a 4 x 3 patch grid: no square
+    with pytest.raises(podlet.PodletError, match="13 tokens"):
+        explain.grad_cam(pm, pm.init(podlet.random.PRNGKey(0), wide, train=False), wide)
 
 
 def test_saliency_matches_jax():

@@ -8,9 +8,12 @@ channel weights a_c = mean over (h, w) of dy_c/dA, cam = relu(sum_c a_c A_c), up
 bilinearly (half-pixel centres, as jax.image.resize and OpenCV) to the image size and
 min-max normalised per image (as pytorch-grad-cam). dy_c/dA is the gradient with respect
 to a zero perturbation added to the layer's output through a method interceptor, so no
-model code has to change (the same trick as Flax's ``Module.perturb``).
+model code has to change (the same trick as Flax's ``Module.perturb``). A transformer
+layer's (N, L, C) tokens are explained as the (N, g, g, C) grid of patches they stand
+for (the class token dropped), as pytorch-grad-cam's ViT ``reshape_transform``.
 """
 import inspect
+import math
 
 import numpy as np
 
@@ -21,7 +24,8 @@ from .._src.errors import PodletError
 from ..nn import Module
 from ..nn.module import intercept_methods
 
-__all__ = ["grad_cam", "find_layers", "default_layer", "bilinear_resize_matrix", "layer_activations_and_grads"]
+__all__ = ["grad_cam", "find_layers", "default_layer", "bilinear_resize_matrix", "layer_activations_and_grads",
+           "tokens_to_grid"]
 
 
 def _eval_kwargs(model):
@@ -65,8 +69,14 @@ def _find_layers(model, variables, images, apply_kwargs=None):
 
 
 def default_layer(model, variables, images, apply_kwargs=None):
-    """The last submodule whose output is a 4-D (N, h, w, C) feature map: for podlet's
-    ResNets, the last residual block (the last conv stage)."""
+    """The layer Grad-CAM explains by default: for a Vision Transformer the first
+    LayerNorm of the last encoder block (its tokens, as pytorch-grad-cam advises: after
+    the last block only the class token reaches the head), otherwise the last
+    submodule whose output is a 4-D (N, h, w, C) feature map (for podlet's ResNets, the
+    last residual block: the last conv stage)."""
+    from ..models.vit import VisionTransformer
+    if isinstance(model, VisionTransformer):
+        return ("Transformer", f"encoderblock_{model.num_layers - 1}", "LayerNorm_0")
     maps = [p for p, s in find_layers(model, variables, images, apply_kwargs) if len(s) == 4]
     if not maps:
         raise PodletError(f"grad_cam: {type(model).__name__} has no submodule returning a 4-D (N, h, w, C) "
@@ -126,6 +136,21 @@ def layer_activations_and_grads(model, variables, images, target_class=None, lay
     return logits, acts, grads, tgt
 
 
+def tokens_to_grid(x):
+    """(N, L, C) tokens as an (N, g, g, C) grid, dropping the leading class token(s) when
+    L is a square plus one (a ViT's patch tokens are row-major patches)."""
+    n, length, c = x.shape
+    g = math.isqrt(length)
+    extra = 0
+    if g * g != length:
+        g = math.isqrt(length - 1)
+        extra = 1
+        if g * g != length - 1:
+            raise PodletError(f"grad_cam: a layer with {length} tokens is neither a square grid of patches nor "
+                              "one plus a square grid; explain a 4-D feature map instead")
+    return jnp.reshape(x[:, extra:], (n, g, g, c))
+
+
 def bilinear_resize_matrix(out_size, in_size):
     """(out_size, in_size) interpolation matrix of bilinear resizing with half-pixel
     centres (edge samples clamped), so ``R_h @ img @ R_w.T`` resizes an image."""
@@ -151,7 +176,8 @@ def grad_cam(model, variables, images, target_class=None, layer=None, apply_kwar
       target_class: the class to explain: an int, one int per image, or None (each
         image's predicted class).
       layer: path of the submodule whose output is explained, as 'A/B' or ('A', 'B')
-        (default: the last submodule with a 4-D output: the last conv stage).
+        (default: see :func:`default_layer`). Its output is a 4-D (N, h, w, C) feature
+        map or (N, L, C) transformer tokens (a square grid, after a class token).
       apply_kwargs: keyword arguments for ``model.apply`` instead of the eval-mode guess.
       normalize: min-max normalise each map to [0, 1] (a constant map becomes 0).
     """
@@ -161,8 +187,11 @@ def grad_cam(model, variables, images, target_class=None, layer=None, apply_kwar
     if images.ndim != 4:
         raise PodletError(f"grad_cam: images must be (N, H, W, C), got shape {images.shape}")
     _, acts, grads, _ = layer_activations_and_grads(model, variables, images, target_class, layer, apply_kwargs)
+    if acts.ndim == 3:  # transformer tokens
+        acts, grads = tokens_to_grid(acts), tokens_to_grid(grads)
     if acts.ndim != 4:
-        raise PodletError(f"grad_cam: layer output must be a 4-D (N, h, w, C) feature map, got shape {acts.shape}")
+        raise PodletError(f"grad_cam: layer output must be a 4-D (N, h, w, C) feature map or (N, L, C) tokens, "
+                          f"got shape {acts.shape}")
     acts = acts.astype(jnp.float32)
     weights = jnp.mean(grads.astype(jnp.float32), axis=(1, 2))                                # (N, C)
     cam = jnp.maximum(jnp.einsum("nhwc,nc->nhw", acts, weights), 0.0)     # (N, h, w)
