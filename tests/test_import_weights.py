@@ -259,6 +259,12 @@ def test_load_pretrained_dispatches_on_file_type(tmp_path):
     torch.save(net.state_dict(), tmp_path / "r18.pth")
     v = models.load_pretrained(tmp_path / "r18.pth", "resnet18", in_channels=1, num_classes=5)
     assert v["params"]["conv_init"]["kernel"].shape == (7, 7, 1, 64) and set(v) == {"params", "batch_stats"}
+    # a PyTorch training checkpoint of a DataParallel model: weights one level down, 'module.' prefixed
+    wrapped = {"epoch": 3, "state_dict": {"module." + k: t for k, t in net.state_dict().items()}}
+    torch.save(wrapped, tmp_path / "ckpt.pt")
+    v2 = models.load_pretrained(tmp_path / "ckpt.pt", "resnet18", in_channels=1, num_classes=5)
+    for a, b in zip(podlet.tree_util.tree_leaves(v), podlet.tree_util.tree_leaves(v2)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
     model = models.MLP(features=(6,), num_classes=3)
     target = model.init(podlet.random.PRNGKey(0), jnp.zeros((1, 4)), train=False)

@@ -100,6 +100,11 @@ def _read_state_dict(path_or_state_dict):
     if not hasattr(sd, "items"):
         raise PodletError(f"{where}: expected a state_dict (a mapping of name -> tensor), got {type(sd).__name__}")
     sd = dict(sd.items())
+    # A training checkpoint ({'state_dict': ..., 'epoch': ...} or {'model': ...}) holds the weights one level down.
+    for key in ("state_dict", "model", "model_state_dict"):
+        if key in sd and hasattr(sd[key], "items") and not any(k.endswith(".weight") for k in sd):
+            sd = dict(sd[key].items())
+            break
     # nn.DataParallel / DistributedDataParallel prefix every key with 'module.'.
     if sd and all(k.startswith("module.") for k in sd):
         sd = {k[len("module."):]: v for k, v in sd.items()}
