@@ -233,11 +233,8 @@ def _broadcast(b, n, ins, ia, oa):
     expanded = [1] * len(shape)
     for i, d in enumerate(dims):
         expanded[d] = ia[0][1][i]
-    x = b.reshape(ins[0], expanded, ia[0][1]) if len(expanded) != len(ia[0][1]) or expanded != list(ia[0][1]) \
-        else ins[0]
-    if expanded == shape:
-        return b.op("Identity", [x]) if x == ins[0] else x
-    return b.op("Expand", [x, b.ints(shape)])
+    x = b.reshape(ins[0], expanded, ia[0][1])
+    return x if expanded == shape else b.op("Expand", [x, b.ints(shape)])
 
 
 @_rule("slice")
