@@ -47,7 +47,8 @@ def test_model_matches_onnxruntime(tmp_path, name, model, shape):
     assert rel_err(got, want) < 1e-4
 
 
-def test_many_primitives_match(tmp_path):
+@pytest.mark.parametrize("opset", [13, 17, 18])
+def test_many_primitives_match(tmp_path, opset):
     """Pooling, reductions, indexing, padding, contractions, casts: one function through
     every family the exporter maps."""
     rng = np.random.default_rng(0)
@@ -79,7 +80,8 @@ def test_many_primitives_match(tmp_path):
 
     x = rng.standard_normal((2, 9, 9, 4)).astype(np.float32)
     path = tmp_path / "ops.onnx"
-    export.to_onnx(f, None, jnp.asarray(x), path)
+    proto = export.to_onnx(f, None, jnp.asarray(x), path, opset=opset)
+    assert proto.opset_import[0].version == opset
     want = np.asarray(f(jnp.asarray(x)))
     (got,) = run_onnx(path, x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -119,5 +121,7 @@ def test_unsupported_primitive_named_and_no_partial_file(tmp_path):
     with pytest.raises(export.UnsupportedPrimitiveError, match="'erf_inv'"):
         export.to_onnx(lambda x: lax.erf_inv(x * 0.5), None, jnp.zeros((2, 3)), path)
     assert path.read_bytes() == b"previous good model"
+    with pytest.raises(podlet.PodletError, match="opset 11"):
+        export.to_onnx(lambda x: x + 1.0, None, jnp.zeros((2, 3)), path, opset=11)
     with pytest.raises(TypeError, match="Module or a callable"):
         export.to_onnx(42, None, jnp.zeros((2, 3)), path)

@@ -476,7 +476,7 @@ def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwa
       sample_input: an array or ``ShapeDtypeStruct`` giving the input shape and dtype
         the graph is exported for.
       path: the .onnx file, written to a temporary file and renamed.
-      opset: the ONNX opset (default 17).
+      opset: the ONNX opset, 13 or newer (default 17).
       apply_kwargs: keyword arguments for the call, replacing the eval-mode guess.
       dtype: compute dtype of the exported graph, set on a Module that has a ``dtype``
         attribute (podlet.models, Flax-style layers). Default float32: a model trained
@@ -486,6 +486,8 @@ def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwa
     Raises UnsupportedPrimitiveError naming the first primitive that has no mapping.
     """
     onnx = _onnx()
+    if not 13 <= int(opset) <= onnx.defs.onnx_opset_version():
+        raise PodletError(f"to_onnx: opset {opset} is not supported; expected 13..{onnx.defs.onnx_opset_version()}")
     fn = _inference_fn(model, variables, apply_kwargs, dtype)
     rec = _record.record(fn, sample_input)
     if len(rec.outputs) != 1:
