@@ -1,6 +1,7 @@
 #include "podlet/data/augment.h"
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace podlet::data {
@@ -27,27 +28,47 @@ AugmentDraw draw_augment(const AugmentSpec& s, uint64_t key) {
 
 static inline int wrap(int v, int n) { v %= n; return v < 0 ? v + n : v; }
 
+// floor() for |v| < 2^31 without a libm call (baseline x86-64 has no SSE4.1 roundss).
+static inline float floor_small(float v) {
+  float t = float(int(v));
+  return t > v ? t - 1.0f : t;
+}
+
 void apply_augment(const AugmentSpec& s, const AugmentDraw& d, const float* src, float* dst,
                    int H, int W, int C) {
-  // Flip and roll only permute pixels: fold them into row/column lookup tables and let
-  // the rotation (or a plain gather) read through them. Results are the same as doing
-  // the steps one after another.
-  std::vector<int> rows(H), cols(W);
-  for (int y = 0; y < H; ++y) rows[y] = wrap(y - d.dy, H);
-  for (int x = 0; x < W; ++x) {
-    int c = wrap(x - d.dx, W);
-    cols[x] = d.flip ? W - 1 - c : c;
-  }
-  auto at = [&](int y, int x) { return src + (size_t(rows[y]) * W + cols[x]) * C; };
-
-  if (d.angle_deg == 0) {
-    for (int y = 0; y < H; ++y)
-      for (int x = 0; x < W; ++x) {
-        const float* p = at(y, x);
-        float* q = dst + (size_t(y) * W + x) * C;
-        for (int c = 0; c < C; ++c) q[c] = p[c];
-      }
+  const size_t row = size_t(W) * C;
+  // Flip and roll only permute pixels. Materialise the permuted image with a one-pixel
+  // zero border: the rotation then reads its four corners without bounds checks, and a
+  // corner in the border reads 0 exactly as TF's per-corner constant fill does.
+  thread_local std::vector<float> padded;
+  const int PW = W + 2;
+  const bool rotate = d.angle_deg != 0;
+  float* geo;                 // where the flipped + rolled image goes
+  size_t geo_stride;          // floats per row there
+  if (rotate) {
+    padded.assign(size_t(H + 2) * PW * C, 0.0f);
+    geo = padded.data() + (size_t(PW) + 1) * C;
+    geo_stride = size_t(PW) * C;
   } else {
+    geo = dst;
+    geo_stride = row;
+  }
+  const int sx = wrap(d.dx, W);
+  for (int y = 0; y < H; ++y) {
+    const float* in = src + size_t(wrap(y - d.dy, H)) * row;
+    float* out = geo + size_t(y) * geo_stride;
+    if (!d.flip) {  // out[x] = in[(x - dx) mod W]: two contiguous pieces
+      std::memcpy(out + size_t(sx) * C, in, size_t(W - sx) * C * sizeof(float));
+      std::memcpy(out, in + size_t(W - sx) * C, size_t(sx) * C * sizeof(float));
+    } else {        // out[x] = in[W - 1 - ((x - dx) mod W)]
+      for (int x = 0; x < W; ++x) {
+        const float* p = in + size_t(W - 1 - wrap(x - d.dx, W)) * C;
+        for (int c = 0; c < C; ++c) out[size_t(x) * C + c] = p[c];
+      }
+    }
+  }
+
+  if (rotate) {
     // tfa.image.angles_to_projective_transforms, in float32 as TensorFlow computes it.
     const float rad = float(d.angle_deg * 3.14159265358979323846 / 180.0);
     const float cs = std::cos(rad), sn = std::sin(rad);
@@ -55,51 +76,64 @@ void apply_augment(const AugmentSpec& s, const AugmentDraw& d, const float* src,
     const float xo = (wm1 - (cs * wm1 - sn * hm1)) / 2.0f;
     const float yo = (hm1 - (sn * wm1 + cs * hm1)) / 2.0f;
     const float t0 = cs, t1 = -sn, t2 = xo, t3 = sn, t4 = cs, t5 = yo;
-    std::vector<float> zero(C, 0.0f);
-    auto read = [&](int64_t y, int64_t x) -> const float* {
-      return (y >= 0 && y < H && x >= 0 && x < W) ? at(int(y), int(x)) : zero.data();
-    };
-    for (int y = 0; y < H; ++y)
-      for (int x = 0; x < W; ++x) {
-        const float ox = float(x), oy = float(y);
+    const float* base = padded.data();
+    for (int y = 0; y < H; ++y) {
+      const float oy = float(y);
+      float* q = dst + size_t(y) * row;
+      for (int x = 0; x < W; ++x, q += C) {
+        const float ox = float(x);
         // ImageProjectiveTransformV3: input = (t0 x + t1 y + t2, t3 x + t4 y + t5) / 1
         const float ix = t0 * ox + t1 * oy + t2;
         const float iy = t3 * ox + t4 * oy + t5;
-        float* q = dst + (size_t(y) * W + x) * C;
-        const float fx = std::floor(ix), fy = std::floor(iy);
-        const float cx = fx + 1, cy = fy + 1;
-        const int64_t x0 = int64_t(fx), y0 = int64_t(fy), x1 = x0 + 1, y1 = y0 + 1;
-        if (x1 < 0 || y1 < 0 || x0 >= W || y0 >= H) {
+        // all four corners outside the image (beyond the zero border): the fill value
+        if (!(ix >= -1.0f && ix < float(W) && iy >= -1.0f && iy < float(H))) {
           for (int c = 0; c < C; ++c) q[c] = 0.0f;
           continue;
         }
-        const float* a = read(y0, x0);
-        const float* b = read(y0, x1);
-        const float* e = read(y1, x0);
-        const float* f = read(y1, x1);
+        const float fx = floor_small(ix), fy = floor_small(iy);
+        const float cx = fx + 1, cy = fy + 1;
+        const float wx0 = cx - ix, wx1 = ix - fx, wy0 = cy - iy, wy1 = iy - fy;
+        const float* a = base + (size_t(int(fy) + 1) * PW + size_t(int(fx) + 1)) * C;
+        const float* e = a + size_t(PW) * C;
         for (int c = 0; c < C; ++c) {
-          const float top = (cx - ix) * a[c] + (ix - fx) * b[c];
-          const float bot = (cx - ix) * e[c] + (ix - fx) * f[c];
-          q[c] = (cy - iy) * top + (iy - fy) * bot;
+          const float top = wx0 * a[c] + wx1 * a[C + c];
+          const float bot = wx0 * e[c] + wx1 * e[C + c];
+          q[c] = wy0 * top + wy1 * bot;
         }
       }
+    }
   }
 
   const int64_t P = int64_t(H) * W;
-  if (d.brightness != 0) {
-    const float delta = float(d.brightness);
-    for (int64_t i = 0; i < P * C; ++i) dst[i] += delta;
+  const float delta = float(d.brightness);
+  if (!s.contrast) {
+    if (delta != 0)
+      for (int64_t i = 0; i < P * C; ++i) dst[i] += delta;
+    return;
   }
-  if (s.contrast) {
-    const float f = float(d.contrast);
-    for (int c = 0; c < C; ++c) {
-      double sum = 0;
-      for (int64_t p = 0; p < P; ++p) sum += dst[p * C + c];
-      const float mean = float(sum / double(P));
-      for (int64_t p = 0; p < P; ++p) {
-        float& v = dst[p * C + c];
-        v = (v - mean) * f + mean;
+  // Brightness and contrast in one sweep per channel: x += delta, mean of that, then
+  // (x - mean) * f + mean. Eight partial sums in a fixed order keep the mean fast and
+  // deterministic.
+  const float f = float(d.contrast);
+  for (int c = 0; c < C; ++c) {
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t p = 0;
+    for (; p + 8 <= P; p += 8)
+      for (int k = 0; k < 8; ++k) {
+        float& v = dst[(p + k) * C + c];
+        v += delta;
+        part[k] += v;
       }
+    for (; p < P; ++p) {
+      float& v = dst[p * C + c];
+      v += delta;
+      part[0] += v;
+    }
+    const double sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    const float mean = float(sum / double(P));
+    for (int64_t q = 0; q < P; ++q) {
+      float& v = dst[q * C + c];
+      v = (v - mean) * f + mean;
     }
   }
 }

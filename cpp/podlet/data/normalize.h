@@ -31,6 +31,11 @@ inline void apply_normalize(const NormalizeSpec& n, float* x, int64_t pixels, in
     for (int64_t i = 0; i < pixels * channels; ++i) x[i] = x[i] * 2.0f - 1.0f;
     return;
   }
+  if (n.mean.size() == 1 && n.std.size() == 1) {  // one value for all channels: a flat loop
+    const float m = n.mean[0], s = n.std[0];
+    for (int64_t i = 0; i < pixels * channels; ++i) x[i] = (x[i] - m) / s;
+    return;
+  }
   for (int64_t p = 0; p < pixels; ++p)
     for (int c = 0; c < channels; ++c) {
       float m = n.mean.size() == 1 ? n.mean[0] : n.mean[c];

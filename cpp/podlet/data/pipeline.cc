@@ -77,9 +77,12 @@ std::vector<StreamPlan::Elem> StreamPlan::item(int64_t k) {
 void process_element(const PipelineSpec& spec, const Record& rec, uint64_t epoch, int64_t position,
                      float* out) {
   const int64_t P = int64_t(rec.height) * rec.width;
-  const int64_t len = P * rec.channels;
-  std::vector<float> cur(static_cast<size_t>(len)), tmp;
-  for (int64_t i = 0; i < len; ++i) cur[i] = float(rec.image[i]) / 255.0f;
+  const size_t len = size_t(P) * rec.channels;
+  // Per-thread scratch: no allocation per element once a worker has warmed up.
+  thread_local std::vector<float> cur, tmp;
+  cur.resize(len);
+  const uint8_t* px = rec.image.data();
+  for (size_t i = 0; i < len; ++i) cur[i] = float(px[i]) / 255.0f;
   int aug_index = 0;
   for (const auto& op : spec.ops) {
     if (op.kind == ElementOp::kNormalize) {
@@ -87,12 +90,12 @@ void process_element(const PipelineSpec& spec, const Record& rec, uint64_t epoch
     } else {
       const AugmentSpec& a = op.augment;
       AugmentDraw d = draw_augment(a, augment_key(a, aug_index++, epoch, uint64_t(position)));
-      tmp.resize(size_t(len));
+      tmp.resize(len);
       apply_augment(a, d, cur.data(), tmp.data(), rec.height, rec.width, rec.channels);
       cur.swap(tmp);
     }
   }
-  std::memcpy(out, cur.data(), size_t(len) * sizeof(float));
+  std::memcpy(out, cur.data(), len * sizeof(float));
 }
 
 BatchIterator::BatchIterator(PipelineSpec spec, uint64_t first_epoch, int64_t start_item)
