@@ -114,17 +114,24 @@ def cmd_sweep(args):
 
 
 def cmd_data_export(args):
+    """The synthetic dataset's three splits as a TFDS build (``<out>/curated_breast_imaging_ddsm/
+    patches/3.0.0/``) or as HDF5 files (``<out>/<split>.h5``); training reads either back
+    with ``data.dataset_name`` set to the TFDS name or ``hdf5`` and ``data.data_dir: <out>``."""
     import podlet.data as pdata
-    fn = getattr(pdata, f"export_{args.format}", None)
-    if fn is None:
-        raise CLIError(f"this podlet has no podlet.data.export_{args.format}")
-    kw = {"image_size": args.image_size, "scale": args.scale, "seed": args.seed}
+    from podlet.data import export as pexport
+    size, scale, seed = args.image_size, args.scale, args.seed
     if args.config:
         from podlet.training import config as C
         cfg = C.load_config(args.config, args.set)
-        kw = {"image_size": cfg.data.image_size[0], "scale": cfg.data.scale, "seed": cfg.train.seed}
-    out = fn(args.out, **kw)
-    print(f"wrote {out or args.out}")
+        size, scale, seed = cfg.data.image_size[0], cfg.data.scale, cfg.data.seed
+    os.makedirs(args.out, exist_ok=True)
+    for split in ("train", "validation", "test"):
+        src = pdata.synthetic_ddsm(split, image_size=size, scale=scale, seed=seed)
+        if args.format == "tfds":
+            out = pexport.export_tfds(src, args.out, split)
+        else:
+            out = pexport.export_hdf5(src, os.path.join(args.out, f"{split}.h5"))
+        print(f"{split}: {len(src)} examples -> {out}")
     return 0
 
 

@@ -108,11 +108,14 @@ class DataConfig:
     """The input pipeline (``configs/data/*.yaml``).
 
     ``dataset_name: synthetic_ddsm`` is the embedded synthetic patch set (split sizes are
-    CBIS-DDSM's times ``scale``); a TFDS name such as
-    ``curated_breast_imaging_ddsm/patches:3.0.0`` with ``data_dir`` reads a user's build.
+    CBIS-DDSM's times ``scale``; ``seed`` selects the dataset, independent of the training
+    seed, so a seed sweep trains on the same data); a TFDS name such as
+    ``curated_breast_imaging_ddsm/patches:3.0.0`` with ``data_dir`` reads a user's TFDS
+    build; ``hdf5`` reads ``<data_dir>/<split>*.h5`` shards (``podlet data export``).
     """
     dataset_name: str = _f("synthetic_ddsm")
     data_dir: Optional[str] = _f(None)
+    seed: int = _f(0, lo=0)
     splits: dict = _f({"train": "train", "validation": "validation", "test": "test"})
     image_size: list[int] = _f([224, 224, 1])
     num_classes: int = _f(5, lo=2)
@@ -512,7 +515,7 @@ def validate(cfg: ExperimentConfig, *, num_devices=None, origin=None, default_or
         raise err("data.splits", f"expected the keys train, validation and test; "
                   f"missing {sorted(missing)}, unknown {sorted(extra)}")
     if d.dataset_name != "synthetic_ddsm" and d.data_dir is None:
-        raise err("data.data_dir", f"dataset {d.dataset_name!r} is read from a TFDS build: set data.data_dir")
+        raise err("data.data_dir", f"dataset {d.dataset_name!r} is read from files: set data.data_dir")
     if t.class_weights is not None:
         if len(t.class_weights) != d.num_classes:
             raise err("train.class_weights", f"{len(t.class_weights)} weights for {d.num_classes} classes")

@@ -92,22 +92,25 @@ class ArrayData:
 
 
 class PipelineData:
-    """``cfg.data`` served by podlet.data: the synthetic set or a user's TFDS build."""
+    """``cfg.data`` served by podlet.data: the synthetic set, a TFDS build or HDF5 shards."""
 
     def __init__(self, cfg):
         import podlet.data as pdata
         self.pdata = pdata
         self.cfg = cfg
         d = cfg.data
-        self.sources = {}
-        for role, split in d.splits.items():
-            self.sources[role] = self._source(split)
-        names = getattr(self.sources["train"], "class_names", None)
-        names = names() if callable(names) else names
-        self.class_names = list(names) if names else cfg.class_names
+        self.sources = {role: self._source(split) for role, split in d.splits.items()}
+        self.class_names = list(self.sources["train"].class_names()) or cfg.class_names
         if len(self.class_names) != d.num_classes:
             raise DataError(f"dataset {d.dataset_name!r} has {len(self.class_names)} classes "
                             f"({self.class_names}), but data.num_classes is {d.num_classes}")
+        for role, src in self.sources.items():
+            if len(src) == 0:
+                raise DataError(f"dataset {d.dataset_name!r}: split {d.splits[role]!r} is empty")
+            shape = list(np.asarray(src.get(0)["image"]).shape)
+            if shape != list(d.image_size):
+                raise DataError(f"dataset {d.dataset_name!r}: split {d.splits[role]!r} has images of shape "
+                                f"{shape}, but data.image_size is {list(d.image_size)}")
 
     def _source(self, split):
         d, pdata = self.cfg.data, self.pdata
@@ -115,9 +118,13 @@ class PipelineData:
         if d.dataset_name == "synthetic_ddsm":
             if h != w or c != 1:
                 raise DataError(f"synthetic_ddsm makes square 1-channel patches; data.image_size is {d.image_size}")
-            return pdata.synthetic_ddsm(split, image_size=h, scale=d.scale, seed=self.cfg.train.seed)
+            return pdata.synthetic_ddsm(split, image_size=h, scale=d.scale, seed=d.seed)
         data_dir = os.path.expanduser(d.data_dir)
-        return pdata.tfds_source(d.dataset_name, split=split, data_dir=data_dir, image_size=(h, w, c))
+        if d.dataset_name == "hdf5":
+            from podlet.data.hdf5 import hdf5_source
+            return hdf5_source(os.path.join(data_dir, f"{split}*.h5"))
+        from podlet.data.tfds import tfds_source
+        return tfds_source(data_dir, name=d.dataset_name, split=split)
 
     def num_examples(self, role):
         return len(self.sources[role])
@@ -128,33 +135,39 @@ class PipelineData:
         if training:
             ds = ds.shuffle(d.shuffle_buffer_size, seed=t.seed, reshuffle_each_iteration=True)
         n = d.normalization
-        ds = ds.normalize(n.mode, mean=n.mean, std=n.std)
+        ds = ds.normalize("mean_std", mean=n.mean, std=n.std) if n.mode == "mean_std" else ds.normalize(n.mode)
         if training and d.augmentation.enabled:
             a = d.augmentation
-            ds = ds.augment(translate=a.translate_pixels, rotate=a.rotation_degrees,
-                            brightness=a.brightness_delta, contrast=a.contrast_range,
-                            horizontal_flip=a.horizontal_flip, seed=t.seed)
+            ds = ds.augment(translate=a.translate_pixels, rotate=a.rotation_degrees, brightness=a.brightness_delta,
+                            contrast=None if a.contrast_range is None else tuple(a.contrast_range),
+                            hflip=a.horizontal_flip, seed=t.seed)
         if training:
-            ds = ds.repeat()
+            ds = ds.repeat()  # the seed's order: batches span epoch boundaries
         ds = ds.batch(batch_size, drop_remainder=training)
-        return ds.prefetch(d.prefetch_batches)
+        return ds.prefetch(d.prefetch_batches) if d.prefetch_batches else ds
 
     def train_batches(self, batch_size, start_step=0):
         if self.num_examples("train") < batch_size:
             raise DataError(f"the train split has {self.num_examples('train')} examples, fewer than one "
                             f"batch of {batch_size} (raise data.scale or lower train.batch_size)")
         ds = self._dataset("train", training=True, batch_size=batch_size)
-        for b in ds.iterator(start=start_step) if hasattr(ds, "iterator") else ds.skip(start_step):
-            yield {"image": np.asarray(b["image"]), "label": np.asarray(b["label"], np.int32)}
+        # iteration 0 always: the stream is a function of the seeds and the step alone
+        it = ds.iterator(start_step=start_step, iteration=0)
+        try:
+            for b in it:
+                yield {"image": b["image"], "label": np.asarray(b["label"], np.int32)}
+        finally:
+            it.close()
 
     def eval_batches(self, role, batch_size):
-        for b in self._dataset(role, training=False, batch_size=batch_size):
-            yield _pad({"image": np.asarray(b["image"]), "label": np.asarray(b["label"], np.int32)}, batch_size)
+        it = self._dataset(role, training=False, batch_size=batch_size).iterator(iteration=0)
+        try:
+            for b in it:
+                yield _pad({"image": b["image"], "label": np.asarray(b["label"], np.int32)}, batch_size)
+        finally:
+            it.close()
 
 
 def make_data(cfg):
     """The dataset cfg.data names, served by podlet.data."""
-    try:
-        return PipelineData(cfg)
-    except AttributeError as e:
-        raise DataError(f"podlet.data cannot serve {cfg.data.dataset_name!r} yet ({e})") from None
+    return PipelineData(cfg)
