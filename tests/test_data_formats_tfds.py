@@ -343,3 +343,13 @@ def test_export_refuses_conflicting_class_names(built):
 def test_export_needs_a_source(tmp_path):
     with pytest.raises(TypeError, match="expected a data source .* got list"):
         export_tfds([1, 2], tmp_path, "train")
+
+
+def test_build_without_id_feature(built):
+    root, vdir = built
+    edit_json(os.path.join(vdir, "features.json"), lambda d: d["featuresDict"]["features"].pop("id"))
+    for f in shard_files(root, "train"):
+        for k in range(6):
+            rewrite_record(f, k, lambda ex: orc.example_bytes({k2: v for k2, v in ex.items() if k2 != "id"}))
+    src = tfds_source(root, NAME, "train")
+    assert src.get(7)["id"] == "curated_breast_imaging_ddsm-train.tfrecord-00001-of-00002:1"

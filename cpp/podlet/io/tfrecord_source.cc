@@ -78,7 +78,12 @@ data::Record TfrecordSource::get(int64_t index) const {
   std::string data = f.read(k);
   std::string where = fmt("TFRecord file '", f.path(), "' record ", k, " (example ", index, " of ", describe(), ")");
   Example ex = parse_example(reinterpret_cast<const uint8_t*>(data.data()), data.size(), where);
-  return example_to_record(ex, spec_, where);
+  data::Record r = example_to_record(ex, spec_, where);
+  if (spec_.id_key.empty()) {  // builds without an id feature: a stable id from the file position
+    size_t slash = f.path().find_last_of('/');
+    r.id = fmt(slash == std::string::npos ? f.path() : f.path().substr(slash + 1), ":", k);
+  }
+  return r;
 }
 
 }  // namespace podlet::io

@@ -22,7 +22,7 @@ struct TfrecordSpec {
   std::vector<std::string> shards;   // in split order
   std::vector<std::string> class_names;
   int num_classes = 0;               // labels must be in [0, num_classes); 0: unchecked
-  std::string image_key = "image", label_key = "label", id_key = "id";  // id_key "": none
+  std::string image_key = "image", label_key = "label", id_key = "id";  // id_key "": "<shard>:<k>"
   int height = -1, width = -1, channels = 0;  // expected image shape; -1 / 0: any
   std::string description;           // e.g. "tfds:curated_breast_imaging_ddsm/patches:3.0.0[train]"
 };
