@@ -353,3 +353,21 @@ def test_build_without_id_feature(built):
             rewrite_record(f, k, lambda ex: orc.example_bytes({k2: v for k2, v in ex.items() if k2 != "id"}))
     src = tfds_source(root, NAME, "train")
     assert src.get(7)["id"] == "curated_breast_imaging_ddsm-train.tfrecord-00001-of-00002:1"
+
+
+@pytest.mark.parametrize("which,edit,msg", [
+    ("dataset_info.json", lambda d: d["splits"][0].update(shardLengths=["six", "6"]), "unexpected dataset_info layout"),
+    ("dataset_info.json", lambda d: d.update(splits={"train": 1}), "unexpected dataset_info layout"),
+    ("features.json", lambda d: d["featuresDict"].update(features=[1]), "unexpected TFDS features schema"),
+    ("features.json", lambda d: d.clear(), "neither TFDS features format"),
+])
+def test_malformed_metadata_named(built, which, edit, msg):
+    root, vdir = built
+    path = os.path.join(vdir, which)
+    edit_json(path, edit)
+    with pytest.raises(podlet.PodletError) as e:
+        tfds_source(root, NAME, "train")
+    assert str(e.value).startswith(path) and msg in str(e.value), str(e.value)
+    open(path, "w").write("{not json")
+    with pytest.raises(podlet.PodletError, match="not valid JSON"):
+        tfds_source(root, NAME, "train")

@@ -13,6 +13,7 @@ format and the newer proto-JSON ``featuresDict`` one) and the class names from
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -58,6 +59,17 @@ def _load_json(path: str):
         raise _core.PodletError(f"{path}: not valid JSON ({e})") from None
 
 
+@contextlib.contextmanager
+def _schema(path: str, what: str):
+    """Metadata of an unexpected shape is an error naming the file, not a KeyError."""
+    try:
+        yield
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        if isinstance(e, _core.PodletError):
+            raise
+        raise _core.PodletError(f"{path}: unexpected {what} ({type(e).__name__}: {e})") from None
+
+
 def _class_suffix(python_class: str) -> str:
     return python_class.rsplit(".", 1)[-1] if python_class else ""
 
@@ -66,6 +78,11 @@ def read_features(path: str) -> dict:
     """features.json -> ``{key: {"class", "shape", "encoding", "num_classes"}}`` for the
     top-level features, from either TFDS format."""
     doc = _load_json(path)
+    with _schema(path, "TFDS features schema"):
+        return _read_features(doc, path)
+
+
+def _read_features(doc, path):
     out = {}
     if "featuresDict" in doc:  # newer: proto-JSON of tensorflow_datasets.FeaturesDict
         for key, f in doc["featuresDict"].get("features", {}).items():
@@ -136,14 +153,15 @@ def tfds_source(data_dir, name: str = DEFAULT_NAME, split: str = "train"):
     fileformat = info.get("fileFormat", "tfrecord")
     if fileformat != "tfrecord":
         raise _core.PodletError(f"{info_path}: fileFormat {fileformat!r}; podlet reads 'tfrecord' builds only")
-    splits = {s.get("name"): s for s in info.get("splits", [])}
-    if split not in splits:
-        raise _core.PodletError(f"{info_path}: no split {split!r}; the build has {sorted(splits)}")
-    sinfo = splits[split]
-    lengths = [int(x) for x in sinfo.get("shardLengths", [])]
-    expected_total = sum(lengths) if lengths else None
-    for key in ("numExamples",):  # older builds record the total under statistics
-        v = sinfo.get(key, (sinfo.get("statistics") or {}).get(key))
+    with _schema(info_path, "dataset_info layout"):
+        splits = {s.get("name"): s for s in info.get("splits", [])}
+        if split not in splits:
+            raise _core.PodletError(f"{info_path}: no split {split!r}; the build has {sorted(map(str, splits))}")
+        sinfo = splits[split]
+        lengths = [int(x) for x in sinfo.get("shardLengths", [])]
+        expected_total = sum(lengths) if lengths else None
+        # Older builds record the total as statistics.numExamples.
+        v = sinfo.get("numExamples", (sinfo.get("statistics") or {}).get("numExamples"))
         if v is not None and expected_total is not None and int(v) != expected_total:
             raise _core.PodletError(f"{info_path}: split {split!r} says numExamples {v} but its shardLengths "
                                     f"sum to {expected_total}")
