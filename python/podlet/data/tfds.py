@@ -4,7 +4,8 @@
 data_dir=data_dir)`` for image-classification datasets such as the seed's
 ``curated_breast_imaging_ddsm/patches:3.0.0``: it finds the shards
 ``<data_dir>/<dataset>/<config>/<version>/<dataset>-<split>.tfrecord-XXXXX-of-YYYYY``,
-checks them against ``dataset_info.json`` (shard count and every shard's record count),
+checks them against ``dataset_info.json`` (shard count and every shard's record count;
+``numBytes`` is not checked, TFDS versions count it differently),
 reads the feature schema from ``features.json`` (both the older ``{"type", "content"}``
 format and the newer proto-JSON ``featuresDict`` one) and the class names from
 ``label.labels.txt`` (verbatim: TFDS spells CBIS-DDSM's "BENING_CALCIFICATION" and
