@@ -281,6 +281,28 @@ def test_interpreter_exit_with_a_live_prefetcher():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_failing_record_raises_a_named_error(prefetch):
+    src = podlet._core.data_debug_source(40, fail_at=13)
+    ds = data.Dataset(src).batch(4)
+    if prefetch:
+        ds = ds.prefetch(prefetch)
+    it = iter(ds)
+    got = [next(it)["id"].tolist() for _ in range(3)]
+    assert got[0] == ["debug/0", "debug/1", "debug/2", "debug/3"]
+    with pytest.raises(podlet.PodletError, match="debug source: record 13 is corrupt"):
+        next(it)
+    with pytest.raises(StopIteration):  # the stream ends after the error; nothing hangs
+        next(it)
+
+
+def test_a_record_of_another_shape_is_named():
+    src = podlet._core.data_debug_source(10, odd_shape_at=6)
+    with pytest.raises(podlet.PodletError, match=r"record 6 \(id 'debug/6'\) has shape \(5, 4, 1\), "
+                                                 r"expected \(4, 4, 1\) like record 0"):
+        list(data.Dataset(src).batch(5).prefetch(1))
+
+
 def test_bad_pipeline_arguments():
     src = counting_source(10)
     ds = data.Dataset(src)

@@ -124,6 +124,27 @@ py::object lesion_to_python(const SyntheticDDSM& src, int64_t i) {
   return d;
 }
 
+// A test double: 4x4x1 examples whose pixels are the index; get(fail_at) throws and
+// get(odd_shape_at) returns a 5x4x1 image, so tests can reach the pipeline's error paths.
+class DebugSource final : public Source {
+ public:
+  DebugSource(int64_t n, int64_t fail_at, int64_t odd_shape_at) : n_(n), fail_(fail_at), odd_(odd_shape_at) {}
+  int64_t size() const override { return n_; }
+  Record get(int64_t i) const override {
+    if (i == fail_) throw ValueError(fmt("debug source: record ", i, " is corrupt (as asked)"));
+    Record r;
+    r.height = i == odd_ ? 5 : 4; r.width = 4; r.channels = 1;
+    r.image.assign(size_t(r.height) * 4, uint8_t(i % 256));
+    r.label = int32_t(i % 3);
+    r.id = fmt("debug/", i);
+    return r;
+  }
+  std::string describe() const override { return fmt("debug_source (", n_, " examples)"); }
+
+ private:
+  int64_t n_, fail_, odd_;
+};
+
 }  // namespace
 
 static podlet_bindings::Binder reg_data([](py::module_& m) {
@@ -225,6 +246,10 @@ static podlet_bindings::Binder reg_data([](py::module_& m) {
     if (e.kind != ElementOp::kAugment) throw ValueError("data_augment_draw needs an augment op");
     return augment_draw_dict(draw_augment(e.augment, augment_key(e.augment, op_index, epoch, position)));
   }, py::arg("op"), py::arg("op_index"), py::arg("epoch"), py::arg("position"));
+
+  m.def("data_debug_source", [](int64_t n, int64_t fail_at, int64_t odd_shape_at) -> std::shared_ptr<Source> {
+    return std::make_shared<DebugSource>(n, fail_at, odd_shape_at);
+  }, py::arg("n"), py::arg("fail_at") = -1, py::arg("odd_shape_at") = -1);
 
   m.def("data_shuffle_order", [](int64_t n, int64_t buffer, uint64_t key) {
     return to_numpy(buffer_shuffle_order(n, buffer, key));
