@@ -10,7 +10,7 @@ from podlet.training.input import ArrayData
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 SMOKE = os.path.join(ROOT, "configs", "experiments", "smoke.yaml")
 
-TINY = ["model.stage_sizes=[1]", "model.widths=[8]", "data.image_size=[16,16,1]", "train.batch_size=16",
+TINY = ["model=resnet_tiny", "model.stage_sizes=[1]", "model.widths=[8]", "data.image_size=[16,16,1]", "train.batch_size=16",
         "train.eval_batch_size=16", "train.epochs=3", "train.max_steps_per_epoch=3", "train.warmup_epochs=1",
         "train.ema_decay=0.9", "train.keep_checkpoints=2", "train.num_devices=8"]
 

@@ -4,7 +4,7 @@
     podlet eval RUN_DIR [--split test] [--checkpoint best|latest|STEP]
     podlet sweep CONFIG --seeds 21,22,23          # mean +- std of every metric over seeds
     podlet data export --format tfds|hdf5 --out DIR [--config CONFIG]
-    podlet bench [NAME ...]                        # runs bench/<NAME>.py
+    podlet bench [NAME [ARGS ...]]                 # lists bench/, or runs bench/<NAME>.py
     podlet export RUN_DIR --format onnx [--out F]  # the selected checkpoint's inference graph
     podlet explain RUN_DIR [--split test] [-n 16]  # Grad-CAM overlays
 
@@ -146,17 +146,13 @@ def _repo_dir(name):
 def cmd_bench(args):
     d = _repo_dir("bench")
     available = sorted(f[:-3] for f in os.listdir(d) if f.endswith(".py") and not f.startswith("_"))
-    if not args.names:
-        print("benchmarks: " + ", ".join(available) + "\nrun: podlet bench NAME [NAME ...]")
+    if not args.name:
+        print("benchmarks: " + ", ".join(available) + "\nrun: podlet bench NAME [ARGS ...]")
         return 0
-    for n in args.names:
-        if n not in available:
-            raise CLIError(f"no benchmark {n!r} in {d}; available: {available}")
-    rc = 0
-    for n in args.names:
-        print(f"== bench/{n}.py ==", flush=True)
-        rc = subprocess.call([sys.executable, os.path.join(d, n + ".py")] + list(args.extra)) or rc
-    return rc
+    if args.name not in available:
+        raise CLIError(f"no benchmark {args.name!r} in {d}; available: {available}")
+    print(f"== bench/{args.name}.py {' '.join(args.args)}".rstrip() + " ==", flush=True)
+    return subprocess.call([sys.executable, os.path.join(d, args.name + ".py")] + list(args.args))
 
 
 def _run_model(run_dir, checkpoint):
@@ -255,10 +251,10 @@ def build_parser():
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(fn=cmd_data_export)
 
-    q = sub.add_parser("bench", help="run benchmarks from bench/")
-    q.add_argument("names", nargs="*")
-    q.add_argument("--", dest="extra", nargs=argparse.REMAINDER, default=[])
-    q.set_defaults(fn=cmd_bench, extra=[])
+    q = sub.add_parser("bench", help="list the benchmarks in bench/, or run one (its own options follow)")
+    q.add_argument("name", nargs="?")
+    q.add_argument("args", nargs=argparse.REMAINDER)
+    q.set_defaults(fn=cmd_bench)
 
     q = sub.add_parser("export", help="export a run's model (ONNX)")
     q.add_argument("run_dir")

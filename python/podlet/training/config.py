@@ -65,11 +65,13 @@ def _f(default=dataclasses.MISSING, *, choices=None, lo=None, hi=None, lo_open=F
 class ModelConfig:
     """The network (``configs/models/*.yaml``).
 
-    ResNets take ``stage_sizes``/``widths`` overrides (a smaller ResNet for smoke runs is
-    ``architecture: resnet18`` with ``stage_sizes: [1, 1]``); ViTs take ``patch_size``,
-    ``hidden_size``, ``num_layers``, ``num_heads``, ``mlp_dim`` overrides.
+    ResNets take ``stage_sizes``/``widths`` overrides (a smaller ResNet is ``architecture:
+    resnet18`` with ``stage_sizes: [1, 1]``); ViTs take ``patch_size``, ``hidden_size``,
+    ``num_layers``, ``num_heads``, ``mlp_dim`` overrides; ``small_cnn`` (the seed's smoke
+    network, podlet.training.small_cnn) takes ``widths``.
     """
-    architecture: str = _f("resnet34", choices=("resnet18", "resnet34", "resnet50", "vit_tiny", "vit_small"))
+    architecture: str = _f("resnet34", choices=("resnet18", "resnet34", "resnet50", "vit_tiny", "vit_small",
+                                                "small_cnn"))
     stage_sizes: Optional[list[int]] = _f(None)
     widths: Optional[list[int]] = _f(None)
     in_channels: int = _f(1, lo=1)
@@ -489,6 +491,8 @@ def validate(cfg: ExperimentConfig, *, num_devices=None, origin=None, default_or
             if getattr(m, k) is not None:
                 raise err(f"model.{k}", f"a ResNet key, but model.architecture is {m.architecture!r}")
     else:
+        if m.architecture == "small_cnn" and m.stage_sizes is not None:
+            raise err("model.stage_sizes", "a ResNet key, but model.architecture is 'small_cnn' (use widths)")
         for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
             if getattr(m, k) is not None:
                 raise err(f"model.{k}", f"a ViT key, but model.architecture is {m.architecture!r}")

@@ -39,7 +39,11 @@ def _model_kwargs(cfg):
     kw = {"num_classes": cfg.data.num_classes,
           "dropout_rate": t.dropout_rate_override if t.dropout_rate_override is not None else m.dropout_rate,
           "stochastic_depth_rate": m.stochastic_depth_rate, "in_channels": m.in_channels}
-    if m.architecture.startswith("resnet"):
+    if m.architecture == "small_cnn":
+        kw.pop("stochastic_depth_rate")
+        if m.widths is not None:
+            kw["widths"] = list(m.widths)
+    elif m.architecture.startswith("resnet"):
         for k in ("stage_sizes", "widths"):
             if getattr(m, k) is not None:
                 kw[k] = list(getattr(m, k))
@@ -53,6 +57,9 @@ def _model_kwargs(cfg):
 def build_model(cfg):
     """The flax-style Module the config describes (bf16 compute when use_bfloat16)."""
     dtype = jnp.bfloat16 if cfg.train.use_bfloat16 else jnp.float32
+    if cfg.model.architecture == "small_cnn":
+        from podlet.training.small_cnn import SmallCNN
+        return SmallCNN(dtype=dtype, **_model_kwargs(cfg))
     return models.get_model(cfg.model.architecture, dtype=dtype, **_model_kwargs(cfg))
 
 
