@@ -57,4 +57,5 @@ def cpu_info():
 from ._src.pmap import (pmap, devices, local_devices, device_count, local_device_count,  # noqa: E402
                         process_count, process_index, Device, ReplicatedArray)
 from . import jax_utils  # noqa: E402
+from . import distributed  # noqa: E402
 from .jax_utils import shard, device_put_replicated, device_put_sharded  # noqa: E402

@@ -47,6 +47,10 @@ std::vector<AVal> infer_shapes(const PrimDef& p, const std::vector<AVal>& in, co
   }
 }
 
+static bool g_profiling = false;
+static void record_profile(const PrimDef& p, const Attrs& attrs, const std::vector<Array>& in,
+                           const std::vector<AVal>& oa, double seconds);
+
 static std::vector<Array> alloc_outputs(const PrimDef& p, const std::vector<AVal>& avals) {
   std::vector<Array> out;
   out.reserve(avals.size());
@@ -59,8 +63,12 @@ std::vector<Array> apply_prim(const PrimDef& p, const std::vector<Array>& in, co
   for (auto& a : in) ia.push_back(a.aval());
   auto oa = infer_shapes(p, ia, attrs);
   auto out = alloc_outputs(p, oa);
+  const bool prof = g_profiling;
+  std::chrono::steady_clock::time_point t0;
+  if (prof) t0 = std::chrono::steady_clock::now();
   try { p.kernel(in, out, attrs); }
   catch (const Error&) { rethrow_with(p.name + ": "); }
+  if (prof) record_profile(p, attrs, in, oa, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return out;
 }
 
@@ -198,13 +206,40 @@ std::string Attrs::repr() const {
 }
 
 // ---- executor -------------------------------------------------------------------
-// Per-primitive wall time and FLOPs, collected while profiling is on (the profiler's
-// raw data; podlet.profile formats it).
-static bool g_profiling = false;
-static std::map<std::string, ProfileEntry> g_profile;
+// Per-(primitive, dtype) wall time, FLOPs and bytes, collected while profiling is on
+// (the profiler's raw data; podlet.profile formats it). Graphs run one at a time per
+// process in practice; the mutex only keeps a concurrent run from corrupting the map.
+static std::mutex g_profile_mu;
+static std::map<std::pair<std::string, std::string>, ProfileEntry> g_profile;
 void set_profiling(bool on) { g_profiling = on; }
 bool profiling() { return g_profiling; }
-std::map<std::string, ProfileEntry> take_profile() { auto r = std::move(g_profile); g_profile.clear(); return r; }
+std::map<std::pair<std::string, std::string>, ProfileEntry> take_profile_detailed() {
+  std::lock_guard<std::mutex> lk(g_profile_mu);
+  auto r = std::move(g_profile);
+  g_profile.clear();
+  return r;
+}
+std::map<std::string, ProfileEntry> take_profile() {
+  std::map<std::string, ProfileEntry> r;
+  for (auto& [k, e] : take_profile_detailed()) {
+    auto& t = r[k.first];
+    t.calls += e.calls; t.seconds += e.seconds; t.flops += e.flops; t.bytes += e.bytes;
+  }
+  return r;
+}
+
+static void record_profile(const PrimDef& p, const Attrs& attrs, const std::vector<Array>& in,
+                           const std::vector<AVal>& oa, double seconds) {
+  double flops = 0, bytes = 0;
+  std::vector<AVal> ia;
+  ia.reserve(in.size());
+  for (auto& a : in) { ia.push_back(a.aval()); bytes += double(a.nbytes()); }
+  for (auto& a : oa) bytes += double(a.nbytes());
+  if (p.flops) flops = p.flops(ia, oa, attrs);
+  std::lock_guard<std::mutex> lk(g_profile_mu);
+  auto& e = g_profile[{p.name, oa.empty() ? "" : dtype_name(oa[0].dtype)}];
+  e.calls += 1; e.seconds += seconds; e.flops += flops; e.bytes += bytes;
+}
 
 std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
   if (args.size() != g.inputs.size())
@@ -231,20 +266,12 @@ std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
     for (int v : n.out) oa.push_back(g.avals[v]);
     out.clear();
     for (auto& a : oa) out.emplace_back(n.prim->kernel_allocates ? Array() : Array(a));
-    auto t0 = std::chrono::steady_clock::now();
+    const bool prof = g_profiling;
+    std::chrono::steady_clock::time_point t0;
+    if (prof) t0 = std::chrono::steady_clock::now();
     try { n.prim->kernel(in, out, n.attrs); }
     catch (const Error&) { rethrow_with(n.prim->name + (n.where.empty() ? "" : " (" + n.where + ")") + ": "); }
-    if (g_profiling) {
-      auto& e = g_profile[n.prim->name];
-      e.calls += 1;
-      e.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (n.prim->flops) {
-        std::vector<AVal> ia, oa2;
-        for (auto& a : in) ia.push_back(a.aval());
-        for (auto& a : oa) oa2.push_back(a);
-        e.flops += n.prim->flops(ia, oa2, n.attrs);
-      }
-    }
+    if (prof) record_profile(*n.prim, n.attrs, in, oa, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (size_t k = 0; k < n.out.size(); ++k) slot[n.out[k]] = std::move(out[k]);
     for (int v : n.in) if (last[v] == int(i)) slot[v] = Array();
   }

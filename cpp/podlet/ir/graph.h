@@ -46,10 +46,14 @@ class Graph {
   double flops() const;
 };
 
-struct ProfileEntry { int64_t calls = 0; double seconds = 0, flops = 0; };
+// Profiling counters of run_graph (the profiler's raw data): per primitive, or per
+// (primitive, dtype of its first output) in the detailed form. bytes = bytes of the
+// node's inputs + outputs (what it must move at least once).
+struct ProfileEntry { int64_t calls = 0; double seconds = 0, flops = 0, bytes = 0; };
 void set_profiling(bool on);
 bool profiling();
-std::map<std::string, ProfileEntry> take_profile();
+std::map<std::string, ProfileEntry> take_profile();  // by primitive; clears the counters
+std::map<std::pair<std::string, std::string>, ProfileEntry> take_profile_detailed();  // by (prim, dtype); clears
 
 // Runs g on concrete inputs. Buffers are released after their last use.
 std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args);

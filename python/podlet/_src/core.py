@@ -19,6 +19,7 @@ import numpy as np
 from .. import _core
 from .. import tree_util
 from . import dtypes
+from . import fusion  # [perf] elementwise fusion of executed graphs
 from .errors import PodletError, ShapeError, DTypeError, ConcretizationError, UnexpectedTracerError
 
 Array = _core.Array
@@ -390,7 +391,10 @@ class JittedFunction:
 
     def __call__(self, *args, **kwargs):
         entry, conv = self._get(args, kwargs)
-        outs = call_graph(entry.graph, conv + list(entry.captures))
+        # [perf] concrete calls run the graph with elementwise chains fused (_src/fusion.py;
+        # PODLET_FUSION=0 disables); a trace inlines the unfused graph.
+        graph = entry.graph if _top_trace(conv + list(entry.captures)) else fusion.executable_graph(entry)
+        outs = call_graph(graph, conv + list(entry.captures))
         for o, w in zip(outs, entry.out_weak):
             if w:  # Python-scalar-derived outputs stay weakly typed, as in JAX
                 o.weak_type = True

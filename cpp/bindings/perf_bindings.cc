@@ -1,0 +1,36 @@
+// podlet._core performance entry points: the measured FMA peak, the detailed profiling
+// counters, and (fusion.h) the elementwise-fusion pass over a Graph.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include "podlet/ir/graph.h"
+#include "podlet/ir/fusion.h"
+#include "podlet/kernels/peak.h"
+#include "registry.h"
+
+namespace py = pybind11;
+using namespace podlet;
+
+static podlet_bindings::Binder reg_perf([](py::module_& m) {
+  m.def("measure_peak", [](int threads, int reps) {
+    py::gil_scoped_release nogil;
+    return kernels::measure_f32_fma_peak(threads, reps);
+  }, py::arg("threads"), py::arg("reps") = 20,
+     "GFLOP/s of an f32 FMA loop on `threads` threads, best of `reps` short runs (0 on the ref ISA).");
+  m.def("have_bf16_dot", &kernels::have_bf16_dot, "Whether the host has a bf16 dot instruction (AVX512_BF16).");
+  m.def("take_profile_detailed", []() {
+    py::dict d;
+    for (auto& [k, e] : take_profile_detailed())
+      d[py::make_tuple(k.first, k.second)] = py::make_tuple(e.calls, e.seconds, e.flops, e.bytes);
+    return d;
+  }, "{(prim, dtype): (calls, seconds, flops, bytes)} since the last take; clears the counters.");
+  m.def("profiling", &profiling);
+  m.def("fuse_elementwise", [](const Graph& g) { return fuse_elementwise(g); }, py::arg("graph"),
+        "A copy of the graph with elementwise chains fused into fused_elementwise nodes (bit-identical results).");
+  m.def("fusion_stats", [](const Graph& g) {
+    FusionStats s;
+    fuse_elementwise(g, &s);
+    py::dict d;
+    d["groups"] = s.groups; d["nodes_fused"] = s.nodes_fused; d["broadcasts_absorbed"] = s.broadcasts_absorbed;
+    return d;
+  }, py::arg("graph"));
+});

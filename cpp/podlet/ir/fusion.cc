@@ -1,0 +1,274 @@
+// The elementwise fusion pass (see fusion.h).
+//
+// Grouping, in trace (topological) order: a fusible node joins the open groups of its
+// operands that have its element count, merging them; a group is sealed as soon as a
+// node outside it reads one of its values. The fused node is placed where the group's
+// last member was. That is always legal: every external operand of a member exists
+// before that member, and no outside node reads a group value before the group is
+// sealed, so nothing that runs earlier needs a value the fused node computes.
+#include "podlet/ir/fusion.h"
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <unordered_map>
+
+namespace podlet {
+namespace {
+
+using namespace fused;
+
+bool float_dtype(DType d) { return d == DType::f32 || d == DType::bf16 || d == DType::f64; }
+
+// The fused opcode of a node, or -1 when it does not fuse (wrong primitive or dtype).
+int64_t fused_op(const Node& n, const Graph& g) {
+  static const std::unordered_map<std::string, int64_t> unary_float = {
+      {"neg", kNeg}, {"abs", kAbs}, {"sign", kSign}, {"exp", kExp}, {"log", kLog}, {"log1p", kLog1p},
+      {"expm1", kExpm1}, {"tanh", kTanh}, {"logistic", kLogistic}, {"sqrt", kSqrt}, {"rsqrt", kRsqrt},
+      {"erf", kErf}, {"floor", kFloor}, {"ceil", kCeil}, {"integer_pow", kIntPow}, {"is_finite", kIsFinite}};
+  static const std::unordered_map<std::string, int64_t> binary_float = {
+      {"add", kAdd}, {"sub", kSub}, {"mul", kMul}, {"div", kDiv}, {"max", kMax}, {"min", kMin}, {"pow", kPow}};
+  static const std::unordered_map<std::string, int64_t> logical = {{"and", kAnd}, {"or", kOr}, {"xor", kXor},
+                                                                   {"not", kNot}};
+  static const std::unordered_map<std::string, int64_t> compare = {{"eq", kEq}, {"ne", kNe}, {"lt", kLt},
+                                                                   {"le", kLe}, {"gt", kGt}, {"ge", kGe}};
+  const std::string& p = n.prim->name;
+  if (n.out.size() != 1) return -1;
+  const DType d0 = n.in.empty() ? DType::f32 : g.aval(n.in[0]).dtype;
+  if (auto it = unary_float.find(p); it != unary_float.end()) return float_dtype(d0) ? it->second : -1;
+  if (auto it = binary_float.find(p); it != binary_float.end()) return float_dtype(d0) ? it->second : -1;
+  if (auto it = logical.find(p); it != logical.end()) return d0 == DType::boolean ? it->second : -1;
+  if (auto it = compare.find(p); it != compare.end()) return it->second;
+  if (p == "select") return kSelect;
+  if (p == "clamp") return float_dtype(d0) ? kClamp : -1;
+  if (p == "convert_element_type") return kConvert;
+  return -1;
+}
+
+// Strides (in elements of u) with which an operand of shape `os`, broadcast NumPy-style
+// to `target`, reads u, where operand[i] = u[sum_d i_d * ust[d]] (ust over os's dims).
+Shape compose_broadcast(const Shape& os, const Shape& ust, const Shape& target) {
+  Shape st(target.size(), 0);
+  const int lead = int(target.size()) - int(os.size());
+  for (int d = 0; d < int(os.size()); ++d)
+    if (os[d] != 1) st[lead + d] = ust[d];
+  return st;
+}
+
+bool uniform_const(const Array& a) {
+  const size_t isz = itemsize(a.dtype());
+  const char* p = static_cast<const char*>(a.raw());
+  for (int64_t i = 1; i < a.size(); ++i)
+    if (std::memcmp(p, p + i * isz, isz) != 0) return false;
+  return true;
+}
+
+struct Group {
+  std::vector<int> members;  // node indices, in order
+  int64_t numel = 0;
+  bool sealed = false;
+  int merged_into = -1;
+};
+
+}  // namespace
+
+Graph fuse_elementwise(const Graph& g, FusionStats* stats) {
+  const int N = int(g.nodes.size());
+  std::vector<int64_t> op(N, -1);
+  for (int i = 0; i < N; ++i) op[i] = fused_op(g.nodes[i], g);
+
+  std::unordered_map<int, const Array*> consts;
+  for (auto& [id, arr] : g.consts) consts[id] = &arr;
+
+  // ---- grouping ----
+  std::vector<Group> groups;
+  std::vector<int> group_of(N, -1);  // node -> group (before merges are resolved)
+  auto find = [&](int gi) { while (groups[gi].merged_into >= 0) gi = groups[gi].merged_into; return gi; };
+  auto group_of_value = [&](int v) -> int {
+    const int p = g.producer[v];
+    return p < 0 || group_of[p] < 0 ? -1 : find(group_of[p]);
+  };
+  for (int i = 0; i < N; ++i) {
+    const Node& n = g.nodes[i];
+    const bool is_reshape = n.prim->name == "reshape";
+    int64_t numel_i = n.out.size() == 1 ? g.aval(n.out[0]).size() : -1;
+    bool fusible = op[i] >= 0 && numel_i > 0;
+    std::vector<int> cands;
+    if (is_reshape) {  // a reshape fuses (for free) only inside a group
+      const int gi = group_of_value(n.in[0]);
+      fusible = gi >= 0 && !groups[gi].sealed && numel_i > 0;
+      op[i] = -2;  // alias
+    }
+    if (fusible) {
+      for (int v : n.in) {
+        const int gi = group_of_value(v);
+        if (gi < 0 || groups[gi].sealed) continue;
+        if (groups[gi].numel == numel_i) {
+          if (std::find(cands.begin(), cands.end(), gi) == cands.end()) cands.push_back(gi);
+        } else {
+          groups[gi].sealed = true;  // read from outside (a different iteration space)
+        }
+      }
+      int gi;
+      if (cands.empty()) {
+        gi = int(groups.size());
+        groups.push_back(Group{});
+        groups.back().numel = numel_i;
+      } else {
+        gi = cands[0];
+        for (size_t k = 1; k < cands.size(); ++k) {  // merge: both open, so still legal
+          Group& o = groups[cands[k]];
+          groups[gi].members.insert(groups[gi].members.end(), o.members.begin(), o.members.end());
+          o.members.clear();
+          o.merged_into = gi;
+        }
+      }
+      groups[gi].members.push_back(i);
+      group_of[i] = gi;
+    } else {
+      op[i] = -1;
+      for (int v : n.in) {
+        const int gi = group_of_value(v);
+        if (gi >= 0) groups[gi].sealed = true;
+      }
+    }
+  }
+
+  // ---- consumers (to find each group's outputs) ----
+  std::vector<std::vector<int>> users(g.num_values());
+  for (int i = 0; i < N; ++i) for (int v : g.nodes[i].in) users[v].push_back(i);
+  std::vector<char> is_graph_out(g.num_values(), 0);
+  for (int v : g.outputs) is_graph_out[v] = 1;
+
+  FusionStats st;
+  std::vector<char> drop(N, 0);
+  std::map<int, Node> emit_at;  // node index -> fused node placed there
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    Group& G = groups[gi];
+    if (G.merged_into >= 0 || G.members.empty()) continue;
+    std::sort(G.members.begin(), G.members.end());
+    std::vector<char> member(N, 0);
+    for (int i : G.members) member[i] = 1;
+
+    // Program construction.
+    std::vector<int64_t> code, loads, outs;
+    std::vector<DType> slot_dtype;
+    std::unordered_map<int, int> slot_of;  // value id -> slot
+    std::map<std::pair<int, Shape>, int> load_slot;  // (source value, dims+strides) -> slot
+    std::vector<int> ext;  // external input value ids
+    int absorbed = 0, n_compute = 0;
+    int64_t n_loads = 0;
+    bool broadcast_load = false;
+    double flops = 0;
+    std::string names;
+    auto emit = [&](int64_t o, DType d, DType rd, int64_t a, int64_t b, int64_t c, int64_t imm) {
+      code.insert(code.end(), {o, int64_t(d), int64_t(rd), a, b, c, imm});
+      slot_dtype.push_back(rd);
+      return int(slot_dtype.size()) - 1;
+    };
+    // The slot of operand v of a member whose output has shape `ms`.
+    auto operand = [&](int v, const Shape& ms) -> int {
+      if (auto it = slot_of.find(v); it != slot_of.end() && g.producer[v] >= 0 && member[g.producer[v]])
+        return it->second;
+      int u = v;
+      Shape ust = strides_of(g.aval(v).shape);
+      const int p = g.producer[v];
+      if (p >= 0 && g.nodes[p].prim->name == "broadcast_in_dim") {
+        // Read the broadcast's operand directly: its dims map to broadcast_dimensions.
+        const Node& b = g.nodes[p];
+        u = b.in[0];
+        const Shape& us = g.aval(u).shape;
+        const Shape ist = strides_of(us);
+        auto dims = b.attrs.ints("broadcast_dimensions");
+        ust.assign(g.aval(v).shape.size(), 0);
+        for (size_t k = 0; k < dims.size(); ++k) ust[dims[k]] = us[k] == 1 ? 0 : ist[k];
+        ++absorbed;
+        broadcast_load = true;
+      }
+      Shape s = compose_broadcast(g.aval(v).shape, ust, ms);
+      if (auto c = consts.find(u); c != consts.end() && c->second->size() > 1 && uniform_const(*c->second))
+        std::fill(s.begin(), s.end(), 0);
+      if (g.aval(u).size() != numel(ms)) broadcast_load = true;
+      Shape key = ms;
+      key.insert(key.end(), s.begin(), s.end());
+      auto lk = std::make_pair(u, key);
+      if (auto it = load_slot.find(lk); it != load_slot.end()) return it->second;
+      int idx = int(std::find(ext.begin(), ext.end(), u) - ext.begin());
+      if (idx == int(ext.size())) ext.push_back(u);
+      const int64_t load_index = n_loads++;
+      loads.push_back(idx);
+      loads.push_back(int64_t(ms.size()));
+      loads.insert(loads.end(), ms.begin(), ms.end());
+      loads.insert(loads.end(), s.begin(), s.end());
+      const DType d = g.aval(u).dtype;
+      const int slot = emit(kLoad, d, d, load_index, 0, 0, 0);
+      load_slot[lk] = slot;
+      return slot;
+    };
+    for (int i : G.members) {
+      const Node& n = g.nodes[i];
+      const Shape& ms = g.aval(n.out[0]).shape;
+      if (op[i] == -2) {  // reshape: same elements, same slot
+        slot_of[n.out[0]] = operand(n.in[0], g.aval(n.in[0]).shape);
+        continue;
+      }
+      ++n_compute;
+      names += (names.empty() ? "" : ",") + n.prim->name;
+      if (n.prim->flops) {
+        std::vector<AVal> ia, oa;
+        for (int v : n.in) ia.push_back(g.aval(v));
+        for (int v : n.out) oa.push_back(g.aval(v));
+        flops += n.prim->flops(ia, oa, n.attrs);
+      }
+      int s[3] = {0, 0, 0};
+      for (size_t k = 0; k < n.in.size() && k < 3; ++k) s[k] = operand(n.in[k], ms);
+      const DType d = g.aval(n.in[op[i] == kSelect ? 1 : 0]).dtype;
+      const DType rd = g.aval(n.out[0]).dtype;
+      const int64_t imm = op[i] == kIntPow ? n.attrs.i("y") : 0;
+      slot_of[n.out[0]] = emit(op[i], d, rd, s[0], s[1], s[2], imm);
+    }
+    // Worth it when it saves a pass: two or more computing members, or one that reads a
+    // broadcast operand without materialising it.
+    if (n_compute < 2 && !(n_compute == 1 && broadcast_load)) continue;
+
+    Node fn;
+    fn.prim = &lookup_prim("fused_elementwise");
+    fn.in = ext;
+    for (int i : G.members) {
+      const int v = g.nodes[i].out[0];
+      bool external = is_graph_out[v];
+      for (int u : users[v]) external |= !member[u];
+      if (!external) continue;
+      fn.out.push_back(v);
+      const Shape& vs = g.aval(v).shape;
+      outs.push_back(slot_of.at(v));
+      outs.push_back(int64_t(vs.size()));
+      outs.insert(outs.end(), vs.begin(), vs.end());
+    }
+    fn.attrs = Attrs{{"n", G.numel}, {"code", code}, {"loads", loads}, {"outs", outs}, {"flops", flops},
+                     {"prims", names}};
+    fn.where = g.nodes[G.members.front()].where;
+    for (int i : G.members) drop[i] = 1;
+    emit_at[G.members.back()] = std::move(fn);
+    st.groups += 1;
+    st.nodes_fused += n_compute;
+    st.broadcasts_absorbed += absorbed;
+  }
+
+  Graph out;
+  out.avals = g.avals;
+  out.inputs = g.inputs;
+  out.outputs = g.outputs;
+  out.consts = g.consts;
+  out.producer.assign(g.num_values(), -1);
+  for (int i = 0; i < N; ++i) {
+    if (auto it = emit_at.find(i); it != emit_at.end()) out.nodes.push_back(std::move(it->second));
+    else if (!drop[i]) out.nodes.push_back(g.nodes[i]);
+  }
+  for (size_t i = 0; i < out.nodes.size(); ++i) for (int v : out.nodes[i].out) out.producer[v] = int(i);
+  out.dce();  // broadcasts and constants nobody reads any more
+  if (stats) *stats = st;
+  return out;
+}
+
+}  // namespace podlet

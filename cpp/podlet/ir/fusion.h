@@ -1,0 +1,67 @@
+// Elementwise fusion: a graph pass that merges chains of elementwise primitives (BN
+// apply + ReLU + residual add + casts, bias adds, dropout masks, optimizer-like chains)
+// into single `fused_elementwise` nodes, each evaluated in one pass over memory
+// (prims/fused.cc) instead of one pass per primitive.
+//
+// The result is bit-identical to the unfused graph: the fused node runs the same
+// scalar operations in the same order with the same roundings (a bf16 value is rounded
+// after every op that produced it, as the one-op kernels do), only without writing the
+// intermediates to memory.
+//
+// What fuses: the primitives listed in fusion.cc (float arithmetic and math functions,
+// comparisons, select, clamp, converts, logical ops on bool) whose outputs have the same
+// number of elements (reshapes inside a chain are free). Operands from outside a group are
+// read with broadcast strides: a broadcast_in_dim of a scalar or a per-channel vector, an
+// implicit NumPy broadcast, or a constant whose elements are all equal costs no pass of
+// its own. Reductions, contractions and data movement do not fuse.
+//
+// The pass only runs on graphs about to be executed (jit, after autodiff): a fused node
+// has no VJP rule.
+#pragma once
+#include <cstdint>
+#include "podlet/ir/graph.h"
+
+namespace podlet {
+
+struct FusionStats {
+  int groups = 0;        // fused_elementwise nodes created
+  int nodes_fused = 0;   // primitives they replace (broadcasts absorbed not counted)
+  int broadcasts_absorbed = 0;
+};
+
+// A copy of g with elementwise chains fused; g is unchanged. Value ids of g's inputs
+// and outputs keep their meaning (same positions in inputs / outputs).
+Graph fuse_elementwise(const Graph& g, FusionStats* stats = nullptr);
+
+// The program format shared by the pass (fusion.cc) and the kernel (prims/fused.cc).
+// A program is SSA: instruction k defines slot k. Attrs of a fused_elementwise node:
+//   n          element count of the iteration space (every slot has n elements)
+//   code       kInstrWidth ints per instruction: op, operand dtype, result dtype, a, b, c, imm
+//   loads      per load: input index, rank r, r dims, r element strides (the dims are the
+//              shape the strides refer to; flattened row-major index = slot index)
+//   outs       per output: slot, then rank r and r dims (its shape); dtype = the slot's
+//   flops      FLOPs of the primitives it replaces (FLOP totals survive fusion)
+//   prims      the replaced primitives' names, comma separated (for dumps and profiles)
+namespace fused {
+enum Op : int64_t {
+  kLoad = 0,  // a = load index
+  // unary float (result dtype = operand dtype)
+  kNeg, kAbs, kSign, kExp, kLog, kLog1p, kExpm1, kTanh, kLogistic, kSqrt, kRsqrt, kErf, kFloor, kCeil,
+  kIntPow,    // imm = exponent
+  kIsFinite,  // float -> bool
+  kNot,       // bool
+  kConvert,   // operand dtype -> result dtype
+  // binary float
+  kAdd, kSub, kMul, kDiv, kMax, kMin, kPow,
+  // binary bool
+  kAnd, kOr, kXor,
+  // comparisons, any dtype -> bool
+  kEq, kNe, kLt, kLe, kGt, kGe,
+  kSelect,  // a = bool predicate, b = on true, c = on false
+  kClamp,   // a = lo, b = x, c = hi
+  kNumOps
+};
+constexpr int kInstrWidth = 7;
+}  // namespace fused
+
+}  // namespace podlet
