@@ -1,20 +1,20 @@
 """GFLOP/s of the contraction kernels on every ISA this host has (ref vs avx2 ...), beside
-the measured f32 FMA peak of the machine (an AVX2 FMA loop on 1 and on all threads).
+the f32 FMA peak measured in the same run (bench/peak.py's C++ loop, 1 and all threads).
 
-    .venv/bin/python bench/kernels.py                 # everything, best of 3 runs
+    .venv/bin/python bench/kernels.py                 # everything, best of 2 runs, batch 32
+    .venv/bin/python bench/kernels.py --only conv --isas avx2 --dtype bfloat16
     .venv/bin/python bench/kernels.py --only dot --reps 5 --threads 1
 
 Shapes: dot 1024^3, the MLP layer 128x784 @ 784x1024 and its two backward products
-(x^T g and g W^T, which read an operand transposed), and the ResNet-34 3x3 convolutions
-at batch 8 (224x224 input) in forward, backward-data and backward-filter. The machine is
-shared: each figure is the best of --reps runs. A figure for notes, not a test.
+(x^T g and g W^T, which read an operand transposed), and every distinct convolution of
+ResNet-34 at 224x224x1 input (stem 7x7/2 1->64, the 3x3 layers at 56/28/14/7 including
+the stride-2 ones, the 1x1/2 projections) at --batch (default 32), in forward,
+backward-data and backward-filter. The machine is shared: each figure is the best of
+--reps runs. Results also go to bench/results/kernels.json. A figure for notes, not a test.
 """
 import argparse
-import ctypes
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -23,51 +23,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 
 from podlet import _core  # noqa: E402
 
-PEAK_SRC = r"""
-#include <immintrin.h>
-#include <omp.h>
-/* 12 independent FMA chains per thread in named registers (an array would live in
-   memory at -O2); 12 > FMA latency x pipes. Returns GFLOP/s. */
-double fma_peak(int threads, long iters) {
-  double t0 = omp_get_wtime();
-  float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  {
-    const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-    __m256 a0 = _mm256_set1_ps(0.f), a1 = _mm256_set1_ps(1.f), a2 = _mm256_set1_ps(2.f), a3 = _mm256_set1_ps(3.f);
-    __m256 a4 = _mm256_set1_ps(4.f), a5 = _mm256_set1_ps(5.f), a6 = _mm256_set1_ps(6.f), a7 = _mm256_set1_ps(7.f);
-    __m256 a8 = _mm256_set1_ps(8.f), a9 = _mm256_set1_ps(9.f), a10 = _mm256_set1_ps(10.f), a11 = _mm256_set1_ps(11.f);
-    for (long it = 0; it < iters; ++it) {
-#define F(x) x = _mm256_fmadd_ps(x, b, c)
-      F(a0); F(a1); F(a2); F(a3); F(a4); F(a5); F(a6); F(a7); F(a8); F(a9); F(a10); F(a11);
-#undef F
-    }
-    __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                             _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-    float out[8];
-    _mm256_storeu_ps(out, s);
-    sink += out[0];
-  }
-  double dt = omp_get_wtime() - t0;
-  if (sink == 12345.f) return -1; /* keeps the loop */
-  return 2.0 * 8 * 12 * (double)iters * threads / dt / 1e9;
-}
-"""
-
-
 def fma_peak(threads, reps):
-    """Best GFLOP/s of an AVX2 FMA loop on `threads` threads (compiled here with cc)."""
-    d = tempfile.mkdtemp()
-    src, lib = os.path.join(d, "peak.c"), os.path.join(d, "peak.so")
-    with open(src, "w") as f:
-        f.write(PEAK_SRC)
-    subprocess.run(["cc", "-O2", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC", src, "-o", lib], check=True)
-    fn = ctypes.CDLL(lib).fma_peak
-    fn.restype, fn.argtypes = ctypes.c_double, [ctypes.c_int, ctypes.c_long]
-    fn(threads, 20_000_000)  # warm up, let the clock settle
-    # Many short runs (~10 ms): on a loaded machine the best one is the least disturbed.
-    return max(fn(threads, 3_000_000) for _ in range(10 * reps))
+    """Best GFLOP/s of the C++ f32 FMA loop (bench/peak.py) on `threads` threads."""
+    return _core.measure_peak(threads, 10 * reps)
 
 
 def arr(x):
@@ -96,34 +54,46 @@ def dot_cases(rng):
             dot(128, 1024, 784, rc=1, name="mlp dX   g[128,1024] @ W^T[1024,784]")]
 
 
-# ResNet-34 3x3 convolutions (input H, Cin, Cout, stride) at 224x224 input.
-RESNET34_3X3 = [(56, 64, 64, 1), (56, 64, 128, 2), (28, 128, 128, 1), (28, 128, 256, 2), (14, 256, 256, 1),
-                (14, 256, 512, 2), (7, 512, 512, 1)]
+# Every distinct ResNet-34 convolution at 224x224x1 input: (input H, Cin, Cout, kernel,
+# stride, count in the network). 'SAME' padding, as podlet.models.ResNet34.
+RESNET34_CONVS = [(224, 1, 64, 7, 2, 1),                                   # stem
+                  (56, 64, 64, 3, 1, 6),
+                  (56, 64, 128, 3, 2, 1), (56, 64, 128, 1, 2, 1), (28, 128, 128, 3, 1, 7),
+                  (28, 128, 256, 3, 2, 1), (28, 128, 256, 1, 2, 1), (14, 256, 256, 3, 1, 11),
+                  (14, 256, 512, 3, 2, 1), (14, 256, 512, 1, 2, 1), (7, 512, 512, 3, 1, 5)]
 
 
-def conv_cases(rng, batch):
+def same_pad(h, k, s):
+    ho = -(-h // s)
+    total = max((ho - 1) * s + k - h, 0)
+    return ho, [total // 2, total - total // 2]
+
+
+def conv_cases(rng, batch, dtype):
     out = []
-    for h, ci, co, s in RESNET34_3X3:
-        ho = h // s
-        pad = [1, 1, 1, 1] if s == 1 else [0, 1, 0, 1]  # SAME
-        x = arr(rng.standard_normal((batch, h, h, ci)).astype(np.float32))
-        w = arr((rng.standard_normal((3, 3, ci, co)) * 0.05).astype(np.float32))
-        g = arr(rng.standard_normal((batch, ho, ho, co)).astype(np.float32))
+    for h, ci, co, k, s, count in RESNET34_CONVS:
+        ho, (lo, hi) = same_pad(h, k, s)
+        pad = [lo, hi, lo, hi]
+        x = arr(rng.standard_normal((batch, h, h, ci)).astype(dtype))
+        w = arr((rng.standard_normal((k, k, ci, co)) * 0.05).astype(dtype))
+        g = arr(rng.standard_normal((batch, ho, ho, co)).astype(dtype))
         a = dict(window_strides=[s, s], padding=pad, lhs_dilation=[1, 1], rhs_dilation=[1, 1], feature_group_count=1)
-        fl = 2.0 * batch * ho * ho * co * 9 * ci
-        tag = f"{h}x{h}x{ci}->{co} s{s}"
+        fl = 2.0 * batch * ho * ho * co * k * k * ci
+        tag = f"{k}x{k} {h}x{h}x{ci}->{co} s{s} (x{count})"
         out += [(f"conv fwd   {tag}", ("conv_general_dilated", [x, w], a), fl),
                 (f"conv bwd_d {tag}", ("conv_bwd_data", [g, w], dict(a, lhs_shape=[batch, h, h, ci])), fl),
-                (f"conv bwd_f {tag}", ("conv_bwd_filter", [x, g], dict(a, rhs_shape=[3, 3, ci, co])), fl)]
+                (f"conv bwd_f {tag}", ("conv_bwd_filter", [x, g], dict(a, rhs_shape=[k, k, ci, co])), fl)]
     return out
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="kernel threads (default: all)")
     p.add_argument("--only", choices=["dot", "conv"], default=None)
-    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                   help="operand/output dtype of the conv cases (accumulation is f32 either way)")
     p.add_argument("--isas", default=None, help="comma list (default: every ISA the host has)")
     args = p.parse_args()
 
@@ -146,10 +116,13 @@ def main():
     if args.only in (None, "dot"):
         cases += dot_cases(rng)
     if args.only in (None, "conv"):
-        cases += conv_cases(rng, args.batch)
+        from podlet._src import dtypes
+        cases += conv_cases(rng, args.batch, dtypes.bfloat16 if args.dtype == "bfloat16" else np.float32)
     hdr = f"{'case':44s}" + "".join(f"{i + ' GF/s':>12s}{'%peak':>7s}" for i in isas)
     print(hdr)
     totals = {i: [0.0, 0.0] for i in isas}
+    results = {"peak_gflops_1thread": peak1, "peak_gflops_all_measured": peakn, "peak_gflops": peak,
+               "threads": threads, "batch": args.batch, "dtype": args.dtype, "cases": []}
     for name, (prim, ins, attrs), flops in cases:
         row = f"{name:44s}"
         for isa in isas:
@@ -158,10 +131,16 @@ def main():
             totals[isa][0] += flops
             totals[isa][1] += t
             row += f"{flops / t / 1e9:12.1f}{100 * flops / t / 1e9 / peak:6.0f}%"
+            results["cases"].append({"case": name, "isa": isa, "seconds": t, "gflops": flops / t / 1e9,
+                                     "pct_peak": 100 * flops / t / 1e9 / peak})
         print(row, flush=True)
     print(f"{'all cases (total flops / total time)':44s}" +
           "".join(f"{f / t / 1e9:12.1f}{100 * f / t / 1e9 / peak:6.0f}%" for f, t in totals.values()))
     _core.set_isa(info["best_isa"])
+    import json
+    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
+    with open(os.path.join(os.path.dirname(__file__), "results", "kernels.json"), "w") as f:
+        json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Times one MLP training step (784-1024-512-10, batch 128, Adam) in podlet and in JAX
-on the same batch, in one run, and prints the ratio. A figure for notes, not a test.
+"""Times one MLP training step (784-1024-512-10, batch 128, Adam) in podlet (with and
+without elementwise fusion) and in JAX on the same batch, in one run, and prints the
+ratios. A figure for notes, not a test.
 
     .venv/bin/python bench/mlp_step.py
 """
@@ -44,7 +45,14 @@ def main():
     t0 = time.perf_counter()
     podlet_step()
     podlet_first = time.perf_counter() - t0
-    t_podlet = bench(podlet_step)
+    # Fusion off and on, interleaved in rounds so machine load hits both alike.
+    t_off, t_on = [], []
+    for _ in range(3):
+        os.environ["PODLET_FUSION"] = "0"
+        t_off.append(bench(podlet_step, n_warmup=1, n_iter=10))
+        os.environ["PODLET_FUSION"] = "1"
+        t_on.append(bench(podlet_step, n_warmup=1, n_iter=10))
+    t_podlet, t_unfused = min(t_on), min(t_off)
 
     import jax
     import jax.numpy as jnp
@@ -85,14 +93,14 @@ def main():
     t0 = time.perf_counter()
     jax_step()
     jax_first = time.perf_counter() - t0
-    t_jax = bench(jax_step)
+    t_jax = min(bench(jax_step, n_warmup=1, n_iter=10) for _ in range(3))
 
-    res = {"batch": B, "podlet_ms": t_podlet * 1e3, "jax_ms": t_jax * 1e3,
+    res = {"batch": B, "podlet_ms": t_podlet * 1e3, "podlet_unfused_ms": t_unfused * 1e3, "jax_ms": t_jax * 1e3,
            "podlet_images_per_s": B / t_podlet, "jax_images_per_s": B / t_jax,
            "speedup_vs_jax": t_jax / t_podlet, "podlet_first_call_s": podlet_first, "jax_first_call_s": jax_first,
            "threads": podlet.config.num_threads}
     print(f"MLP step, batch {B}: podlet {t_podlet * 1e3:.2f} ms ({B / t_podlet:,.0f} img/s), "
-          f"JAX {t_jax * 1e3:.2f} ms ({B / t_jax:,.0f} img/s) -> podlet/JAX speed ratio {t_jax / t_podlet:.2f}x; "
+          f"(unfused {t_unfused * 1e3:.2f} ms: fusion {t_unfused / t_podlet:.2f}x), JAX {t_jax * 1e3:.2f} ms ({B / t_jax:,.0f} img/s) -> podlet/JAX speed ratio {t_jax / t_podlet:.2f}x; "
           f"first call (trace+compile) podlet {podlet_first:.2f}s, JAX {jax_first:.2f}s")
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
     with open(os.path.join(os.path.dirname(__file__), "results", "mlp_step.json"), "w") as f:

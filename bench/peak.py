@@ -1,0 +1,48 @@
+"""The machine's arithmetic peak, measured: f32 FMA (the widest FMA the active ISA has;
+AVX2 here) on 1 thread and on all threads, and the bf16 dot peak where the CPU has a
+bf16 dot instruction (AVX512_BF16 vdpbf16ps); elsewhere bf16 kernels widen to f32 and
+their peak is the f32 peak. The same C++ loop (cpp/podlet/kernels/peak_avx2.cc) is the
+denominator of podlet.profile's %peak and MFU and of bench/kernels.py.
+
+    .venv/bin/python bench/peak.py [--reps 20]
+
+On a shared machine the all-threads loop is the most disturbed; every figure is the
+best of --reps short runs, and the %peak denominators elsewhere use
+max(all-threads measured, threads x 1-thread).
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+
+from podlet import _core  # noqa: E402
+
+
+def measure(reps=20, threads=None):
+    threads = threads or os.cpu_count()
+    one = _core.measure_peak(1, reps)
+    alln = _core.measure_peak(threads, reps) if threads > 1 else one
+    info = _core.cpu_info()
+    return {"isa": info["active_isa"], "threads": threads, "f32_fma_gflops_1thread": one,
+            "f32_fma_gflops_all_measured": alln, "f32_fma_gflops_all": max(alln, threads * one),
+            "bf16_dot": "available" if _core.have_bf16_dot() else "not available on this CPU (no AVX512_BF16)",
+            "bf16_dot_gflops_1thread": None, "bf16_dot_gflops_all": None}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=20)
+    a = p.parse_args()
+    r = measure(a.reps)
+    print(f"ISA {r['isa']}: f32 FMA peak {r['f32_fma_gflops_1thread']:.1f} GFLOP/s on 1 thread, "
+          f"{r['f32_fma_gflops_all_measured']:.1f} measured on {r['threads']} "
+          f"(used as peak: {r['f32_fma_gflops_all']:.1f}); bf16 dot: {r['bf16_dot']}")
+    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
+    with open(os.path.join(os.path.dirname(__file__), "results", "peak.json"), "w") as f:
+        json.dump(r, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

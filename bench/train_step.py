@@ -1,0 +1,338 @@
+"""One full training step (forward, backward, AdamW) of ResNet-18 and ResNet-34 on
+224x224x1 images, 5 classes, batch 32, in podlet (jit; f32 and bf16 compute), JAX +
+Flax + Optax on CPU (jit; the same model written in Flax below; f32 and bf16) and
+PyTorch CPU (eager; f32 and bf16 autocast; the same ResNet in plain torch below), all
+in one run. Each framework/model/dtype runs in its own subprocess (its own peak RSS),
+nice'd, on --threads threads. Prints images/s, the ratio to podlet (same model and
+dtype), MFU (model FLOPs / time / measured f32-FMA peak of the threads used; this CPU
+has no bf16 dot, so bf16 shares the f32 peak), trace/compile time and peak RSS;
+writes bench/results/train_step.json.
+
+    nice -n 10 .venv/bin/python bench/train_step.py                   # everything (~15 min)
+    .venv/bin/python bench/train_step.py --models resnet18 --frameworks podlet --steps 3
+
+Model FLOPs per step = the FLOPs of podlet's traced train-step graph (convolutions,
+dots and elementwise ops; the same model in every framework). Timed steps follow one
+untimed step (compile / warm-up); the figure is the best timed step (shared machine).
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+STAGES = {"resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3]}
+NUM_CLASSES = 5
+
+
+def data(batch, size):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, size, size, 1)).astype(np.float32)
+    y = rng.integers(0, NUM_CLASSES, batch).astype(np.int32)
+    return x, y
+
+
+def timed_steps(step, steps):
+    t0 = time.perf_counter()
+    step()
+    first = time.perf_counter() - t0
+    ts = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        ts.append(time.perf_counter() - t0)
+    return first, ts
+
+
+# ---------------------------------------------------------------------------------
+# podlet
+# ---------------------------------------------------------------------------------
+def run_podlet(model_name, dtype, batch, size, steps):
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import podlet
+    import podlet.numpy as jnp
+    from podlet import models, optim, _core
+    from podlet._src import fusion
+    from podlet.training import train_state
+
+    model = models.ResNet(stage_sizes=STAGES[model_name], num_classes=NUM_CLASSES,
+                          dtype=jnp.bfloat16 if dtype == "bf16" else jnp.float32)
+    xn, yn = data(batch, size)
+    x, y = jnp.asarray(xn), jnp.asarray(yn)
+    v = model.init(podlet.random.PRNGKey(0), x[:1], train=False)
+    st = train_state.TrainState.create(apply_fn=model.apply, params=v["params"],
+                                       tx=optim.adamw(1e-3, weight_decay=1e-4))
+
+    def train_step(st, bs, x, y):
+        def loss_fn(p):
+            logits, upd = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=["batch_stats"])
+            return optim.softmax_cross_entropy_with_integer_labels(logits, y).mean(), upd
+        (loss, upd), g = podlet.value_and_grad(loss_fn, has_aux=True)(st.params)
+        return st.apply_gradients(grads=g), upd["batch_stats"], loss
+
+    j = podlet.jit(train_step)
+    t0 = time.perf_counter()
+    entry = j.lower(st, v["batch_stats"], x, y)
+    t_trace = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    fusion.executable_graph(entry)
+    t_plan = time.perf_counter() - t0
+    flops = entry.graph.flops()
+    state = {"st": st, "bs": v["batch_stats"]}
+
+    def step():
+        s, b, loss = j(state["st"], state["bs"], x, y)
+        state["st"], state["bs"] = s, b
+        float(loss)
+
+    live0 = _core.memory_stats()[0]
+    _core.reset_peak_memory()
+    first, ts = timed_steps(step, steps)
+    return {"first_step_s": first, "step_s": ts, "compile_s": t_trace + t_plan, "trace_s": t_trace,
+            "fusion_s": t_plan, "flops_per_step": flops, "podlet_peak_buffers_bytes": _core.memory_stats()[1],
+            "podlet_live_before_bytes": live0}
+
+
+# ---------------------------------------------------------------------------------
+# JAX + Flax + Optax: the same ResNet as podlet.models.ResNet
+# ---------------------------------------------------------------------------------
+def run_jax(model_name, dtype, batch, size, steps):
+    import jax
+    import jax.numpy as jnp
+    import flax.linen as nn
+    import optax
+
+    cdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
+
+    def bn(train, **kw):
+        return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, **kw)
+
+    class Block(nn.Module):
+        features: int
+        stride: int = 1
+
+        @nn.compact
+        def __call__(self, x, train):
+            r = x
+            x = nn.Conv(self.features, (3, 3), self.stride, padding="SAME", use_bias=False, dtype=cdt)(x)
+            x = nn.relu(bn(train)(x))
+            x = nn.Conv(self.features, (3, 3), 1, padding="SAME", use_bias=False, dtype=cdt)(x)
+            x = bn(train, scale_init=nn.initializers.zeros_init())(x)
+            if r.shape != x.shape:
+                r = nn.Conv(self.features, (1, 1), self.stride, use_bias=False, dtype=cdt)(r)
+                r = bn(train)(r)
+            return nn.relu(x + r)
+
+    class ResNet(nn.Module):
+        stages: tuple
+
+        @nn.compact
+        def __call__(self, x, train):
+            x = nn.Conv(64, (7, 7), (2, 2), padding="SAME", use_bias=False, dtype=cdt)(x)
+            x = nn.relu(bn(train)(x))
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            for i, n in enumerate(self.stages):
+                for j in range(n):
+                    x = Block(64 * 2 ** i, 2 if i > 0 and j == 0 else 1)(x, train)
+            x = jnp.mean(x, axis=(1, 2))
+            return jnp.asarray(nn.Dense(NUM_CLASSES, dtype=cdt)(x), jnp.float32)
+
+    model = ResNet(tuple(STAGES[model_name]))
+    xn, yn = data(batch, size)
+    x, y = jnp.asarray(xn), jnp.asarray(yn)
+    v = model.init(jax.random.PRNGKey(0), x[:1], train=False)
+    tx = optax.adamw(1e-3, weight_decay=1e-4)
+    params, bs, opt = v["params"], v["batch_stats"], tx.init(v["params"])
+
+    @jax.jit
+    def train_step(params, bs, opt, x, y):
+        def loss_fn(p):
+            logits, upd = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=["batch_stats"])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), upd
+        (loss, upd), g = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        u, opt = tx.update(g, opt, params)
+        return optax.apply_updates(params, u), upd["batch_stats"], opt, loss
+
+    t0 = time.perf_counter()
+    compiled = train_step.lower(params, bs, opt, x, y).compile()
+    t_compile = time.perf_counter() - t0
+    state = {"p": params, "b": bs, "o": opt}
+
+    def step():
+        p, b, o, loss = compiled(state["p"], state["b"], state["o"], x, y)
+        state["p"], state["b"], state["o"] = p, b, o
+        float(loss)
+
+    first, ts = timed_steps(step, steps)
+    return {"first_step_s": first, "step_s": ts, "compile_s": t_compile}
+
+
+# ---------------------------------------------------------------------------------
+# PyTorch (eager): the same ResNet in plain torch (torchvision is not installed)
+# ---------------------------------------------------------------------------------
+def run_torch(model_name, dtype, batch, size, steps, threads):
+    import torch
+    import torch.nn as tnn
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+
+    class Block(tnn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.c1 = tnn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+            self.b1 = tnn.BatchNorm2d(cout, eps=1e-5, momentum=0.1)
+            self.c2 = tnn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+            self.b2 = tnn.BatchNorm2d(cout, eps=1e-5, momentum=0.1)
+            tnn.init.zeros_(self.b2.weight)
+            self.proj = None
+            if stride != 1 or cin != cout:
+                self.proj = tnn.Sequential(tnn.Conv2d(cin, cout, 1, stride, bias=False), tnn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            r = x if self.proj is None else self.proj(x)
+            y = F.relu(self.b1(self.c1(x)))
+            return F.relu(self.b2(self.c2(y)) + r)
+
+    class ResNet(tnn.Module):
+        def __init__(self, stages):
+            super().__init__()
+            self.stem = tnn.Conv2d(1, 64, 7, 2, 3, bias=False)
+            self.bn = tnn.BatchNorm2d(64)
+            blocks, cin = [], 64
+            for i, n in enumerate(stages):
+                for j in range(n):
+                    blocks.append(Block(cin, 64 * 2 ** i, 2 if i > 0 and j == 0 else 1))
+                    cin = 64 * 2 ** i
+            self.blocks = tnn.Sequential(*blocks)
+            self.fc = tnn.Linear(cin, NUM_CLASSES)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.bn(self.stem(x))), 3, 2, 1)
+            x = self.blocks(x)
+            return self.fc(x.mean((2, 3))).float()
+
+    model = ResNet(STAGES[model_name])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
+    xn, yn = data(batch, size)
+    x = torch.from_numpy(xn).permute(0, 3, 1, 2).contiguous()
+    y = torch.from_numpy(yn).long()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float(), y)
+        loss.backward()
+        opt.step()
+        float(loss)
+
+    first, ts = timed_steps(step, steps)
+    return {"first_step_s": first, "step_s": ts, "compile_s": 0.0}
+
+
+# ---------------------------------------------------------------------------------
+def worker(a):
+    os.environ["OMP_NUM_THREADS"] = str(a.threads)
+    if a.framework == "podlet":
+        os.environ["PODLET_NUM_THREADS"] = str(a.threads)
+        r = run_podlet(a.model, a.dtype, a.batch, a.size, a.steps)
+    elif a.framework == "jax":
+        r = run_jax(a.model, a.dtype, a.batch, a.size, a.steps)
+    else:
+        r = run_torch(a.model, a.dtype, a.batch, a.size, a.steps, a.threads)
+    r["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print("RESULT " + json.dumps(r), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default="resnet18,resnet34")
+    p.add_argument("--frameworks", default="podlet,jax,torch")
+    p.add_argument("--dtypes", default="f32,bf16")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=2, help="timed steps after one untimed step")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per framework/model/dtype")
+    p.add_argument("--worker", nargs=3, metavar=("FRAMEWORK", "MODEL", "DTYPE"), help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.worker:
+        a.framework, a.model, a.dtype = a.worker
+        return worker(a)
+
+    sys.path.insert(0, HERE)
+    import peak as peak_mod
+    pk = peak_mod.measure(reps=20, threads=a.threads)
+    peak = pk["f32_fma_gflops_all"]
+    print(f"peak (measured, f32 FMA): {pk['f32_fma_gflops_1thread']:.1f} GFLOP/s x 1 thread, {peak:.1f} on "
+          f"{a.threads} threads; bf16 dot: {pk['bf16_dot']}. Batch {a.batch}, {a.size}x{a.size}x1, "
+          f"{NUM_CLASSES} classes, {a.threads} threads, {a.steps} timed steps; shared machine.", flush=True)
+    results = {"peak": pk, "batch": a.batch, "size": a.size, "threads": a.threads, "steps": a.steps, "runs": []}
+    flops = {}
+    for model in a.models.split(","):
+        for dtype in a.dtypes.split(","):
+            for fw in a.frameworks.split(","):
+                cmd = ["nice", "-n", "10", sys.executable, os.path.abspath(__file__), "--worker", fw, model, dtype,
+                       "--batch", str(a.batch), "--size", str(a.size), "--threads", str(a.threads),
+                       "--steps", str(a.steps)]
+                t0 = time.perf_counter()
+                try:
+                    cp = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+                    lines = [l for l in cp.stdout.splitlines() if l.startswith("RESULT ")]
+                    if cp.returncode != 0 or not lines:
+                        raise RuntimeError(cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else "no result")
+                    r = json.loads(lines[-1][7:])
+                except (subprocess.TimeoutExpired, RuntimeError) as e:
+                    r = {"error": str(e)[:300]}
+                r.update(framework=fw, model=model, dtype=dtype, wall_s=time.perf_counter() - t0)
+                if "flops_per_step" in r:
+                    flops[model] = r["flops_per_step"]
+                if "step_s" in r:
+                    t = min(r["step_s"])
+                    r["images_per_s"] = a.batch / t
+                    if model in flops:
+                        r["mfu"] = flops[model] / t / 1e9 / peak
+                results["runs"].append(r)
+                print(_row(r, results["runs"]), flush=True)
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", "train_step.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    print("\n" + table(results))
+
+
+def _row(r, runs):
+    if "error" in r:
+        return f"{r['framework']:7s} {r['model']:9s} {r['dtype']:5s} ERROR {r['error']}"
+    return (f"{r['framework']:7s} {r['model']:9s} {r['dtype']:5s} {r['images_per_s']:7.2f} img/s  "
+            f"step {min(r['step_s']):7.2f} s  compile {r['compile_s']:6.2f} s  "
+            f"MFU {100 * r.get('mfu', float('nan')):5.1f}%  RSS {r['peak_rss_bytes'] / 2**20:7.0f} MB")
+
+
+def table(results):
+    """A Markdown table of a results dict (for the README)."""
+    runs = results["runs"]
+    ref = {(r["model"], r["dtype"]): r for r in runs if r["framework"] == "podlet" and "images_per_s" in r}
+    out = ["| model | framework | dtype | images/s | vs podlet | MFU | trace+compile | peak RSS |",
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in runs:
+        if "images_per_s" not in r:
+            out.append(f"| {r['model']} | {r['framework']} | {r['dtype']} | error | | | | |")
+            continue
+        base = ref.get((r["model"], r["dtype"]))
+        ratio = f"{r['images_per_s'] / base['images_per_s']:.2f}x" if base else "-"
+        out.append(f"| {r['model']} | {r['framework']} | {r['dtype']} | {r['images_per_s']:.2f} | {ratio} | "
+                   f"{100 * r.get('mfu', float('nan')):.1f}% | {r['compile_s']:.2f} s | "
+                   f"{r['peak_rss_bytes'] / 2**20:.0f} MB |")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
