@@ -92,6 +92,8 @@ def _exp(tree, body):
     ("", ["train.bogus=1"], r"--set train\.bogus=1: unknown key 'train\.bogus'"),
     ("", ["train.learning_rate"], r"--set 'train\.learning_rate': expected KEY=VALUE"),
     ("", ["model=nope"], r"'nope' names no config file"),
+    ("", ["model.architecture=small_cnn"], r"model\.stage_sizes: a ResNet key, but model\.architecture is 'small_cnn'"),
+    ("", ["model.architecture=vit_tiny"], r"model\.stage_sizes: a ResNet key, but model\.architecture is 'vit_tiny'"),
     ("colour: red\n", [], r"e\.yaml: unknown key 'colour'"),
     ("train: {warmup_epochs: 30, epochs: 10}\n", [], r"train\.warmup_epochs: 30\.0 warmup epochs exceed train\.epochs = 10"),
     ("data: {image_size: [32, 32, 3]}\n", [], r"data\.image_size: 3 channels, but model\.in_channels is 1"),
