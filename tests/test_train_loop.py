@@ -103,7 +103,16 @@ _CHILD = textwrap.dedent("""
                 super().close()
         ckpt.h5py = types.SimpleNamespace(File=SlowFile, Dataset=h5py.Dataset)
     cfg = tiny_config()
-    loop.train(cfg, sys.argv[1], data=tiny_data(cfg), progress=False, print_fn=None)
+    data = tiny_data(cfg)
+    if sys.argv[2] == "pause":  # stall before step 6 so the kill lands mid-epoch 2, whatever the speed
+        batches = data.train_batches
+        def train_batches(batch_size, start_step=0):
+            for i, b in enumerate(batches(batch_size, start_step), start_step + 1):
+                if i == 6:
+                    time.sleep(60)
+                yield b
+        data.train_batches = train_batches
+    loop.train(cfg, sys.argv[1], data=data, progress=False, print_fn=None)
 """)
 
 
@@ -131,9 +140,11 @@ def _train_steps_logged(d):
 
 def test_sigkill_during_training_then_resume_is_bit_identical(reference, tmp_path):
     d = str(tmp_path)
-    proc = _spawn(d, "plain")
+    proc = _spawn(d, "pause")
     try:  # killed in epoch 2, after the step-3 checkpoint: steps 4.. are lost and redone
-        _wait_for(lambda: 5 in _train_steps_logged(d), proc, "step 5")
+        # (the step-3 checkpoint is written in the background: wait for it as well)
+        _wait_for(lambda: 5 in _train_steps_logged(d) and os.path.exists(ckpt.checkpoint_path(
+            os.path.join(d, "checkpoints"), 3)), proc, "step 5 and the step-3 checkpoint")
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
