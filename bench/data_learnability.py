@@ -4,6 +4,8 @@ conservative augmentation, batch, drop_remainder), then macro-F1 on the validati
 
     nice -n 10 .venv/bin/python bench/data_learnability.py --steps 400
     nice -n 10 .venv/bin/python bench/data_learnability.py --steps 400 --no-augment
+    # does augmentation matter? a small train set, many epochs, with and without
+    nice -n 10 .venv/bin/python bench/data_learnability.py --steps 600 --scale 0.02 [--no-augment]
 
 Appends a record to bench/results/data_learnability.json.
 """
@@ -31,6 +33,7 @@ def main(argv=None):
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--scale", type=float, default=0.2)
+    ap.add_argument("--val-scale", type=float, default=0.2, help="validation split scale (1,116 examples)")
     ap.add_argument("--learning-rate", type=float, default=3e-3)
     ap.add_argument("--no-augment", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
@@ -59,7 +62,7 @@ def main(argv=None):
 
     S = args.image_size
     train_src = data.synthetic_ddsm("train", S, args.scale, seed=args.seed)
-    val_src = data.synthetic_ddsm("validation", S, args.scale, seed=args.seed)
+    val_src = data.synthetic_ddsm("validation", S, args.val_scale, seed=args.seed)
     ds = data.Dataset(train_src).shuffle(4096, seed=args.seed).normalize("mean_std", mean=0.5, std=0.25)
     if not args.no_augment:
         ds = ds.augment(**data.CONSERVATIVE_AUGMENTATION, seed=args.seed)
