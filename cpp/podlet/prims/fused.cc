@@ -18,6 +18,7 @@
 #include "podlet/kernels/fastmath.h"
 #include <cmath>
 #include <limits>
+#include <memory>
 
 namespace podlet {
 namespace {
@@ -35,13 +36,15 @@ template <> struct phys<DType::f64> { using type = double; };
 template <> struct phys<DType::i32> { using type = int32_t; };
 template <> struct phys<DType::u32> { using type = uint32_t; };
 template <> struct phys<DType::u8> { using type = uint8_t; };
-template <> struct phys<DType::boolean> { using type = uint8_t; };
+// bool as a 32-bit 0/1: compares and selects on f32 registers then vectorise (a byte
+// mask next to 4-byte data does not, on SSE2).
+template <> struct phys<DType::boolean> { using type = uint32_t; };
 template <DType D> using P = typename phys<D>::type;
 
-size_t phys_size(DType d) { return d == DType::bf16 ? 4 : itemsize(d); }
+size_t phys_size(DType d) { return d == DType::bf16 || d == DType::boolean ? 4 : itemsize(d); }
 // Whether the register layout equals the storage layout (the value can be read or
 // written in place).
-bool same_layout(DType d) { return d != DType::bf16; }
+bool same_layout(DType d) { return d != DType::bf16 && d != DType::boolean; }
 
 template <class F>
 void dtype_switch(DType d, F&& f) {
@@ -182,8 +185,8 @@ void binary_float(int64_t op, const A* a, const A* b, A* d, int64_t m) {
 }
 
 template <class A>
-void compare(int64_t op, const A* a, const A* b, uint8_t* d, int64_t m) {
-#define LOOP(OP) for (int64_t j = 0; j < m; ++j) d[j] = uint8_t(a[j] OP b[j]); break;
+void compare(int64_t op, const A* a, const A* b, uint32_t* d, int64_t m) {
+#define LOOP(OP) for (int64_t j = 0; j < m; ++j) d[j] = uint32_t(a[j] OP b[j]); break;
   switch (op) {
     case kEq: LOOP(==)
     case kNe: LOOP(!=)
@@ -199,7 +202,7 @@ void compare(int64_t op, const A* a, const A* b, uint8_t* d, int64_t m) {
 template <DType SD, DType DD> inline P<DD> convert1(P<SD> x) {
   using D = P<DD>;
   if constexpr (SD == DD) return x;
-  else if constexpr (DD == DType::boolean) return uint8_t(x != P<SD>(0));  // NaN -> true
+  else if constexpr (DD == DType::boolean) return uint32_t(x != P<SD>(0));  // NaN -> true
   else if constexpr (DD == DType::bf16) return round_bf16(float(x));        // through f32, like ml_dtypes
   else if constexpr (DD == DType::f32 || DD == DType::f64) return D(x);
   else if constexpr (SD == DType::f32 || SD == DType::bf16 || SD == DType::f64) {
@@ -241,6 +244,13 @@ void load_elems(DType dt, const void* src, int64_t base, const int64_t* off, voi
     else for (int64_t j = 0; j < m; ++j) d[j] = kernels::bf16_bits_to_f32(s[base + j]);
     return;
   }
+  if (dt == DType::boolean) {
+    const uint8_t* s = static_cast<const uint8_t*>(src);
+    uint32_t* d = static_cast<uint32_t*>(dst);
+    if (off) for (int64_t j = 0; j < m; ++j) d[j] = s[off[j]];
+    else for (int64_t j = 0; j < m; ++j) d[j] = s[base + j];
+    return;
+  }
   const size_t isz = itemsize(dt);
   auto gather = [&](auto tag) {
     using T = decltype(tag);
@@ -262,6 +272,12 @@ void store_elems(DType dt, const void* reg, void* dst, int64_t base, int64_t m) 
     uint16_t* d = static_cast<uint16_t*>(dst) + base;
     // The register holds an exact bf16 value: its top half is the bf16 (NaN payloads too).
     for (int64_t j = 0; j < m; ++j) d[j] = uint16_t(__builtin_bit_cast(uint32_t, s[j]) >> 16);
+    return;
+  }
+  if (dt == DType::boolean) {
+    const uint32_t* s = static_cast<const uint32_t*>(reg);
+    uint8_t* d = static_cast<uint8_t*>(dst) + base;
+    for (int64_t j = 0; j < m; ++j) d[j] = uint8_t(s[j]);
     return;
   }
   const size_t isz = itemsize(dt);
@@ -298,7 +314,11 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
     const Instr& ins = p.code[k];
     if (ins.op == kLoad) {
       const Load& l = p.loads[ins.a];
-      if (l.kind == kScalar) { home[k] = kDedicated; buf[k] = nbuf++; continue; }
+      // Tiles start at multiples of kTile, so a pattern whose period divides kTile is
+      // the same in every tile: filled once per chunk, like a scalar.
+      if (l.kind == kScalar || (l.kind == kPeriodic && kTile % l.period == 0)) {
+        home[k] = kDedicated; buf[k] = nbuf++; continue;
+      }
       if (l.kind == kFull && same_layout(ins.d)) { home[k] = kInput; continue; }
     }
     if (home[k] == kPooled) {
@@ -322,19 +342,21 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
 
   const int64_t n = p.n;
   parallel_for(n, kChunk, [&](int64_t cb, int64_t ce) {
-    std::vector<double> pool(size_t(std::max(nbuf, 1)) * kTile);  // 8 bytes per element: any register type
-    auto bufp = [&](int b) -> void* { return pool.data() + size_t(b) * kTile; };
+    // 8 bytes per element: any register type. Not zeroed: every element is written first.
+    std::unique_ptr<double[]> pool(new double[size_t(std::max(nbuf, 1)) * kTile]);
+    auto bufp = [&](int b) -> void* { return pool.get() + size_t(b) * kTile; };
     std::vector<void*> ptr(S, nullptr);
     std::vector<int64_t> off(kTile);
-    // Scalars: splat once per chunk.
+    // Scalars and tile-invariant patterns: filled once per chunk.
     for (int k = 0; k < S; ++k) {
       if (home[k] != kDedicated) continue;
       const Instr& ins = p.code[k];
       const Load& l = p.loads[ins.a];
       void* d = bufp(buf[k]);
-      load_elems(ins.d, in[l.input].raw(), 0, nullptr, d, 1);
       const size_t ps = phys_size(ins.d);
-      for (int64_t j = 1; j < kTile; ++j) std::memcpy(static_cast<char*>(d) + j * ps, d, ps);
+      const int64_t period = l.kind == kScalar ? 1 : l.period;
+      load_elems(ins.d, in[l.input].raw(), 0, nullptr, d, period);
+      for (int64_t j = period; j < kTile; j += period) std::memcpy(static_cast<char*>(d) + j * ps, d, period * ps);
       ptr[k] = d;
     }
     for (int64_t t0 = cb; t0 < ce; t0 += kTile) {
@@ -350,16 +372,30 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
               if (home[k] == kInput) ptr[k] = const_cast<char*>(static_cast<const char*>(src) + t0 * itemsize(ins.d));
               else { ptr[k] = bufp(buf[k]); load_elems(ins.d, src, t0, nullptr, ptr[k], m); }
               break;
-            case kPeriodic: {
+            case kPeriodic: {  // contiguous runs of the period
+              ptr[k] = bufp(buf[k]);
+              const size_t ps = phys_size(ins.d);
               int64_t o = t0 % l.period;
-              for (int64_t j = 0; j < m; ++j) { off[j] = o; if (++o == l.period) o = 0; }
-              ptr[k] = bufp(buf[k]); load_elems(ins.d, src, 0, off.data(), ptr[k], m);
+              for (int64_t j = 0; j < m;) {
+                const int64_t run = std::min(m - j, l.period - o);
+                load_elems(ins.d, src, o, nullptr, static_cast<char*>(ptr[k]) + j * ps, run);
+                j += run;
+                o = 0;
+              }
               break;
             }
-            case kRowConst: {
+            case kRowConst: {  // runs of one value
+              ptr[k] = bufp(buf[k]);
+              const size_t ps = phys_size(ins.d);
               int64_t r = t0 / l.period, c = t0 % l.period;
-              for (int64_t j = 0; j < m; ++j) { off[j] = r; if (++c == l.period) { c = 0; ++r; } }
-              ptr[k] = bufp(buf[k]); load_elems(ins.d, src, 0, off.data(), ptr[k], m);
+              for (int64_t j = 0; j < m; ++r) {
+                const int64_t run = std::min(m - j, l.period - c);
+                char* d = static_cast<char*>(ptr[k]) + j * ps;
+                load_elems(ins.d, src, r, nullptr, d, 1);
+                for (int64_t q = 1; q < run; ++q) std::memcpy(d + q * ps, d, ps);
+                j += run;
+                c = 0;
+              }
               break;
             }
             case kGeneral: {
@@ -391,29 +427,37 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
           if (op == kConvert) {
             convert(ins.d, a, ins.rd, d, m);
           } else if (op == kSelect) {
-            const uint8_t* pr = static_cast<const uint8_t*>(a);
+            const uint32_t* pr = static_cast<const uint32_t*>(a);
+            // Branch-free (both operands read, a mask picks): a branch on random
+            // predicates mispredicts half the time, and this form vectorises.
+            auto sel = [&](auto tag) {
+              using W = decltype(tag);
+              auto x = static_cast<const W*>(b), y = static_cast<const W*>(c);
+              auto z = static_cast<W*>(d);
+              for (int64_t j = 0; j < m; ++j) {
+                const W mk = W(0) - W(pr[j]);
+                z[j] = (x[j] & mk) | (y[j] & ~mk);
+              }
+            };
             switch (phys_size(ins.rd)) {
-              case 1: { auto x = static_cast<const uint8_t*>(b), y = static_cast<const uint8_t*>(c); auto z = static_cast<uint8_t*>(d);
-                        for (int64_t j = 0; j < m; ++j) z[j] = pr[j] ? x[j] : y[j]; break; }
-              case 4: { auto x = static_cast<const uint32_t*>(b), y = static_cast<const uint32_t*>(c); auto z = static_cast<uint32_t*>(d);
-                        for (int64_t j = 0; j < m; ++j) z[j] = pr[j] ? x[j] : y[j]; break; }
-              default: { auto x = static_cast<const uint64_t*>(b), y = static_cast<const uint64_t*>(c); auto z = static_cast<uint64_t*>(d);
-                         for (int64_t j = 0; j < m; ++j) z[j] = pr[j] ? x[j] : y[j]; break; }
+              case 1: sel(uint8_t()); break;
+              case 4: sel(uint32_t()); break;
+              default: sel(uint64_t()); break;
             }
           } else if (op >= kEq && op <= kGe) {
             dtype_switch(ins.d, [&](auto t) {
               using A = P<decltype(t)::value>;
-              compare<A>(op, static_cast<const A*>(a), static_cast<const A*>(b), static_cast<uint8_t*>(d), m);
+              compare<A>(op, static_cast<const A*>(a), static_cast<const A*>(b), static_cast<uint32_t*>(d), m);
             });
           } else if (op == kAnd || op == kOr || op == kXor || op == kNot) {
-            auto x = static_cast<const uint8_t*>(a), y = static_cast<const uint8_t*>(b);
-            auto z = static_cast<uint8_t*>(d);
+            auto x = static_cast<const uint32_t*>(a), y = static_cast<const uint32_t*>(b);
+            auto z = static_cast<uint32_t*>(d);
             if (op == kAnd) for (int64_t j = 0; j < m; ++j) z[j] = x[j] & y[j];
             else if (op == kOr) for (int64_t j = 0; j < m; ++j) z[j] = x[j] | y[j];
             else if (op == kXor) for (int64_t j = 0; j < m; ++j) z[j] = x[j] ^ y[j];
             else for (int64_t j = 0; j < m; ++j) z[j] = !x[j];
           } else if (op == kIsFinite) {
-            auto z = static_cast<uint8_t*>(d);
+            auto z = static_cast<uint32_t*>(d);
             if (ins.d == DType::f64) { auto x = static_cast<const double*>(a); for (int64_t j = 0; j < m; ++j) z[j] = (x[j] - x[j]) == (x[j] - x[j]); }
             else { auto x = static_cast<const float*>(a); for (int64_t j = 0; j < m; ++j) z[j] = (x[j] - x[j]) == (x[j] - x[j]); }
           } else if (op == kClamp) {
