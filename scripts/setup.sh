@@ -79,9 +79,11 @@ fi
 # pip is configured machine-wide (find-links, local indexes, a constraints file);
 # we only pass package specs. torch is pinned exactly: an unpinned torch resolves to
 # a CUDA build.
-BUILD_DEPS=(scikit-build-core pybind11 numpy ml_dtypes ninja cmake)
+# Keep these in step with pyproject.toml (dependencies and the test extra): the
+# editable install runs with --no-build-isolation and would otherwise fetch them itself.
+BUILD_DEPS=(scikit-build-core pybind11 numpy ml_dtypes ninja cmake pyyaml tqdm matplotlib)
 TEST_DEPS=(pytest jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 torch==2.13.0
-           scikit-learn h5py)
+           scikit-learn h5py pillow protobuf scipy mpmath onnx onnxruntime nbclient nbformat ipykernel)
 
 pip_q() {  # pip install, minus the machine config's noise about missing index dirs
   "$PY" -m pip install -q "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)

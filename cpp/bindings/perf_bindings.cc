@@ -16,6 +16,11 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     return kernels::measure_f32_fma_peak(threads, reps);
   }, py::arg("threads"), py::arg("reps") = 20,
      "GFLOP/s of an f32 FMA loop on `threads` threads, best of `reps` short runs (0 on the ref ISA).");
+  m.def("measure_bf16_peak", [](int threads, int reps) {
+    py::gil_scoped_release nogil;
+    return kernels::measure_bf16_peak(threads, reps);
+  }, py::arg("threads"), py::arg("reps") = 20,
+     "GFLOP/s of a vdpbf16ps loop on `threads` threads (the f32 FMA peak when the active ISA has no bf16 dot).");
   m.def("have_bf16_dot", &kernels::have_bf16_dot, "Whether the host has a bf16 dot instruction (AVX512_BF16).");
   m.def("take_profile_detailed", []() {
     py::dict d;

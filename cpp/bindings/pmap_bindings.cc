@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "podlet/exec/pmap.h"
+#include "podlet/exec/distributed.h"
 #include "registry.h"
 
 namespace py = pybind11;
@@ -23,6 +24,9 @@ static podlet_bindings::Binder reg_pmap([](py::module_& m) {
       "Runs a traced graph on n_local replicas in lockstep. Returns (values, replicated).");
   m.def("set_pmap_merge", &podlet::set_pmap_merge, py::arg("on"));
   m.def("pmap_merge", &podlet::pmap_merge);
+  m.def("have_mpi", &podlet::have_mpi);
+  m.def("mpi_initialize", []() { py::gil_scoped_release nogil; podlet::mpi_initialize(); });
+  m.def("mpi_finalize", []() { py::gil_scoped_release nogil; podlet::mpi_finalize(); });
   m.def("process_count", []() { return podlet::comm() ? podlet::comm()->size() : 1; });
   m.def("process_index", []() { return podlet::comm() ? podlet::comm()->rank() : 0; });
 });
