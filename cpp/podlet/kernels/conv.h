@@ -52,4 +52,14 @@ void conv_fwd_avx2(const ConvGeom& q, DType xd, const void* x, DType wd, const v
 void conv_bwd_data_avx2(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
 void conv_bwd_filter_avx2(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
 
+// AVX-512 (conv_avx512.cc): the same contract with 16-lane FMAs; backward-filter is
+// computed as dw^T = g^T patches (M = output channels) and stored transposed.
+void conv_fwd_avx512(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y);
+void conv_bwd_data_avx512(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
+void conv_bwd_filter_avx512(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
+// AVX512_BF16 (conv_avx512bf16.cc): bf16 operands only, K pairs through vdpbf16ps.
+void conv_fwd_avx512bf16(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y);
+void conv_bwd_data_avx512bf16(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
+void conv_bwd_filter_avx512bf16(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
+
 }  // namespace podlet::kernels

@@ -12,41 +12,61 @@ namespace {
 using cpu::Isa;
 
 bool f32_or_bf16(DType d) { return d == DType::f32 || d == DType::bf16; }
-bool use_avx2() { return int(cpu::active_isa()) >= int(Isa::avx2); }
+bool isa_at_least(Isa i) { return int(cpu::active_isa()) >= int(i); }
+bool use_avx2() { return isa_at_least(Isa::avx2); }
 
 }  // namespace
 
 void gemm(const GemmArgs& g) {
-  if (use_avx2() && f32_or_bf16(g.a_dtype) && f32_or_bf16(g.b_dtype) && f32_or_bf16(g.c_dtype) && g.B * g.M * g.N > 0)
+  if (use_avx2() && f32_or_bf16(g.a_dtype) && f32_or_bf16(g.b_dtype) && f32_or_bf16(g.c_dtype) && g.B * g.M * g.N > 0) {
+    // bf16 x bf16 takes the bf16 dot; anything with an f32 operand keeps f32 products.
+    if (isa_at_least(Isa::avx512bf16) && g.a_dtype == DType::bf16 && g.b_dtype == DType::bf16)
+      return gemm_avx512bf16(g);
+    if (isa_at_least(Isa::avx512)) return gemm_avx512(g);
     return gemm_avx2(g);
+  }
   gemm_ref(g);
 }
 
-// The conv fast paths are GEMMs whose N dim is O/G (forward, backward-filter) or C/G
-// (backward-data): narrow groups (depthwise) would waste most of each 16-wide panel, so
-// they stay on the reference, which has a loop order for them. lhs dilation (transposed
-// convolutions) also stays there.
+// The conv fast paths are GEMMs whose N dim is O/G (forward), C/G (backward-data) or
+// KH*KW*C/G (backward-filter, M = O/G): narrow groups (depthwise) would waste most of
+// each panel, so they stay on the reference, which has a loop order for them. lhs
+// dilation (transposed convolutions) also stays there.
 namespace {
-bool conv_avx2_ok(const ConvGeom& q, DType a, DType b, DType out, int64_t n_dim) {
-  return use_avx2() && f32_or_bf16(a) && f32_or_bf16(b) && f32_or_bf16(out) && q.ldh == 1 && q.ldw == 1 && n_dim >= 8;
+enum class ConvPath { ref, avx2, avx512, avx512bf16 };
+ConvPath conv_path(const ConvGeom& q, DType a, DType b, DType out, int64_t n_dim) {
+  if (!(use_avx2() && f32_or_bf16(a) && f32_or_bf16(b) && f32_or_bf16(out) && q.ldh == 1 && q.ldw == 1 && n_dim >= 8))
+    return ConvPath::ref;
+  if (isa_at_least(Isa::avx512bf16) && a == DType::bf16 && b == DType::bf16) return ConvPath::avx512bf16;
+  return isa_at_least(Isa::avx512) ? ConvPath::avx512 : ConvPath::avx2;
 }
 }  // namespace
 
 void conv_fwd(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y) {
-  if (q.N * q.Ho * q.Wo * q.O > 0 && conv_avx2_ok(q, xd, wd, yd, q.Og())) return conv_fwd_avx2(q, xd, x, wd, w, yd, y);
-  conv_fwd_ref(q, xd, x, wd, w, yd, y);
+  switch (q.N * q.Ho * q.Wo * q.O > 0 ? conv_path(q, xd, wd, yd, q.Og()) : ConvPath::ref) {
+    case ConvPath::avx512bf16: return conv_fwd_avx512bf16(q, xd, x, wd, w, yd, y);
+    case ConvPath::avx512: return conv_fwd_avx512(q, xd, x, wd, w, yd, y);
+    case ConvPath::avx2: return conv_fwd_avx2(q, xd, x, wd, w, yd, y);
+    case ConvPath::ref: return conv_fwd_ref(q, xd, x, wd, w, yd, y);
+  }
 }
 
 void conv_bwd_data(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx) {
-  if (q.N * q.H * q.W * q.C > 0 && conv_avx2_ok(q, gd, wd, dxd, q.Cg()))
-    return conv_bwd_data_avx2(q, gd, g, wd, w, dxd, dx);
-  conv_bwd_data_ref(q, gd, g, wd, w, dxd, dx);
+  switch (q.N * q.H * q.W * q.C > 0 ? conv_path(q, gd, wd, dxd, q.Cg()) : ConvPath::ref) {
+    case ConvPath::avx512bf16: return conv_bwd_data_avx512bf16(q, gd, g, wd, w, dxd, dx);
+    case ConvPath::avx512: return conv_bwd_data_avx512(q, gd, g, wd, w, dxd, dx);
+    case ConvPath::avx2: return conv_bwd_data_avx2(q, gd, g, wd, w, dxd, dx);
+    case ConvPath::ref: return conv_bwd_data_ref(q, gd, g, wd, w, dxd, dx);
+  }
 }
 
 void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw) {
-  if (q.KH * q.KW * q.Cg() * q.O > 0 && conv_avx2_ok(q, xd, gd, dwd, q.Og()))
-    return conv_bwd_filter_avx2(q, xd, x, gd, g, dwd, dw);
-  conv_bwd_filter_ref(q, xd, x, gd, g, dwd, dw);
+  switch (q.KH * q.KW * q.Cg() * q.O > 0 ? conv_path(q, xd, gd, dwd, q.Og()) : ConvPath::ref) {
+    case ConvPath::avx512bf16: return conv_bwd_filter_avx512bf16(q, xd, x, gd, g, dwd, dw);
+    case ConvPath::avx512: return conv_bwd_filter_avx512(q, xd, x, gd, g, dwd, dw);
+    case ConvPath::avx2: return conv_bwd_filter_avx2(q, xd, x, gd, g, dwd, dw);
+    case ConvPath::ref: return conv_bwd_filter_ref(q, xd, x, gd, g, dwd, dw);
+  }
 }
 
 }  // namespace podlet::kernels

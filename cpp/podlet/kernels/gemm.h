@@ -41,6 +41,11 @@ void gemm_ref(const GemmArgs& args);
 // AVX2+FMA (gemm_avx2.cc): operands and output f32 / bf16 in any mix, B*M*N > 0.
 // Accumulates in f32 with K summed in blocks of kGemmTileK (see avx2_engine.h).
 void gemm_avx2(const GemmArgs& args);
+// AVX-512 (gemm_avx512.cc): as gemm_avx2 with 16-lane FMAs (avx512_engine.h, F32Kind).
+void gemm_avx512(const GemmArgs& args);
+// AVX512_BF16 (gemm_avx512bf16.cc): bf16 operands only, K taken in pairs by vdpbf16ps
+// (avx512_engine.h, Bf16Kind); f32 / bf16 output.
+void gemm_avx512bf16(const GemmArgs& args);
 
 // Offsets of every index of a group of dims, enumerated row-major over the group:
 // dims (d0, d1) with sizes (s0, s1) and strides (t0, t1) give [i0*t0 + i1*t1 ...].

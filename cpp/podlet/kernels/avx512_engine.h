@@ -1,0 +1,380 @@
+// The AVX-512 GEMM engine shared by the *_avx512.cc and *_avx512bf16.cc kernels
+// (dot_general and the three convolutions). Include it only from files compiled with
+// -mavx512f -mavx512bw -mavx512vl -mavx512dq -mfma (and -mavx512bf16 for the bf16 kind).
+//
+// C[M, N] = A[M, K] B[K, N] with f32 accumulation, in one of two kinds:
+//   * F32Kind: operands widened to f32 when packed; the microkernel broadcasts an A
+//     element and FMAs it into 16-lane zmm accumulators (vfmadd231ps).
+//   * Bf16Kind (AVX512_BF16 hosts, bf16 operands): a "k step" is a pair of consecutive
+//     K elements held in one 32-bit word; the microkernel broadcasts an A pair and
+//     vdpbf16ps adds both products to each f32 lane. bf16 x bf16 products are exact in
+//     f32; the pair's two additions round as vdpbf16ps defines (RNE, denormals as 0).
+// Either way both operands are packed as 32-bit words per k step, so the engine below
+// is the same for both and only the microkernel's instruction differs:
+//   * B panels of NR = 32 columns: [kq][NR] words (2 zmm a step), zero-padded past N;
+//   * A blocks in one of two layouts, chosen by the caller's packer for what is cheap
+//     to produce: row-major [rows][kq] (im2col rows, x @ W) or k-major [kq][MR] per group
+//     of MR rows (x^T @ g, where A is stored transposed);
+//   * the 12x32 microkernel keeps C[12, 32] in 24 zmm accumulators.
+// Determinism: K is cut into fixed blocks of KQ steps, each summed in order by one chain
+// per output element and added to the C tile block after block; output tiles are
+// independent tasks. No reduction is split across threads, so the bits depend on
+// neither the thread count nor the tile sizes.
+//
+// ODR / ISA safety: as avx2_engine.h, everything here has internal linkage and the
+// including files must not instantiate templates with external linkage.
+#pragma once
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VL__) || !defined(__FMA__)
+#error "avx512_engine.h is only for *_avx512*.cc files (compiled with -mavx512f -mavx512bw -mavx512vl -mfma)"
+#endif
+#include <immintrin.h>
+#include <omp.h>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include "podlet/dtype.h"
+#include "podlet/kernels/gemm.h"
+#include "podlet/parallel.h"
+
+namespace podlet::kernels::avx512 {
+namespace {
+
+constexpr int64_t MR = 12, NR = 32;
+constexpr int64_t KQ = 256;  // k steps per K block: fixes the summation order
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+
+struct F32Kind {
+  static constexpr int64_t kstep = 1;  // K elements per 32-bit word
+};
+struct Bf16Kind {
+  static constexpr int64_t kstep = 2;
+};
+
+// A 64-byte aligned buffer of 32-bit words (not std::vector: see the ODR note).
+struct WBuf {
+  uint32_t* p = nullptr;
+  WBuf() = default;
+  explicit WBuf(int64_t n) { reset(n); }
+  ~WBuf() { std::free(p); }
+  WBuf(const WBuf&) = delete;
+  WBuf& operator=(const WBuf&) = delete;
+  void reset(int64_t n) {
+    std::free(p);
+    p = static_cast<uint32_t*>(std::aligned_alloc(64, size_t(round_up(imax(n, 1) * 4, 64))));
+    if (!p) throw std::bad_alloc();
+  }
+  float* f() const { return reinterpret_cast<float*>(p); }
+  uint16_t* h() const { return reinterpret_cast<uint16_t*>(p); }
+  void zero(int64_t n) { std::memset(p, 0, size_t(n) * 4); }
+};
+
+// ---- element access (bf16 -> f32 is a 16-bit left shift) ----
+inline float widen1(float v) { return v; }
+inline float widen1(bf16 v) {
+  const uint32_t u = uint32_t(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const bf16* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+inline __m512 maskload16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 maskload16(const bf16* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+inline __mmask16 tail16(int64_t n) { return __mmask16((1u << n) - 1u); }
+inline __mmask32 tail32(int64_t n) { return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1u); }
+
+// d[0:n] = s[0:n] as f32 (F32Kind rows).
+template <class T> inline void copy_row(const T* s, int64_t n, float* d) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, load16(s + i));
+  if (i < n) _mm512_mask_storeu_ps(d + i, tail16(n - i), maskload16(s + i, tail16(n - i)));
+}
+inline void zero_words(uint32_t* d, int64_t n) { if (n > 0) std::memset(d, 0, size_t(n) * 4); }
+inline void zero_halves(uint16_t* d, int64_t n) { if (n > 0) std::memset(d, 0, size_t(n) * 2); }
+// d[0:n] = s[0:n], raw 16-bit elements (Bf16Kind rows: consecutive elements are pairs).
+inline void copy_halves(const bf16* s, int64_t n, uint16_t* d) { std::memcpy(d, s, size_t(n) * 2); }
+
+// d[i] = (r1[i] << 16) | r0[i] for i < n: the k-step words of two consecutive K rows
+// (Bf16Kind B panels, k-major A). r1 == nullptr is a row of zeros (odd K tail).
+inline void interleave_rows(const bf16* r0, const bf16* r1, int64_t n, uint32_t* d) {
+  int64_t i = 0;
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : tail16(n - i);
+    const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r0 + i));
+    const __m512i b = r1 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r1 + i)), 16)
+                         : _mm512_setzero_si512();
+    _mm512_mask_storeu_epi32(d + i, m, _mm512_or_si512(a, b));
+  }
+}
+
+// ---- transposes: dst[c * ld + r] = word c of source row r ----
+// Source rows are float (F32Kind), bf16 (F32Kind, widened) or Word (raw 32-bit words:
+// bf16 pairs for Bf16Kind). 8x8 blocks in ymm registers.
+struct Word { uint32_t v; };
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const bf16* p) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+inline __m256 load8(const Word* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+inline uint32_t bits1(float v) { uint32_t u; std::memcpy(&u, &v, 4); return u; }
+inline uint32_t word1(const float* p) { return bits1(*p); }
+inline uint32_t word1(const bf16* p) { return uint32_t(p->bits) << 16; }
+inline uint32_t word1(const Word* p) { return p->v; }
+
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+    r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+  }
+}
+
+template <class T>
+void transpose_rows(const T* const* src, int64_t nrows, int64_t len, uint32_t* dst, int64_t ld) {
+  float* d = reinterpret_cast<float*>(dst);
+  int64_t r0 = 0;
+  for (; r0 + 8 <= nrows; r0 += 8) {
+    int64_t c = 0;
+    for (; c + 8 <= len; c += 8) {
+      __m256 v[8];
+      for (int j = 0; j < 8; ++j) v[j] = load8(src[r0 + j] + c);
+      transpose8(v);
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(d + (c + j) * ld + r0, v[j]);
+    }
+    for (; c < len; ++c)
+      for (int j = 0; j < 8; ++j) dst[c * ld + r0 + j] = word1(src[r0 + j] + c);
+  }
+  for (; r0 < nrows; ++r0)
+    for (int64_t c = 0; c < len; ++c) dst[c * ld + r0] = word1(src[r0] + c);
+}
+
+// ---- stores of f32 results to the output dtype ----
+// bf16: round to nearest even, NaN kept quiet (bf16::from_f32's rule), 16 at a time.
+inline __m256i bf16_round16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
+}
+// out[off : off + n] (dtype f32 or bf16) = s[0:n].
+inline void store_out(DType d, void* out, int64_t off, const float* s, int64_t n) {
+  if (d == DType::f32) {
+    std::memcpy(static_cast<float*>(out) + off, s, size_t(n) * 4);
+    return;
+  }
+  uint16_t* p = static_cast<uint16_t*>(out) + off;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i*)(p + i), bf16_round16(_mm512_loadu_ps(s + i)));
+  if (i < n) _mm256_mask_storeu_epi16(p + i, tail16(n - i), bf16_round16(_mm512_maskz_loadu_ps(tail16(n - i), s + i)));
+}
+// out[off + i * ld] = s[i] for i < n: a column of the output (transposed stores).
+inline void store_out_strided(DType d, void* out, int64_t off, int64_t ld, const float* s, int64_t n) {
+  if (d == DType::f32) {
+    float* p = static_cast<float*>(out) + off;
+    for (int64_t i = 0; i < n; ++i) p[i * ld] = s[i];
+    return;
+  }
+  bf16* p = static_cast<bf16*>(out) + off;
+  for (int64_t i = 0; i < n; ++i) p[i * ld] = bf16(s[i]);
+}
+
+// ---- the microkernels: C[MR, 32] (+)= A[MR, kq steps] B[kq steps, 32] ----
+// A word (q, r) is a[q * MR + r] (KMajor) or a[r * lda + q] (row-major); b is a panel
+// slice [kq][NR] words, 64-byte aligned; c has row stride ldc. add=false stores the block
+// sum, add=true adds it to C. Each element is one chain over q = 0..kq-1, then at most
+// one addition to C. Never inlined, so the 24 accumulators stay in registers.
+template <class Kind> inline __m512 madd(__m512 acc, uint32_t aw, __m512 b);
+template <> inline __m512 madd<F32Kind>(__m512 acc, uint32_t aw, __m512 b) {
+  return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_set1_epi32(int(aw))), b, acc);
+}
+#ifdef __AVX512BF16__
+template <> inline __m512 madd<Bf16Kind>(__m512 acc, uint32_t aw, __m512 b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(int(aw)), (__m512bh)b);
+}
+#endif
+
+template <class Kind, bool KMajor>
+__attribute__((noinline)) void ukernel_12x32(int64_t kq, const uint32_t* a, int64_t lda, const uint32_t* b, float* c,
+                                             int64_t ldc, bool add) {
+  __m512 acc[MR][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  if constexpr (KMajor) {
+    for (int64_t q = 0; q < kq; ++q) {
+      const __m512 b0 = _mm512_load_ps(reinterpret_cast<const float*>(b));
+      const __m512 b1 = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16);
+      b += NR;
+#pragma GCC unroll 12
+      for (int r = 0; r < MR; ++r) {
+        acc[r][0] = madd<Kind>(acc[r][0], a[r], b0);
+        acc[r][1] = madd<Kind>(acc[r][1], a[r], b1);
+      }
+      a += MR;
+    }
+  } else {
+    const uint32_t *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
+    for (int64_t q = 0; q < kq; ++q) {
+      const __m512 b0 = _mm512_load_ps(reinterpret_cast<const float*>(b));
+      const __m512 b1 = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16);
+      b += NR;
+#pragma GCC unroll 3
+      for (int r = 0; r < 3; ++r) {
+        const uint32_t w0 = a0[r * lda + q], w3 = a3[r * lda + q], w6 = a6[r * lda + q], w9 = a9[r * lda + q];
+        acc[r][0] = madd<Kind>(acc[r][0], w0, b0);
+        acc[r][1] = madd<Kind>(acc[r][1], w0, b1);
+        acc[r + 3][0] = madd<Kind>(acc[r + 3][0], w3, b0);
+        acc[r + 3][1] = madd<Kind>(acc[r + 3][1], w3, b1);
+        acc[r + 6][0] = madd<Kind>(acc[r + 6][0], w6, b0);
+        acc[r + 6][1] = madd<Kind>(acc[r + 6][1], w6, b1);
+        acc[r + 9][0] = madd<Kind>(acc[r + 9][0], w9, b0);
+        acc[r + 9][1] = madd<Kind>(acc[r + 9][1], w9, b1);
+      }
+    }
+  }
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) {
+    float* p = c + r * ldc;
+    __m512 v0 = acc[r][0], v1 = acc[r][1];
+    if (add) {
+      v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+      v1 = _mm512_add_ps(_mm512_loadu_ps(p + 16), v1);
+    }
+    _mm512_storeu_ps(p, v0);
+    _mm512_storeu_ps(p + 16, v1);
+  }
+}
+
+// ---- tiling and tasks ----
+constexpr int64_t kMaxMC = 144, kNC = 256;  // an output tile: at most 144 x 256
+
+struct Tiling {
+  int64_t mc, nc, mt, nt;  // tile sizes and tile counts along M and N
+};
+// Tile sizes for `groups` independent M x N products: large tiles, made smaller (rows
+// down to 2 MR, then columns down to NR) until there are a few tasks per thread. Only
+// the speed depends on this.
+inline Tiling choose_tiling(int64_t groups, int64_t M, int64_t N) {
+  Tiling t;
+  t.nc = imin(round_up(imax(N, 1), NR), kNC);
+  t.mc = imin(kMaxMC, round_up(imax(M, 1), MR));
+  const int64_t want = 4 * int64_t(num_threads());
+  auto tasks = [&] { return groups * cdiv(imax(M, 1), t.mc) * cdiv(imax(N, 1), t.nc); };
+  while (t.mc > 2 * MR && tasks() < want) t.mc -= MR;
+  while (t.nc > NR && tasks() < want) t.nc -= NR;
+  t.mt = cdiv(imax(M, 1), t.mc);
+  t.nt = cdiv(imax(N, 1), t.nc);
+  return t;
+}
+
+// Per-thread scratch: the packed A block and the C tile.
+struct Scratch {
+  WBuf a, c;
+  Scratch() : a(kMaxMC * KQ), c(kMaxMC * kNC) {}
+};
+
+// f(t, scratch) for every task t in [0, n); the tasks are independent, so any schedule
+// gives the same bits. Serial when small or single-threaded.
+template <class F> void run_tasks(int64_t n, double flops, F&& f) {
+  const int nt = num_threads();
+  if (n <= 0) return;
+  if (nt <= 1 || n == 1 || flops < 4e6) {
+    Scratch s;
+    for (int64_t t = 0; t < n; ++t) f(t, s);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    Scratch s;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < n; ++t) f(t, s);
+  }
+}
+// Same for cheap independent units (packing): no scratch.
+template <class F> void run_units(int64_t n, double work, F&& f) {
+  const int nt = num_threads();
+  if (n <= 0) return;
+  if (nt <= 1 || n == 1 || work < 2e5) {
+    for (int64_t t = 0; t < n; ++t) f(t);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int64_t t = 0; t < n; ++t) f(t);
+}
+
+// The B operand of one K block of a tile: panel j (j = 0, 1, .. from the tile's first
+// column) is at p + j * stride, [kq][NR] words, 64-byte aligned.
+struct BView {
+  const uint32_t* p;
+  int64_t stride;
+};
+// B prepacked whole: panels [Kq][NR] (Kq = K steps), panel j at bp + j * Kq * NR.
+struct PrepackedB {
+  const uint32_t* bp;
+  int64_t Kq;
+  BView operator()(int64_t n0, int64_t, int64_t q0, int64_t, Scratch&) const {
+    return {bp + (n0 / NR) * Kq * NR + q0 * NR, Kq * NR};
+  }
+};
+
+// Adds to (or, from step 0, stores in) the C tile ct [mb x nb] (row stride ldc >=
+// round_up(nb, NR), rows up to round_up(mb, MR) written) the part q in [qbeg, qend) of
+// C = A B (in k steps), summed in blocks of KQ steps (qbeg, and qend unless it is the
+// end, multiples of KQ):
+//   get_b(n0, nb, q0, nq, scratch) -> BView of B[steps q0:q0+nq, n0:n0+nb];
+//   pack_a(m0, mb, q0, nq, dst) writes A[m0:m0+mb, steps q0:q0+nq] into dst in the
+//   layout KMajor says: row-major rows of nq words, or groups of MR rows [nq][MR].
+// Rows mb..round_up(mb, MR) of the A block are zeroed here.
+template <class Kind, bool KMajor, class GetB, class PackA>
+void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, int64_t qend, GetB&& get_b,
+                  PackA&& pack_a, Scratch& s, float* ct, int64_t ldc) {
+  const int64_t mp = round_up(mb, MR), np = round_up(nb, NR);
+  if (qend == 0) {  // empty sum
+    for (int64_t i = 0; i < mp; ++i) std::memset(ct + i * ldc, 0, size_t(np) * 4);
+    return;
+  }
+  for (int64_t q0 = qbeg; q0 < qend; q0 += KQ) {
+    const int64_t nq = imin(KQ, qend - q0);
+    uint32_t* ab = s.a.p;
+    if constexpr (KMajor) {
+      pack_a(m0, mb, q0, nq, ab);
+      if (mb < mp) {  // the last group's missing rows
+        uint32_t* g = ab + (mp - MR) * nq;
+        for (int64_t q = 0; q < nq; ++q) zero_words(g + q * MR + (mb - (mp - MR)), mp - mb);
+      }
+    } else {
+      pack_a(m0, mb, q0, nq, ab);
+      zero_words(ab + mb * nq, (mp - mb) * nq);
+    }
+    const BView bv = get_b(n0, nb, q0, nq, s);
+    for (int64_t j = 0; j < np; j += NR) {
+      const uint32_t* bpan = bv.p + (j / NR) * bv.stride;
+      for (int64_t i = 0; i < mp; i += MR)
+        ukernel_12x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace podlet::kernels::avx512

@@ -1,0 +1,343 @@
+// Convolutions on the AVX-512 engine (avx512_engine.h; see conv.h for the geometry),
+// written once for both kinds and instantiated by conv_avx512.cc (F32Kind) and
+// conv_avx512bf16.cc (Bf16Kind: bf16 operands, K pairs through vdpbf16ps). Implicit
+// GEMMs: nothing like a full im2col is materialised.
+//
+//   forward      y[(n,oh,ow), o]   = sum_{(kh,kw,ci)} x[n, ih, iw, ci] w[kh, kw, ci, o]
+//                A = patch rows (row-major, packed per task), B = w (prepacked).
+//   bwd-data     dx[(n,ih,iw), ci] = sum_{(kh,kw,o)}  g[n, oh, ow, o]  w[kh, kw, ci, o]
+//                per stride phase (see conv_avx2.cc: a dense GEMM over just the taps that
+//                reach a phase's pixels); A = g rows, B = w transposed per tap.
+//   bwd-filter   dw^T[o, (kh,kw,ci)] = sum_{(n,oh,ow)} g[n, oh, ow, o] x[n, ih, iw, ci]
+//                A = g^T (k-major: each K step is one or two g rows, contiguous in o) and
+//                B = patch rows, both packed once per chunk of pixels and shared by all
+//                tasks; tiles accumulate over chunks and are stored transposed into dw.
+// In the Bf16Kind a K step is a pair of consecutive K indices. Pairs never need the two
+// indices to be neighbours in memory except where noted (bwd-data's w transpose takes
+// 32-bit words when Og is even, and gathers pairs otherwise).
+//
+// Summation order per output element: K in fixed blocks of KQ steps, in K order:
+// independent of the thread count.
+#pragma once
+#include <vector>
+#include "podlet/kernels/avx512_engine.h"
+#include "podlet/kernels/conv.h"
+
+namespace podlet::kernels::avx512 {
+namespace {
+
+// The element type of packed rows: f32 (widened) or raw bf16 bits.
+template <class Kind> using Elem = std::conditional_t<std::is_same_v<Kind, F32Kind>, float, uint16_t>;
+
+inline void copy_elems(const float* s, int64_t n, float* d) { copy_row(s, n, d); }
+inline void copy_elems(const bf16* s, int64_t n, float* d) { copy_row(s, n, d); }
+inline void copy_elems(const bf16* s, int64_t n, uint16_t* d) { copy_halves(s, n, d); }
+inline void copy_elems(const float*, int64_t, uint16_t*) {}  // never called: Bf16Kind takes bf16 only
+template <class E> inline void zero_elems(E* d, int64_t n) { if (n > 0) std::memset(d, 0, size_t(n) * sizeof(E)); }
+
+// d[k - k0] for k in [k0, k1) = the patch row of output pixel (n, oh, ow) in group gi:
+// K index k = (kh * KW + kw) * Cg + ci reads x[n, oh*sh + kh*rdh - ph, ow*sw + kw*rdw - pw,
+// gi*Cg + ci], zero where that falls in the padding.
+template <class TX, class E>
+void patch_row(const ConvGeom& q, const TX* x, int64_t gi, int64_t n, int64_t oh, int64_t ow, int64_t k0, int64_t k1,
+               E* d) {
+  const int64_t Cg = q.Cg(), C = q.C, seg = q.KW * Cg;  // seg: K indices per kh
+  d -= k0;
+  // One kh row of taps (kw, ci) is contiguous in x when G == 1 and rdw == 1.
+  const bool row_contig = q.G == 1 && q.rdw == 1;
+  for (int64_t kh = k0 / seg; kh * seg < k1; ++kh) {
+    const int64_t lo = imax(k0, kh * seg), hi = imin(k1, (kh + 1) * seg);
+    const int64_t ih = oh * q.sh + kh * q.rdh - q.ph;
+    if (ih < 0 || ih >= q.H) { zero_elems(d + lo, hi - lo); continue; }
+    const TX* xr = x + (n * q.H + ih) * q.W * C + gi * Cg;
+    if (row_contig) {
+      // k = kh*seg + kw*C + ci reads xr[iw0*C + (k - kh*seg)].
+      const int64_t iw0 = ow * q.sw - q.pw, base = kh * seg;
+      const int64_t v_lo = imax(lo, base + imax(0, -iw0) * C), v_hi = imin(hi, base + (q.W - iw0) * C);
+      if (v_lo >= v_hi) { zero_elems(d + lo, hi - lo); continue; }
+      zero_elems(d + lo, v_lo - lo);
+      copy_elems(xr + iw0 * C + (v_lo - base), v_hi - v_lo, d + v_lo);
+      zero_elems(d + v_hi, hi - v_hi);
+    } else {
+      for (int64_t kw = (lo - kh * seg) / Cg; kh * seg + kw * Cg < hi; ++kw) {
+        const int64_t a = imax(lo, kh * seg + kw * Cg), b = imin(hi, kh * seg + (kw + 1) * Cg);
+        const int64_t iw = ow * q.sw + kw * q.rdw - q.pw;
+        if (iw < 0 || iw >= q.W) zero_elems(d + a, b - a);
+        else copy_elems(xr + iw * C + (a - kh * seg - kw * Cg), b - a, d + a);
+      }
+    }
+  }
+}
+
+// Row r of a row-major K block of nq steps: K indices [k0, k0 + kb) as elements, then
+// zero up to the end of the last step (an odd K in the Bf16Kind).
+template <class Kind> inline Elem<Kind>* row_of(uint32_t* dst, int64_t r, int64_t nq) {
+  return reinterpret_cast<Elem<Kind>*>(dst + r * nq);
+}
+
+// B rows: panel [Kq][NR] words of a matrix whose K row k starts at row(k) (contiguous
+// in N, nb <= NR columns). Zero past nb and past K.
+template <class Kind, class T, class RowFn>
+void pack_panel_rows(int64_t K, int64_t nb, RowFn&& row, uint32_t* dst) {
+  const int64_t Kq = cdiv(K, Kind::kstep);
+  if constexpr (std::is_same_v<Kind, F32Kind>) {
+    for (int64_t k = 0; k < K; ++k) {
+      copy_row(row(k), nb, reinterpret_cast<float*>(dst + k * NR));
+      zero_words(dst + k * NR + nb, NR - nb);
+    }
+  } else {
+    for (int64_t s = 0; s < Kq; ++s) {
+      interleave_rows(row(2 * s), 2 * s + 1 < K ? row(2 * s + 1) : nullptr, nb, dst + s * NR);
+      zero_words(dst + s * NR + nb, NR - nb);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- forward
+template <class Kind, class TX, class TW>
+void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, void* y) {
+  const TX* x = static_cast<const TX*>(xv);
+  const TW* w = static_cast<const TW*>(wv);
+  const int64_t G = q.G, Cg = q.Cg(), Og = q.Og(), O = q.O;
+  const int64_t M = q.N * q.Ho * q.Wo, K = q.KH * q.KW * Cg, Kq = cdiv(K, Kind::kstep);
+  const int64_t panels = cdiv(Og, NR), gsize = panels * Kq * NR;
+  // B[g][(kh, kw, ci), o] = w[kh, kw, ci, g*Og + o]: rows contiguous in o.
+  WBuf bp(G * gsize);
+  run_units(G * panels, double(G) * double(K) * double(Og), [&](int64_t u) {
+    const int64_t gi = u / panels, n0 = (u % panels) * NR;
+    pack_panel_rows<Kind, TW>(K, imin(NR, Og - n0), [&](int64_t k) { return w + k * O + gi * Og + n0; },
+                              bp.p + u * Kq * NR);
+  });
+  const Tiling t = choose_tiling(G, M, Og);
+  run_tasks(G * t.mt * t.nt, 2.0 * double(M) * double(K) * double(O), [&](int64_t task, Scratch& s) {
+    const int64_t gi = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
+    const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
+    const int64_t mb = imin(t.mc, M - m0), nb = imin(t.nc, Og - n0), ldc = round_up(nb, NR);
+    auto pack = [&](int64_t mm, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
+      const int64_t k0 = q0 * Kind::kstep, k1 = imin(K, k0 + nq * Kind::kstep);
+      for (int64_t i = 0; i < rows; ++i) {
+        const int64_t m = mm + i, n = m / (q.Ho * q.Wo), oh = (m / q.Wo) % q.Ho, ow = m % q.Wo;
+        Elem<Kind>* d = row_of<Kind>(dst, i, nq);
+        patch_row(q, x, gi, n, oh, ow, k0, k1, d);
+        zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
+      }
+    };
+    tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, PrepackedB{bp.p + gi * gsize, Kq}, pack, s, s.c.f(), ldc);
+    for (int64_t i = 0; i < mb; ++i) store_out(yd, y, (m0 + i) * O + gi * Og + n0, s.c.f() + i * ldc, nb);
+  });
+}
+
+// ---------------------------------------------------------------- backward-data
+struct Tap { int64_t k; };  // a local type: std::vector<Tap> has internal linkage
+
+struct Phase {
+  int64_t gi;                 // group
+  int64_t ih0, nh, iw0, nw;   // dx pixels ih = ih0 + sh*j (j < nh), iw = iw0 + sw*j (j < nw)
+  std::vector<Tap> th, tw;    // the taps kh / kw that reach them
+  int64_t M, K, Kq;           // GEMM sizes: N * nh * nw rows, |th| * |tw| * Og
+  int64_t mt, bofs;           // M tiles; offset of the packed B
+};
+
+template <class Kind, class TG, class TW>
+void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType dxd, void* dx) {
+  const TG* gr = static_cast<const TG*>(gv);
+  const TW* w = static_cast<const TW*>(wv);
+  const int64_t G = q.G, Cg = q.Cg(), Og = q.Og(), C = q.C, O = q.O;
+  const int64_t panels = cdiv(Cg, NR);
+  auto mod = [](int64_t a, int64_t m) { return ((a % m) + m) % m; };
+  std::vector<Phase> phases;
+  int64_t btotal = 0, mtotal = 0;
+  for (int64_t gi = 0; gi < G; ++gi)
+    for (int64_t ch = 0; ch < q.sh; ++ch)
+      for (int64_t cw = 0; cw < q.sw; ++cw) {
+        Phase f;
+        f.gi = gi;
+        f.ih0 = mod(ch - q.ph, q.sh);
+        f.iw0 = mod(cw - q.pw, q.sw);
+        f.nh = f.ih0 < q.H ? cdiv(q.H - f.ih0, q.sh) : 0;
+        f.nw = f.iw0 < q.W ? cdiv(q.W - f.iw0, q.sw) : 0;
+        for (int64_t kh = 0; kh < q.KH; ++kh) if (mod(kh * q.rdh, q.sh) == ch) f.th.push_back({kh});
+        for (int64_t kw = 0; kw < q.KW; ++kw) if (mod(kw * q.rdw, q.sw) == cw) f.tw.push_back({kw});
+        f.M = q.N * f.nh * f.nw;
+        f.K = int64_t(f.th.size() * f.tw.size()) * Og;
+        f.Kq = cdiv(f.K, Kind::kstep);
+        if (f.M == 0) continue;
+        f.bofs = btotal;
+        btotal += panels * f.Kq * NR;
+        mtotal += f.M;
+        phases.push_back(std::move(f));
+      }
+  // B[phase][(tap, o), ci] = w[kh, kw, ci, g*Og + o]: column ci of a tap is the w row of
+  // (kh, kw, ci), contiguous in o, so a panel is a transpose of 32 such rows.
+  WBuf bp(btotal);
+  const int64_t nph = int64_t(phases.size());
+  run_units(nph * panels, double(G) * double(q.KH * q.KW) * double(Og) * double(Cg), [&](int64_t u) {
+    const Phase& f = phases[u / panels];
+    const int64_t n0 = (u % panels) * NR, nb = imin(NR, Cg - n0), ntw = int64_t(f.tw.size());
+    uint32_t* dst = bp.p + f.bofs + (u % panels) * f.Kq * NR;
+    for (int64_t s = 0; s < f.Kq; ++s) zero_words(dst + s * NR + nb, NR - nb);
+    auto wrow = [&](int64_t tap, int64_t c) {  // the w row of a tap and column (ci = n0 + c)
+      const int64_t kh = f.th[tap / ntw].k, kw = f.tw[tap % ntw].k;
+      return w + ((kh * q.KW + kw) * Cg + n0 + c) * O + f.gi * Og;
+    };
+    const int64_t ntaps = int64_t(f.th.size()) * ntw;
+    if constexpr (std::is_same_v<Kind, F32Kind>) {
+      for (int64_t tap = 0; tap < ntaps; ++tap) {
+        const TW* src[NR];
+        for (int64_t c = 0; c < nb; ++c) src[c] = wrow(tap, c);
+        transpose_rows(src, nb, Og, dst + tap * Og * NR, NR);
+      }
+    } else if (Og % 2 == 0) {  // a tap's K pairs are 32-bit words of its w rows
+      for (int64_t tap = 0; tap < ntaps; ++tap) {
+        const Word* src[NR];
+        for (int64_t c = 0; c < nb; ++c) src[c] = reinterpret_cast<const Word*>(wrow(tap, c));
+        transpose_rows(src, nb, Og / 2, dst + tap * (Og / 2) * NR, NR);
+      }
+    } else {  // pairs straddle taps: gather them
+      for (int64_t s = 0; s < f.Kq; ++s)
+        for (int64_t c = 0; c < nb; ++c) {
+          const int64_t k = 2 * s;
+          uint32_t v = wrow(k / Og, c)[k % Og].bits;
+          if (k + 1 < f.K) v |= uint32_t(wrow((k + 1) / Og, c)[(k + 1) % Og].bits) << 16;
+          dst[s * NR + c] = v;
+        }
+    }
+  });
+  // Tasks: (phase, M tile, N tile), tile sizes chosen on the total rows.
+  const Tiling t = choose_tiling(1, mtotal, Cg);
+  int64_t ntasks = 0;
+  for (auto& f : phases) { f.mt = cdiv(f.M, t.mc); ntasks += f.mt * t.nt; }
+  const double flops = 2.0 * double(q.N * q.H * q.W) * double(C) * double(q.KH * q.KW) * double(Og) / double(q.sh * q.sw);
+  run_tasks(ntasks, flops, [&](int64_t task, Scratch& s) {
+    int64_t pi = 0;
+    while (task >= phases[pi].mt * t.nt) task -= phases[pi++].mt * t.nt;
+    const Phase& f = phases[pi];
+    const int64_t m0 = (task / t.nt) * t.mc, n0 = (task % t.nt) * t.nc;
+    const int64_t mb = imin(t.mc, f.M - m0), nb = imin(t.nc, Cg - n0), ldc = round_up(nb, NR);
+    const int64_t ntw = int64_t(f.tw.size());
+    // Row m of the phase is dx pixel (n, ih0 + sh*jh, iw0 + sw*jw), m = (n*nh + jh)*nw + jw.
+    auto pixel = [&](int64_t m, int64_t& n, int64_t& ih, int64_t& iw) {
+      n = m / (f.nh * f.nw);
+      ih = f.ih0 + q.sh * ((m / f.nw) % f.nh);
+      iw = f.iw0 + q.sw * (m % f.nw);
+    };
+    auto pack = [&](int64_t mm, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
+      const int64_t k0 = q0 * Kind::kstep, k1 = imin(f.K, k0 + nq * Kind::kstep);
+      for (int64_t i = 0; i < rows; ++i) {
+        int64_t n, ih, iw;
+        pixel(mm + i, n, ih, iw);
+        Elem<Kind>* d = row_of<Kind>(dst, i, nq) - k0;
+        for (int64_t tap = k0 / Og; tap * Og < k1; ++tap) {
+          const int64_t lo = imax(k0, tap * Og), hi = imin(k1, (tap + 1) * Og);
+          const int64_t kh = f.th[tap / ntw].k, kw = f.tw[tap % ntw].k;
+          const int64_t oh = (ih + q.ph - kh * q.rdh) / q.sh, ow = (iw + q.pw - kw * q.rdw) / q.sw;  // exact
+          const bool in = ih + q.ph - kh * q.rdh >= 0 && oh < q.Ho && iw + q.pw - kw * q.rdw >= 0 && ow < q.Wo;
+          if (in) copy_elems(gr + ((n * q.Ho + oh) * q.Wo + ow) * O + f.gi * Og + (lo - tap * Og), hi - lo, d + lo);
+          else zero_elems(d + lo, hi - lo);
+        }
+        zero_elems(d + k1, k0 + nq * Kind::kstep - k1);
+      }
+    };
+    tile_product<Kind, false>(m0, mb, n0, nb, 0, f.Kq, PrepackedB{bp.p + f.bofs, f.Kq}, pack, s, s.c.f(), ldc);
+    for (int64_t i = 0; i < mb; ++i) {
+      int64_t n, ih, iw;
+      pixel(m0 + i, n, ih, iw);
+      store_out(dxd, dx, ((n * q.H + ih) * q.W + iw) * C + f.gi * Cg + n0, s.c.f() + i * ldc, nb);
+    }
+  });
+}
+
+// ---------------------------------------------------------------- backward-filter
+template <class Kind, class TX, class TG>
+void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DType dwd, void* dw) {
+  using E = Elem<Kind>;
+  const TX* x = static_cast<const TX*>(xv);
+  const TG* gr = static_cast<const TG*>(gv);
+  const int64_t G = q.G, Cg = q.Cg(), Og = q.Og(), O = q.O;
+  const int64_t Kx = q.KH * q.KW * Cg;          // the N dim: (kh, kw, ci)
+  const int64_t P = q.N * q.Ho * q.Wo;           // the K dim: output pixels
+  const int64_t Pq = cdiv(P, Kind::kstep);
+  const int64_t panels = cdiv(Kx, NR), Mp = round_up(Og, MR);
+  // Pixels are walked in chunks of whole K blocks. Both operands of a chunk are packed
+  // once, in parallel, and shared by every task: A = g^T (k-major groups of MR output
+  // channels) and B = the patch rows. A task is a column range of dw^T covering all
+  // output channels of its group, so it streams its B panels once per chunk and reuses
+  // each panel slice from L1 across every row group. Tiles accumulate in f32 across
+  // chunks: the same block order as one pass. The chunk keeps B at most ~8 MB.
+  const int64_t chunk_q = imax(KQ, (int64_t(1) << 21) / (G * (panels * NR + Mp)) / KQ * KQ);
+  const int64_t cmax = imin(chunk_q, Pq);
+  WBuf bp(G * panels * cmax * NR), ap(G * Mp * cmax);
+  int64_t nc = imin(kNC, panels * NR);
+  while (nc > NR && G * cdiv(Kx, nc) < 4 * int64_t(num_threads())) nc -= NR;
+  const int64_t nt = cdiv(Kx, nc), ntasks = G * nt, tile_size = Mp * nc;
+  WBuf acc(ntasks * tile_size);  // task tiles [o][(kh, kw, ci)], row stride nc
+  for (int64_t c0 = 0; c0 < Pq; c0 += chunk_q) {
+    const int64_t c1 = imin(Pq, c0 + chunk_q), cq = c1 - c0;
+    // B[g][panel][step][32 (kh,kw,ci)] and A[g][row group][step][MR o]: one unit per
+    // (group, range of steps).
+    const int64_t unit_q = 16, units = cdiv(cq, unit_q);
+    run_units(G * units, double(cq) * double(Kx + Og) * double(G), [&](int64_t u) {
+      const int64_t gi = u / units, s0 = c0 + (u % units) * unit_q, s1 = imin(c1, s0 + unit_q);
+      uint32_t* bg = bp.p + gi * panels * cq * NR;
+      uint32_t* ag = ap.p + gi * Mp * cq;
+      const int64_t rlen = round_up(Kx, NR);  // two patch rows (a pair's pixels)
+      WBuf rows(2 * rlen);
+      E* r0 = reinterpret_cast<E*>(rows.p);
+      E* r1 = r0 + rlen;
+      for (int64_t st = s0; st < s1; ++st) {
+        for (int64_t j = 0; j < Kind::kstep; ++j) {
+          E* rj = j ? r1 : r0;
+          const int64_t p = st * Kind::kstep + j;
+          if (p >= P) { zero_elems(rj, rlen); continue; }
+          const int64_t n = p / (q.Ho * q.Wo), oh = (p / q.Wo) % q.Ho, ow = p % q.Wo;
+          patch_row(q, x, gi, n, oh, ow, 0, Kx, rj);
+          zero_elems(rj + Kx, rlen - Kx);
+        }
+        for (int64_t pn = 0; pn < panels; ++pn) {
+          uint32_t* d = bg + pn * cq * NR + (st - c0) * NR;
+          if constexpr (std::is_same_v<Kind, F32Kind>) std::memcpy(d, r0 + pn * NR, NR * 4);
+          else interleave_rows(reinterpret_cast<const bf16*>(r0 + pn * NR), reinterpret_cast<const bf16*>(r1 + pn * NR), NR, d);
+        }
+        const int64_t p = st * Kind::kstep;
+        const TG* g0 = gr + p * O + gi * Og;
+        for (int64_t i = 0; i < Mp; i += MR) {
+          const int64_t rr = imin(MR, Og - i);
+          uint32_t* d = ag + i * cq + (st - c0) * MR;
+          if constexpr (std::is_same_v<Kind, F32Kind>) {
+            copy_row(g0 + i, rr, reinterpret_cast<float*>(d));
+          } else {
+            interleave_rows(reinterpret_cast<const bf16*>(g0 + i),
+                            p + 1 < P ? reinterpret_cast<const bf16*>(g0 + O + i) : nullptr, rr, d);
+          }
+          zero_words(d + rr, MR - rr);
+        }
+      }
+    });
+    run_tasks(ntasks, 2.0 * double(Og * G) * double(cq * Kind::kstep) * double(Kx), [&](int64_t task, Scratch&) {
+      const int64_t gi = task / nt, n0 = (task % nt) * nc, nb = imin(nc, Kx - n0);
+      const uint32_t* ag = ap.p + gi * Mp * cq;
+      const uint32_t* bg = bp.p + gi * panels * cq * NR + (n0 / NR) * cq * NR;
+      float* ct = acc.f() + task * tile_size;
+      for (int64_t q0 = c0; q0 < c1; q0 += KQ) {
+        const int64_t nq = imin(KQ, c1 - q0), off = q0 - c0;
+        for (int64_t j = 0; j < nb; j += NR)
+          for (int64_t i = 0; i < Mp; i += MR)
+            ukernel_12x32<Kind, true>(nq, ag + i * cq + off * MR, 0, bg + (j / NR) * cq * NR + off * NR,
+                                      ct + i * nc + j, nc, q0 > 0);
+      }
+    });
+  }
+  // dw[(kh, kw, ci), g*Og + o] = tile[o][(kh, kw, ci)]: each tile column is a dw row piece.
+  run_units(ntasks, double(Kx) * double(O), [&](int64_t task) {
+    const int64_t gi = task / nt, n0 = (task % nt) * nc, nb = imin(nc, Kx - n0);
+    const float* tile = acc.f() + task * tile_size;
+    WBuf col(Og);
+    for (int64_t j = 0; j < nb; ++j) {
+      for (int64_t i = 0; i < Og; ++i) col.f()[i] = P ? tile[i * nc + j] : 0.f;
+      store_out(dwd, dw, (n0 + j) * O + gi * Og, col.f(), Og);
+    }
+  });
+}
+
+}  // namespace
+}  // namespace podlet::kernels::avx512

@@ -1,0 +1,157 @@
+// The batched GEMM behind dot_general on the AVX-512 engine (avx512_engine.h), written
+// once for both kinds and instantiated by gemm_avx512.cc (F32Kind: f32/bf16 operands
+// widened, FMA) and gemm_avx512bf16.cc (Bf16Kind: bf16 operands, vdpbf16ps). See gemm.h
+// for the operand layout (offset tables) and the engine for blocking and determinism.
+//
+// Packing follows the operand's memory order so that every copy is contiguous:
+//   A with K contiguous (x @ W)       -> row-major A block, rows copied;
+//   A with M contiguous (x^T @ g)     -> k-major A block, K rows copied (F32) or
+//                                        interleaved in pairs (Bf16);
+//   B with N contiguous (rows)        -> panels copied (F32) / row pairs interleaved (Bf16);
+//   B with K contiguous (x @ W^T)     -> panels transposed (Bf16: 32-bit words = K pairs).
+// Any other layout gathers element by element.
+#pragma once
+#include "podlet/kernels/avx512_engine.h"
+
+namespace podlet::kernels::avx512 {
+namespace {
+
+bool unit_stride(const int64_t* v, int64_t n) {
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] != v[i - 1] + 1) return false;
+  return true;
+}
+
+struct Operands {
+  const GemmArgs& g;
+  bool a_k_unit, a_row_unit, b_col_unit, b_k_unit;
+};
+
+inline uint32_t pair_word(const bf16* p, int64_t o0, bool has1, int64_t o1) {
+  return uint32_t(p[o0].bits) | (has1 ? uint32_t(p[o1].bits) << 16 : 0u);
+}
+
+// Panel j of B[b] into dst = [Kq][NR] words, zero past N (and past K).
+template <class Kind, class T> void pack_b_panel(const Operands& o, int64_t b, int64_t j, uint32_t* dst) {
+  const GemmArgs& g = o.g;
+  const T* base = static_cast<const T*>(g.b) + g.b_batch[b];
+  const int64_t n0 = j * NR, nb = imin(NR, g.N - n0), K = g.K, Kq = cdiv(K, Kind::kstep);
+  const int64_t* bk = g.b_k.data();
+  const int64_t* bc = g.b_col.data() + n0;
+  if (nb < NR)
+    for (int64_t q = 0; q < Kq; ++q) zero_words(dst + q * NR + nb, NR - nb);
+  if constexpr (std::is_same_v<Kind, F32Kind>) {
+    float* d = reinterpret_cast<float*>(dst);
+    if (o.b_col_unit) {
+      for (int64_t k = 0; k < K; ++k) copy_row(base + bk[k] + bc[0], nb, d + k * NR);
+    } else if (o.b_k_unit) {
+      const T* src[NR];
+      for (int64_t c = 0; c < nb; ++c) src[c] = base + bc[c] + bk[0];
+      transpose_rows(src, nb, K, dst, NR);
+    } else {
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t c = 0; c < nb; ++c) d[k * NR + c] = widen1(base[bk[k] + bc[c]]);
+    }
+  } else {
+    if (o.b_col_unit) {
+      for (int64_t q = 0; q < Kq; ++q)
+        interleave_rows(base + bk[2 * q] + bc[0], 2 * q + 1 < K ? base + bk[2 * q + 1] + bc[0] : nullptr, nb,
+                        dst + q * NR);
+    } else if (o.b_k_unit) {  // column c of B is contiguous in K: its words are K pairs
+      const Word* src[NR];
+      for (int64_t c = 0; c < nb; ++c) src[c] = reinterpret_cast<const Word*>(base + bc[c] + bk[0]);
+      transpose_rows(src, nb, K / 2, dst, NR);
+      if (K % 2)
+        for (int64_t c = 0; c < nb; ++c) dst[(Kq - 1) * NR + c] = base[bc[c] + bk[K - 1]].bits;
+    } else {
+      for (int64_t q = 0; q < Kq; ++q)
+        for (int64_t c = 0; c < nb; ++c) dst[q * NR + c] = pair_word(base, bk[2 * q] + bc[c], 2 * q + 1 < K, 2 * q + 1 < K ? bk[2 * q + 1] + bc[c] : 0);
+    }
+  }
+}
+
+// A[b, m0:m0+mb, steps q0:q0+nq] into dst, row-major (rows of nq words).
+template <class Kind, class T>
+void pack_a_rows(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint32_t* dst) {
+  const GemmArgs& g = o.g;
+  const T* base = static_cast<const T*>(g.a) + g.a_batch[b];
+  const int64_t* ar = g.a_row.data() + m0;
+  const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, g.K - k0);
+  const int64_t* ak = g.a_k.data() + k0;
+  if constexpr (std::is_same_v<Kind, F32Kind>) {
+    float* d = reinterpret_cast<float*>(dst);
+    if (o.a_k_unit) {
+      for (int64_t i = 0; i < mb; ++i) copy_row(base + ar[i] + ak[0], kb, d + i * nq);
+    } else {
+      for (int64_t i = 0; i < mb; ++i)
+        for (int64_t k = 0; k < kb; ++k) d[i * nq + k] = widen1(base[ar[i] + ak[k]]);
+    }
+  } else {
+    uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+    const int64_t ld = 2 * nq;
+    for (int64_t i = 0; i < mb; ++i) {
+      if (o.a_k_unit) {
+        copy_halves(base + ar[i] + ak[0], kb, d + i * ld);
+      } else {
+        for (int64_t k = 0; k < kb; ++k) d[i * ld + k] = base[ar[i] + ak[k]].bits;
+      }
+      if (kb < ld) d[i * ld + kb] = 0;  // odd K: the last pair's second element
+    }
+  }
+}
+
+// The same block k-major: groups of MR rows, each [nq][MR] words (A stored with M
+// contiguous, so each K row of the block is a contiguous copy).
+template <class Kind, class T>
+void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint32_t* dst) {
+  const GemmArgs& g = o.g;
+  const T* base = static_cast<const T*>(g.a) + g.a_batch[b];
+  const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, g.K - k0);
+  const int64_t* ak = g.a_k.data() + k0;
+  for (int64_t i = 0; i < mb; i += MR) {
+    const int64_t rows = imin(MR, mb - i);
+    const T* col = base + g.a_row[m0 + i];
+    uint32_t* d = dst + i * nq;
+    if constexpr (std::is_same_v<Kind, F32Kind>) {
+      for (int64_t k = 0; k < kb; ++k) copy_row(col + ak[k], rows, reinterpret_cast<float*>(d + k * MR));
+    } else {
+      for (int64_t q = 0; 2 * q < kb; ++q)
+        interleave_rows(col + ak[2 * q], 2 * q + 1 < kb ? col + ak[2 * q + 1] : nullptr, rows, d + q * MR);
+    }
+  }
+}
+
+template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
+  const Operands o{g, unit_stride(g.a_k.data(), g.K), unit_stride(g.a_row.data(), g.M),
+                   unit_stride(g.b_col.data(), g.N), unit_stride(g.b_k.data(), g.K)};
+  const int64_t Kq = cdiv(g.K, Kind::kstep);
+  const int64_t panels = cdiv(g.N, NR);
+  const int64_t bsize = Kq * panels * NR;  // one batch entry of packed B
+  WBuf bp(g.B * bsize);
+  run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
+            [&](int64_t u) { pack_b_panel<Kind, TB>(o, u / panels, u % panels, bp.p + u * Kq * NR); });
+
+  const Tiling t = choose_tiling(g.B, g.M, g.N);
+  const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
+  const bool kmajor = !o.a_k_unit && o.a_row_unit;
+  run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
+    const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
+    const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
+    const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
+    const PrepackedB pb{bp.p + b * bsize, Kq};
+    if (kmajor)
+      tile_product<Kind, true>(m0, mb, n0, nb, 0, Kq, pb,
+                               [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
+                                 pack_a_kmajor<Kind, TA>(o, b, m, rows, q0, nq, dst);
+                               }, s, s.c.f(), ldc);
+    else
+      tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, pb,
+                                [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
+                                  pack_a_rows<Kind, TA>(o, b, m, rows, q0, nq, dst);
+                                }, s, s.c.f(), ldc);
+    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, s.c.f() + i * ldc, nb);
+  });
+}
+
+}  // namespace
+}  // namespace podlet::kernels::avx512
