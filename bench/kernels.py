@@ -1,7 +1,8 @@
 """GFLOP/s of the contraction kernels on every ISA this host has (ref vs avx2 ...), beside
 the f32 FMA peak measured in the same run (bench/peak.py's C++ loop, 1 and all threads).
 
-    .venv/bin/python bench/kernels.py                 # everything, best of 2 runs, batch 32
+    .venv/bin/python bench/kernels.py                 # everything in f32, best of 2 runs, batch 32
+    .venv/bin/python bench/kernels.py --dtype bfloat16 --isas avx512bf16   # the bf16 path
     .venv/bin/python bench/kernels.py --only conv --isas avx2 --dtype bfloat16
     .venv/bin/python bench/kernels.py --only dot --reps 5 --threads 1
 
@@ -28,6 +29,11 @@ def fma_peak(threads, reps):
     return _core.measure_peak(threads, 10 * reps)
 
 
+def bf16_peak(threads, reps):
+    """Best GFLOP/s of the C++ vdpbf16ps loop (the f32 FMA loop without AVX512_BF16)."""
+    return _core.measure_bf16_peak(threads, 10 * reps)
+
+
 def arr(x):
     return _core.Array.from_numpy(np.ascontiguousarray(x))
 
@@ -42,10 +48,10 @@ def best_time(f, reps):
     return min(ts)
 
 
-def dot_cases(rng):
+def dot_cases(rng, dtype):
     def dot(m, k, n, lc=1, rc=0, name=None):
-        a = rng.standard_normal((m, k) if lc == 1 else (k, m)).astype(np.float32)
-        b = rng.standard_normal((k, n) if rc == 0 else (n, k)).astype(np.float32)
+        a = rng.standard_normal((m, k) if lc == 1 else (k, m)).astype(dtype)
+        b = rng.standard_normal((k, n) if rc == 0 else (n, k)).astype(dtype)
         attrs = dict(lhs_contracting=[lc], rhs_contracting=[rc], lhs_batch=[], rhs_batch=[])
         return name or f"dot {m}x{k} @ {k}x{n}", ("dot_general", [arr(a), arr(b)], attrs), 2.0 * m * n * k
     return [dot(1024, 1024, 1024),
@@ -93,7 +99,7 @@ def main():
     p.add_argument("--only", choices=["dot", "conv"], default=None)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
-                   help="operand/output dtype of the conv cases (accumulation is f32 either way)")
+                   help="operand/output dtype of every case (accumulation is f32 either way)")
     p.add_argument("--isas", default=None, help="comma list (default: every ISA the host has)")
     args = p.parse_args()
 
@@ -108,34 +114,46 @@ def main():
     # On a loaded machine the all-threads loop is disturbed most: the %peak column uses
     # threads x the 1-thread figure (the cores are alike), never less than measured.
     peak = max(peakn, threads * peak1)
-    print(f"f32 FMA peak (AVX2 loop): {peak1:.1f} GFLOP/s on 1 thread, {peakn:.1f} measured on {threads}; "
-          f"%peak is of {peak:.1f}")
+    print(f"f32 FMA peak (widest FMA of {info['best_isa']}): {peak1:.1f} GFLOP/s on 1 thread, {peakn:.1f} measured on "
+          f"{threads}; f32 %peak is of {peak:.1f}")
+    bpeak1 = bf16_peak(1, args.reps)
+    bpeakn = bf16_peak(threads, args.reps) if threads > 1 else bpeak1
+    bpeak = max(bpeakn, threads * bpeak1)
+    print(f"bf16 peak ({'vdpbf16ps' if _core.have_bf16_dot() else 'f32 FMA: no bf16 dot'}): {bpeak1:.1f} GFLOP/s "
+          f"on 1 thread, {bpeakn:.1f} measured on {threads}; bf16 %peak is of {bpeak:.1f} (all ISA columns: "
+          f"the best the machine can do)")
 
     rng = np.random.default_rng(0)
+    from podlet._src import dtypes
+    dt = dtypes.bfloat16 if args.dtype == "bfloat16" else np.float32
     cases = []
     if args.only in (None, "dot"):
-        cases += dot_cases(rng)
+        cases += dot_cases(rng, dt)
     if args.only in (None, "conv"):
-        from podlet._src import dtypes
-        cases += conv_cases(rng, args.batch, dtypes.bfloat16 if args.dtype == "bfloat16" else np.float32)
+        cases += conv_cases(rng, args.batch, dt)
     hdr = f"{'case':44s}" + "".join(f"{i + ' GF/s':>12s}{'%peak':>7s}" for i in isas)
     print(hdr)
     totals = {i: [0.0, 0.0] for i in isas}
     results = {"peak_gflops_1thread": peak1, "peak_gflops_all_measured": peakn, "peak_gflops": peak,
-               "threads": threads, "batch": args.batch, "dtype": args.dtype, "cases": []}
+               "bf16_peak_gflops_1thread": bpeak1, "bf16_peak_gflops_all_measured": bpeakn,
+               "bf16_peak_gflops": bpeak, "threads": threads, "batch": args.batch, "dtype": args.dtype,
+               "cases": []}
     for name, (prim, ins, attrs), flops in cases:
         row = f"{name:44s}"
+        # A case's peak is the one of its operand dtype: bf16 operands can use the bf16 dot.
+        pk = bpeak if str(ins[0].dtype) == "bfloat16" else peak
         for isa in isas:
             _core.set_isa(isa)
             t = best_time(lambda: _core.apply(prim, ins, attrs), args.reps)
             totals[isa][0] += flops
             totals[isa][1] += t
-            row += f"{flops / t / 1e9:12.1f}{100 * flops / t / 1e9 / peak:6.0f}%"
+            row += f"{flops / t / 1e9:12.1f}{100 * flops / t / 1e9 / pk:6.0f}%"
             results["cases"].append({"case": name, "isa": isa, "seconds": t, "gflops": flops / t / 1e9,
-                                     "pct_peak": 100 * flops / t / 1e9 / peak})
+                                     "pct_peak": 100 * flops / t / 1e9 / pk})
         print(row, flush=True)
+    pk = bpeak if args.dtype == "bfloat16" else peak
     print(f"{'all cases (total flops / total time)':44s}" +
-          "".join(f"{f / t / 1e9:12.1f}{100 * f / t / 1e9 / peak:6.0f}%" for f, t in totals.values()))
+          "".join(f"{f / t / 1e9:12.1f}{100 * f / t / 1e9 / pk:6.0f}%" for f, t in totals.values()))
     _core.set_isa(info["best_isa"])
     import json
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)

@@ -1,8 +1,8 @@
-"""The machine's arithmetic peak, measured: f32 FMA (the widest FMA the active ISA has;
-AVX2 here) on 1 thread and on all threads, and the bf16 dot peak where the CPU has a
-bf16 dot instruction (AVX512_BF16 vdpbf16ps); elsewhere bf16 kernels widen to f32 and
-their peak is the f32 peak. The same C++ loop (cpp/podlet/kernels/peak_avx2.cc) is the
-denominator of podlet.profile's %peak and MFU and of bench/kernels.py.
+"""The machine's arithmetic peak, measured: f32 FMA (the widest FMA the active ISA has:
+zmm on AVX-512, ymm on AVX2) on 1 thread and on all threads, and the bf16 dot peak where
+the CPU has a bf16 dot instruction (AVX512_BF16 vdpbf16ps); elsewhere bf16 kernels widen
+to f32 and their peak is the f32 peak. The same C++ loops (cpp/podlet/kernels/peak_*.cc)
+are the denominators of podlet.profile's %peak and MFU and of bench/kernels.py.
 
     .venv/bin/python bench/peak.py [--reps 20]
 
@@ -25,10 +25,15 @@ def measure(reps=20, threads=None):
     one = _core.measure_peak(1, reps)
     alln = _core.measure_peak(threads, reps) if threads > 1 else one
     info = _core.cpu_info()
-    return {"isa": info["active_isa"], "threads": threads, "f32_fma_gflops_1thread": one,
-            "f32_fma_gflops_all_measured": alln, "f32_fma_gflops_all": max(alln, threads * one),
-            "bf16_dot": "available" if _core.have_bf16_dot() else "not available on this CPU (no AVX512_BF16)",
-            "bf16_dot_gflops_1thread": None, "bf16_dot_gflops_all": None}
+    r = {"isa": info["active_isa"], "threads": threads, "f32_fma_gflops_1thread": one,
+         "f32_fma_gflops_all_measured": alln, "f32_fma_gflops_all": max(alln, threads * one),
+         "bf16_dot": "available" if _core.have_bf16_dot() else "not available on this CPU (no AVX512_BF16)",
+         "bf16_dot_gflops_1thread": None, "bf16_dot_gflops_all_measured": None, "bf16_dot_gflops_all": None}
+    if _core.have_bf16_dot() and info["active_isa"] == "avx512bf16":
+        b1 = _core.measure_bf16_peak(1, reps)
+        bn = _core.measure_bf16_peak(threads, reps) if threads > 1 else b1
+        r.update(bf16_dot_gflops_1thread=b1, bf16_dot_gflops_all_measured=bn, bf16_dot_gflops_all=max(bn, threads * b1))
+    return r
 
 
 def main():
@@ -39,6 +44,10 @@ def main():
     print(f"ISA {r['isa']}: f32 FMA peak {r['f32_fma_gflops_1thread']:.1f} GFLOP/s on 1 thread, "
           f"{r['f32_fma_gflops_all_measured']:.1f} measured on {r['threads']} "
           f"(used as peak: {r['f32_fma_gflops_all']:.1f}); bf16 dot: {r['bf16_dot']}")
+    if r["bf16_dot_gflops_all"]:
+        print(f"bf16 dot (vdpbf16ps) peak {r['bf16_dot_gflops_1thread']:.1f} GFLOP/s on 1 thread, "
+              f"{r['bf16_dot_gflops_all_measured']:.1f} measured on {r['threads']} "
+              f"(used as peak: {r['bf16_dot_gflops_all']:.1f})")
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
     with open(os.path.join(os.path.dirname(__file__), "results", "peak.json"), "w") as f:
         json.dump(r, f, indent=2)

@@ -15,11 +15,12 @@ model-FLOP utilisation, MFU = FLOPs / (wall time x peak on the threads in use).
 table of everything the process ran (jit'd and eager) when it exits.
 
 Peaks are measured once per process (``measured_peak``), not looked up: an f32 FMA loop
-in C++ on 1 thread and on the threads in use. The all-threads figure is
+(the widest FMA the active ISA has) and a bf16 dot loop (vdpbf16ps, on AVX512_BF16
+hosts) in C++ on 1 thread and on the threads in use. The all-threads figure is
 max(measured, threads x the 1-thread figure): on a shared machine the multi-thread loop
-is the most disturbed, and the cores are alike. bf16 has no dot instruction on an
-AVX2 host (kernels widen to f32 and FMA), so its peak is the f32 peak there; f64 is
-half of it (half the lanes per FMA).
+is the most disturbed, and the cores are alike. Without a bf16 dot instruction bf16
+kernels widen to f32 and FMA, so the bf16 peak is the f32 peak there; f64 is half the
+f32 peak (half the lanes per FMA).
 """
 import atexit
 import os
@@ -37,15 +38,17 @@ def measured_peak(threads=None):
     """{'float32': GFLOP/s, 'bfloat16': ..., 'float64': ...} on `threads` threads
     (default: the configured thread count), measured once and cached."""
     threads = threads or _core.num_threads()
-    if threads not in _peaks:
-        if 1 not in _peaks:
-            _peaks[1] = _core.measure_peak(1)
-        one = _peaks[1]
-        _peaks[threads] = one if threads == 1 else max(_core.measure_peak(threads), threads * one)
-    f32 = _peaks[threads]
-    bf16 = f32  # no vdpbf16ps here; see module docstring
-    if _core.have_bf16_dot():
-        bf16 = None  # a bf16-dot loop is not written (no host to test it on): unknown, not guessed
+
+    def measure(kind, loop):
+        if (kind, threads) not in _peaks:
+            if (kind, 1) not in _peaks:
+                _peaks[(kind, 1)] = loop(1)
+            one = _peaks[(kind, 1)]
+            _peaks[(kind, threads)] = one if threads == 1 else max(loop(threads), threads * one)
+        return _peaks[(kind, threads)]
+
+    f32 = measure("f32", _core.measure_peak)
+    bf16 = measure("bf16", _core.measure_bf16_peak)  # the f32 loop where there is no bf16 dot
     return {"float32": f32, "bfloat16": bf16, "float64": f32 / 2, "threads": threads}
 
 
@@ -87,7 +90,8 @@ def format_table(stats):
     peak_s = f"{pk['float32']:.1f}" if pk.get("float32") else "n/a"
     bf = pk.get("bfloat16")
     bf_s = f"{bf:.1f}" if bf else "n/a"
-    bf_note = "" if _core.have_bf16_dot() else " (no bf16 dot on this CPU: bf16 runs on the f32 FMAs)"
+    bf_note = (" (vdpbf16ps)" if _core.cpu_info()["active_isa"] == "avx512bf16"
+               else " (no bf16 dot in use: bf16 runs on the f32 FMAs)")
     lines.append(f"measured peak on {pk['threads']} thread(s): f32 {peak_s} GFLOP/s, bf16 {bf_s}{bf_note}")
     if stats.get("peak_memory_bytes") is not None:
         lines.append(f"peak memory: {_fmt_bytes(stats['peak_memory_bytes'])} "

@@ -62,6 +62,14 @@ enum Op : int64_t {
   kNumOps
 };
 constexpr int kInstrWidth = 7;
+// One decoded instruction (the kInstrWidth ints of `code`).
+struct Instr { int64_t op; DType d, rd; int64_t a, b, c, imm; };
+// The loop of one instruction over one tile of m elements (prims/fused_ops.h): the
+// baseline build, or the AVX-512 one where the active ISA allows (same bits).
+using ExecFn = void (*)(const Instr&, const void* a, const void* b, const void* c, void* d, int64_t m);
 }  // namespace fused
+namespace kernels {
+void fused_exec_avx512(const fused::Instr& ins, const void* a, const void* b, const void* c, void* d, int64_t m);
+}
 
 }  // namespace podlet

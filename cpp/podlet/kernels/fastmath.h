@@ -7,13 +7,17 @@
 // change there that is not made here fails a test. (Proposed: elementwise.cc includes
 // this header instead of its private copy.)
 //
-// Compile users for baseline x86-64 with the library's flags: with FMA available GCC
-// would contract p * r + c and change the last bit.
+// Users compiled with FMA available (the *_avx512.cc copy of the fused interpreter) must
+// use -ffp-contract=off: GCC would otherwise contract p * r + c and change the last bit.
+// Everything here has internal linkage (the anonymous namespace), so each ISA's
+// translation unit keeps its own copy: the linker cannot pick an AVX-512 copy for
+// baseline callers.
 #pragma once
 #include <cstdint>
 #include <limits>
 
 namespace podlet::kernels {
+namespace {
 
 namespace fm {
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -181,4 +185,5 @@ inline float bf16_bits_to_f32(uint16_t b) { return __builtin_bit_cast(float, uin
 // f32 rounded to the nearest bf16, kept as f32 (the value a bf16 op's result holds).
 inline float round_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
 
+}  // namespace
 }  // namespace podlet::kernels

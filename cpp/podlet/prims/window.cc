@@ -68,8 +68,8 @@ Attrs win_attrs(const WinGeom& q) {
 
 inline int64_t floor_div(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }
 
-// Calls f(input_outer_offset_in_elements, input_outer_flat_index) for each in-bounds
-// position of the window of output outer index `o`, in row-major window order.
+// Calls f(input_outer_offset_in_elements, input_outer_flat_index, w) for each in-bounds
+// position w of the window of output outer index `o`, in row-major window order.
 template <class F>
 void for_window(const WinGeom& q, int64_t o, std::vector<int64_t>& oidx, F&& f) {
   for (int d = q.ro - 1; d >= 0; --d) { oidx[d] = o % q.out[d]; o /= q.out[d]; }
@@ -83,17 +83,18 @@ void for_window(const WinGeom& q, int64_t o, std::vector<int64_t>& oidx, F&& f) 
       if (i < 0 || i >= q.in[d]) { ok = false; break; }
       off += i * q.in_st[d]; flat += i * mul; mul *= q.in[d];
     }
-    if (ok) f(off, flat);
+    if (ok) f(off, flat, w);
   }
 }
 
-// Calls f(output_outer_flat_index) for every output whose window covers input outer
-// index j, in row-major output order.
+// Calls f(output_outer_flat_index, w) for every output whose window covers input outer
+// index j, in row-major output order; w is j's row-major position in that window.
 template <class F>
 void for_covering(const WinGeom& q, int64_t j, std::vector<int64_t>& lo, std::vector<int64_t>& hi,
-                  std::vector<int64_t>& cur, F&& f) {
+                  std::vector<int64_t>& cur, std::vector<int64_t>& pos, F&& f) {
   for (int d = q.ro - 1; d >= 0; --d) {
     const int64_t i = j % q.in[d]; j /= q.in[d];
+    pos[d] = i + q.lo[d];
     // o * s - lo_pad <= i <= o * s - lo_pad + win - 1
     lo[d] = std::max<int64_t>(0, floor_div(i + q.lo[d] - q.win[d], q.str[d]) + 1);
     hi[d] = std::min<int64_t>(q.out[d] - 1, floor_div(i + q.lo[d], q.str[d]));
@@ -101,9 +102,12 @@ void for_covering(const WinGeom& q, int64_t j, std::vector<int64_t>& lo, std::ve
   }
   for (int d = 0; d < q.ro; ++d) cur[d] = lo[d];
   while (true) {
-    int64_t flat = 0;
-    for (int d = 0; d < q.ro; ++d) flat = flat * q.out[d] + cur[d];
-    f(flat);
+    int64_t flat = 0, w = 0;
+    for (int d = 0; d < q.ro; ++d) {
+      flat = flat * q.out[d] + cur[d];
+      w = w * q.win[d] + (pos[d] - cur[d] * q.str[d]);
+    }
+    f(flat, w);
     int d = q.ro - 1;
     for (; d >= 0; --d) { if (++cur[d] <= hi[d]) break; cur[d] = lo[d]; }
     if (d < 0) break;
@@ -137,7 +141,7 @@ void reduce_window_loop(const WinGeom& q, const T* x, T* y, Acc init, Comb comb)
     std::vector<int64_t> oidx(q.ro);
     for (int64_t o = o0; o < o1; ++o) {
       std::fill(acc.begin(), acc.end(), init);
-      for_window(q, o, oidx, [&](int64_t off, int64_t) {
+      for_window(q, o, oidx, [&](int64_t off, int64_t, int64_t) {
         const T* p = x + off;
         for (int64_t i = 0; i < I; ++i) acc[i] = comb(acc[i], Acc(p[i]));
       });
@@ -192,10 +196,10 @@ void sum_transpose_kernel(const std::vector<Array>& in, std::vector<Array>& out,
       const T* ct = in[0].data<T>(); T* y = out[0].data<T>();
       parallel_for(q.in_outer(), grain_for(q, q.win_size()), [&](int64_t j0, int64_t j1) {
         std::vector<A> acc(I);
-        std::vector<int64_t> lo(q.ro), hi(q.ro), cur(q.ro);
+        std::vector<int64_t> lo(q.ro), hi(q.ro), cur(q.ro), pos(q.ro);
         for (int64_t j = j0; j < j1; ++j) {
           std::fill(acc.begin(), acc.end(), A(0));
-          for_covering(q, j, lo, hi, cur, [&](int64_t o) {
+          for_covering(q, j, lo, hi, cur, pos, [&](int64_t o, int64_t) {
             const T* p = ct + o * I;
             for (int64_t i = 0; i < I; ++i) acc[i] += A(p[i]);
           });
@@ -219,10 +223,11 @@ std::vector<AVal> sum_transpose_shape(const std::vector<AVal>& in, const Attrs& 
 
 // ---- select_and_scatter_add / select_and_gather_add ----
 
-// sel[o * I + i] = input outer flat index of the first maximum of operand in window o
-// (channel i), or -1 when the window holds no input element.
+// sel[o * I + i] = the row-major position in window o of its first maximum (channel i),
+// or -1 when the window holds no input element. Positions rather than input indices:
+// 4 bytes an element, and the scatter compares them with one integer per window.
 template <class T>
-void select_first_max(const WinGeom& q, const T* x, std::vector<int64_t>& sel) {
+void select_first_max(const WinGeom& q, const T* x, std::vector<int32_t>& sel) {
   using A = acc_t<T>;
   const int64_t I = q.inner;
   sel.assign(q.out_outer() * I, -1);
@@ -230,14 +235,18 @@ void select_first_max(const WinGeom& q, const T* x, std::vector<int64_t>& sel) {
     std::vector<A> best(I);
     std::vector<int64_t> oidx(q.ro);
     for (int64_t o = o0; o < o1; ++o) {
-      int64_t* s = sel.data() + o * I;
-      for_window(q, o, oidx, [&](int64_t off, int64_t flat) {
-        const T* p = x + off;
+      int32_t* __restrict s = sel.data() + o * I;
+      A* __restrict bst = best.data();
+      for_window(q, o, oidx, [&](int64_t off, int64_t, int64_t w) {
+        const T* __restrict p = x + off;
+        const int32_t w32 = int32_t(w);
+        // Branch-free (vectorises; random data would mispredict a branch half the time).
         for (int64_t i = 0; i < I; ++i) {
-          const A v = A(p[i]);
-          bool take = s[i] < 0 || v > best[i];
-          if constexpr (std::is_floating_point_v<A>) take = take || (v != v && best[i] == best[i]);
-          if (take) { best[i] = v; s[i] = flat; }
+          const A v = A(p[i]), b = bst[i];
+          bool take = (s[i] < 0) | (v > b);
+          if constexpr (std::is_floating_point_v<A>) take = take | ((v != v) & (b == b));
+          bst[i] = take ? v : b;
+          s[i] = take ? w32 : s[i];
         }
       });
     }
@@ -248,7 +257,7 @@ void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const
   WinGeom q = win_geom(in[1].shape(), a);
   if (out[0].size() == 0) return;
   const int64_t I = q.inner;
-  std::vector<int64_t> sel;
+  std::vector<int32_t> sel;
   float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
   float_or_int_switch(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -256,13 +265,18 @@ void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const
     const T* src = in[0].data<T>(); T* y = out[0].data<T>();
     parallel_for(q.in_outer(), grain_for(q, q.win_size()), [&](int64_t j0, int64_t j1) {
       std::vector<A> acc(I);
-      std::vector<int64_t> lo(q.ro), hi(q.ro), cur(q.ro);
+      std::vector<int64_t> lo(q.ro), hi(q.ro), cur(q.ro), pos(q.ro);
       for (int64_t j = j0; j < j1; ++j) {
         std::fill(acc.begin(), acc.end(), A(0));
-        for_covering(q, j, lo, hi, cur, [&](int64_t o) {
-          const int64_t* s = sel.data() + o * I;
-          const T* p = src + o * I;
-          for (int64_t i = 0; i < I; ++i) if (s[i] == j) acc[i] += A(p[i]);
+        A* __restrict ac = acc.data();
+        for_covering(q, j, lo, hi, cur, pos, [&](int64_t o, int64_t w) {
+          const int32_t* __restrict s = sel.data() + o * I;
+          const T* __restrict p = src + o * I;
+          const int32_t w32 = int32_t(w);
+          for (int64_t i = 0; i < I; ++i) {
+            const A v = A(p[i]);
+            ac[i] += s[i] == w32 ? v : A(0);
+          }
         });
         for (int64_t i = 0; i < I; ++i) y[j * I + i] = from_acc<T>(acc[i]);
       }
@@ -274,17 +288,21 @@ void gather_kernel(const std::vector<Array>& in, std::vector<Array>& out, const 
   WinGeom q = win_geom(in[1].shape(), a);
   if (out[0].size() == 0) return;
   const int64_t I = q.inner;
-  std::vector<int64_t> sel;
+  std::vector<int32_t> sel;
   float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
   float_or_int_switch(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* t = in[0].data<T>(); T* y = out[0].data<T>();
-    parallel_for(q.out_outer(), grain_for(q, 1), [&](int64_t o0, int64_t o1) {
-      for (int64_t o = o0; o < o1; ++o)
+    parallel_for(q.out_outer(), grain_for(q, q.win_size()), [&](int64_t o0, int64_t o1) {
+      std::vector<int64_t> oidx(q.ro), flat_of(q.win_size(), -1);  // window position -> input index
+      for (int64_t o = o0; o < o1; ++o) {
+        std::fill(flat_of.begin(), flat_of.end(), -1);
+        for_window(q, o, oidx, [&](int64_t, int64_t flat, int64_t w) { flat_of[w] = flat; });
         for (int64_t i = 0; i < I; ++i) {
-          const int64_t s = sel[o * I + i];
-          y[o * I + i] = s < 0 ? from_acc<T>(acc_t<T>(0)) : t[s * I + i];
+          const int32_t s = sel[o * I + i];
+          y[o * I + i] = s < 0 ? from_acc<T>(acc_t<T>(0)) : t[flat_of[s] * I + i];
         }
+      }
     });
   });
 }

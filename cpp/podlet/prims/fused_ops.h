@@ -1,0 +1,282 @@
+// The per-instruction loops of the fused elementwise interpreter (prims/fused.cc):
+// one instruction over one tile of m elements, from registers a, b, c into d. Compiled
+// twice: for baseline x86-64 inside fused.cc, and with AVX-512 enabled in
+// kernels/fused_avx512.cc (with -ffp-contract=off), where GCC vectorises the same loops
+// 16 lanes wide. Both give the same bits: every op is an IEEE operation per element (or
+// an integer one) written without fused multiply-adds, so the lane width cannot change
+// a result.
+//
+// Everything here has internal linkage (anonymous namespace) and uses no template or
+// inline function with external linkage (errors are thrown by fused_error, defined in
+// fused.cc), so the AVX-512 translation unit cannot lend its code to baseline callers
+// through the linker: `nm --defined-only` on its object shows no weak symbol.
+#pragma once
+#pragma GCC optimize("no-trapping-math")  // as elementwise.cc: lets GCC vectorise float selects
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include "podlet/dtype.h"
+#include "podlet/ir/fusion.h"
+#include "podlet/kernels/fastmath.h"
+
+namespace podlet::fused_ops {
+// Throws the ValueError / DTypeError of a malformed program (fused.cc).
+[[noreturn]] void fused_error(const char* what, int64_t code);
+namespace {
+
+using namespace fused;
+namespace fm = kernels::fm;
+using kernels::round_bf16;
+
+// Register (physical) type of each dtype.
+template <DType D> struct phys { using type = float; };
+template <> struct phys<DType::f64> { using type = double; };
+template <> struct phys<DType::i32> { using type = int32_t; };
+template <> struct phys<DType::u32> { using type = uint32_t; };
+template <> struct phys<DType::u8> { using type = uint8_t; };
+// bool as a 32-bit 0/1: compares and selects on f32 registers then vectorise (a byte
+// mask next to 4-byte data does not, on SSE2).
+template <> struct phys<DType::boolean> { using type = uint32_t; };
+template <DType D> using P = typename phys<D>::type;
+
+size_t phys_size(DType d) { return d == DType::bf16 || d == DType::boolean ? 4 : itemsize(d); }
+// Whether the register layout equals the storage layout (the value can be read or
+// written in place).
+bool same_layout(DType d) { return d != DType::bf16 && d != DType::boolean; }
+
+template <class F>
+void dtype_switch(DType d, F&& f) {
+  switch (d) {
+    case DType::f32: f(std::integral_constant<DType, DType::f32>{}); return;
+    case DType::bf16: f(std::integral_constant<DType, DType::bf16>{}); return;
+    case DType::f64: f(std::integral_constant<DType, DType::f64>{}); return;
+    case DType::i32: f(std::integral_constant<DType, DType::i32>{}); return;
+    case DType::u32: f(std::integral_constant<DType, DType::u32>{}); return;
+    case DType::u8: f(std::integral_constant<DType, DType::u8>{}); return;
+    case DType::boolean: f(std::integral_constant<DType, DType::boolean>{}); return;
+    default: fused_error("unsupported dtype", int64_t(d));
+  }
+}
+
+// ---- element ops (the scalar code of elementwise.cc) -----------------------------------
+template <class A> inline A do_max(A x, A y) { const A r = x > y ? x : y; return x != x ? x : r; }
+template <class A> inline A do_min(A x, A y) { const A r = x < y ? x : y; return x != x ? x : r; }
+
+template <class A>
+void unary_float(int64_t op, const A* a, A* d, int64_t m, int64_t imm) {
+  constexpr bool F = std::is_same_v<A, float>;
+#define LOOP(EXPR) for (int64_t j = 0; j < m; ++j) { const A x = a[j]; d[j] = (EXPR); } break;
+  switch (op) {
+    case kNeg: LOOP(-x)
+    case kAbs: if constexpr (F) { LOOP(fm::fabs_(x)) } else { LOOP(__builtin_fabs(x)) }
+    case kSign: LOOP(x < 0 ? A(-1) : (x > 0 ? A(1) : x))
+    case kExp: if constexpr (F) { LOOP(fm::exp(x)) } else { LOOP(std::exp(x)) }
+    case kLog: if constexpr (F) { LOOP(fm::log(x)) } else { LOOP(std::log(x)) }
+    case kLog1p: LOOP(std::log1p(x))
+    case kExpm1: LOOP(std::expm1(x))
+    case kTanh: if constexpr (F) { LOOP(fm::tanh(x)) } else { LOOP(std::tanh(x)) }
+    case kLogistic: if constexpr (F) { LOOP(fm::logistic(x)) } else { LOOP(kernels::logistic_f64(x)) }
+    case kSqrt: if constexpr (F) { LOOP(__builtin_sqrtf(x)) } else { LOOP(__builtin_sqrt(x)) }
+    case kRsqrt: if constexpr (F) { LOOP(1.0f / __builtin_sqrtf(x)) } else { LOOP(1.0 / __builtin_sqrt(x)) }
+    case kErf: if constexpr (F) { LOOP(fm::erf(x)) } else { LOOP(std::erf(x)) }
+    case kFloor: if constexpr (F) { LOOP(fm::floor(x)) } else { LOOP(std::floor(x)) }
+    case kCeil: if constexpr (F) { LOOP(fm::ceil(x)) } else { LOOP(std::ceil(x)) }
+    case kIntPow: {
+      // Repeated squaring in jax's multiplication order; y < 0 gives 1 / x^|y|.
+      const uint64_t e = uint64_t(imm < 0 ? -imm : imm);
+      for (int64_t j = 0; j < m; ++j) {
+        A acc = A(1), b = a[j];
+        for (uint64_t k = e; k > 0;) {
+          if (k & 1) acc = acc * b;
+          k >>= 1;
+          if (k) b = b * b;
+        }
+        d[j] = imm < 0 ? A(1) / acc : acc;
+      }
+      break;
+    }
+    default: fused_error("bad unary opcode", op);
+  }
+#undef LOOP
+}
+
+template <class A>
+void binary_float(int64_t op, const A* a, const A* b, A* d, int64_t m) {
+#define LOOP(EXPR) for (int64_t j = 0; j < m; ++j) { const A x = a[j], y = b[j]; d[j] = (EXPR); } break;
+  switch (op) {
+    case kAdd: LOOP(x + y)
+    case kSub: LOOP(x - y)
+    case kMul: LOOP(x * y)
+    case kDiv: LOOP(x / y)
+    case kMax: LOOP(do_max(x, y))
+    case kMin: LOOP(do_min(x, y))
+    case kPow: LOOP(std::pow(x, y))
+    default: fused_error("bad binary opcode", op);
+  }
+#undef LOOP
+}
+
+template <class A>
+void compare(int64_t op, const A* a, const A* b, uint32_t* d, int64_t m) {
+#define LOOP(OP) for (int64_t j = 0; j < m; ++j) d[j] = uint32_t(a[j] OP b[j]); break;
+  switch (op) {
+    case kEq: LOOP(==)
+    case kNe: LOOP(!=)
+    case kLt: LOOP(<)
+    case kLe: LOOP(<=)
+    case kGt: LOOP(>)
+    case kGe: LOOP(>=)
+    default: fused_error("bad compare opcode", op);
+  }
+#undef LOOP
+}
+
+template <DType SD, DType DD> inline P<DD> convert1(P<SD> x) {
+  using D = P<DD>;
+  if constexpr (SD == DD) return x;
+  else if constexpr (DD == DType::boolean) return uint32_t(x != P<SD>(0));  // NaN -> true
+  else if constexpr (DD == DType::bf16) return round_bf16(float(x));        // through f32, like ml_dtypes
+  else if constexpr (DD == DType::f32 || DD == DType::f64) return D(x);
+  else if constexpr (SD == DType::f32 || SD == DType::bf16 || SD == DType::f64) {
+    // float -> int saturates, NaN -> 0 (XLA); the clamp is exact in double.
+    double v = double(x);
+    constexpr double lo = double(std::numeric_limits<D>::min()), hi = double(std::numeric_limits<D>::max());
+    v = v < lo ? lo : v;
+    v = v > hi ? hi : v;
+    v = v == v ? v : 0.0;
+    if constexpr (DD == DType::u32) return uint32_t(int32_t(v >= 2147483648.0 ? v - 4294967296.0 : v));
+    else return D(int32_t(v));
+  } else {
+    return D(x);  // int/bool -> int wraps
+  }
+}
+
+void convert(DType sd, const void* a, DType dd, void* d, int64_t m) {
+  dtype_switch(sd, [&](auto s) {
+    dtype_switch(dd, [&](auto t) {
+      constexpr DType S = decltype(s)::value, T = decltype(t)::value;
+      const P<S>* x = static_cast<const P<S>*>(a);
+      P<T>* y = static_cast<P<T>*>(d);
+      for (int64_t j = 0; j < m; ++j) y[j] = convert1<S, T>(x[j]);
+    });
+  });
+}
+
+void round_to_bf16(float* d, int64_t m) {
+  for (int64_t j = 0; j < m; ++j) d[j] = round_bf16(d[j]);
+}
+
+// Storage -> register for `m` elements at element offsets `off` (or contiguous from
+// `base` when off is null).
+void load_elems(DType dt, const void* src, int64_t base, const int64_t* off, void* dst, int64_t m) {
+  if (dt == DType::bf16) {
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    float* d = static_cast<float*>(dst);
+    if (off) for (int64_t j = 0; j < m; ++j) d[j] = kernels::bf16_bits_to_f32(s[off[j]]);
+    else for (int64_t j = 0; j < m; ++j) d[j] = kernels::bf16_bits_to_f32(s[base + j]);
+    return;
+  }
+  if (dt == DType::boolean) {
+    const uint8_t* s = static_cast<const uint8_t*>(src);
+    uint32_t* d = static_cast<uint32_t*>(dst);
+    if (off) for (int64_t j = 0; j < m; ++j) d[j] = s[off[j]];
+    else for (int64_t j = 0; j < m; ++j) d[j] = s[base + j];
+    return;
+  }
+  const size_t isz = itemsize(dt);
+  auto gather = [&](auto tag) {
+    using T = decltype(tag);
+    const T* s = static_cast<const T*>(src);
+    T* d = static_cast<T*>(dst);
+    if (off) for (int64_t j = 0; j < m; ++j) d[j] = s[off[j]];
+    else std::memcpy(d, s + base, size_t(m) * sizeof(T));
+  };
+  switch (isz) {
+    case 1: gather(uint8_t()); break;
+    case 4: gather(uint32_t()); break;
+    default: gather(uint64_t()); break;
+  }
+}
+
+void store_elems(DType dt, const void* reg, void* dst, int64_t base, int64_t m) {
+  if (dt == DType::bf16) {
+    const float* s = static_cast<const float*>(reg);
+    uint16_t* d = static_cast<uint16_t*>(dst) + base;
+    // The register holds an exact bf16 value: its top half is the bf16 (NaN payloads too).
+    for (int64_t j = 0; j < m; ++j) d[j] = uint16_t(__builtin_bit_cast(uint32_t, s[j]) >> 16);
+    return;
+  }
+  if (dt == DType::boolean) {
+    const uint32_t* s = static_cast<const uint32_t*>(reg);
+    uint8_t* d = static_cast<uint8_t*>(dst) + base;
+    for (int64_t j = 0; j < m; ++j) d[j] = uint8_t(s[j]);
+    return;
+  }
+  const size_t isz = itemsize(dt);
+  std::memcpy(static_cast<char*>(dst) + base * isz, reg, size_t(m) * isz);
+}
+
+// d = instruction ins applied to a, b, c (b, c null when unused), m elements.
+void exec_instr(const Instr& ins, const void* a, const void* b, const void* c, void* d, int64_t m) {
+  const int64_t op = ins.op;
+  if (op == kConvert) {
+    convert(ins.d, a, ins.rd, d, m);
+  } else if (op == kSelect) {
+    const uint32_t* pr = static_cast<const uint32_t*>(a);
+    // Branch-free (both operands read, a mask picks): a branch on random
+    // predicates mispredicts half the time, and this form vectorises.
+    auto sel = [&](auto tag) {
+      using W = decltype(tag);
+      auto x = static_cast<const W*>(b), y = static_cast<const W*>(c);
+      auto z = static_cast<W*>(d);
+      for (int64_t j = 0; j < m; ++j) {
+        const W mk = W(0) - W(pr[j]);
+        z[j] = (x[j] & mk) | (y[j] & ~mk);
+      }
+    };
+    switch (phys_size(ins.rd)) {
+      case 1: sel(uint8_t()); break;
+      case 4: sel(uint32_t()); break;
+      default: sel(uint64_t()); break;
+    }
+  } else if (op >= kEq && op <= kGe) {
+    dtype_switch(ins.d, [&](auto t) {
+      using A = P<decltype(t)::value>;
+      compare<A>(op, static_cast<const A*>(a), static_cast<const A*>(b), static_cast<uint32_t*>(d), m);
+    });
+  } else if (op == kAnd || op == kOr || op == kXor || op == kNot) {
+    auto x = static_cast<const uint32_t*>(a), y = static_cast<const uint32_t*>(b);
+    auto z = static_cast<uint32_t*>(d);
+    if (op == kAnd) for (int64_t j = 0; j < m; ++j) z[j] = x[j] & y[j];
+    else if (op == kOr) for (int64_t j = 0; j < m; ++j) z[j] = x[j] | y[j];
+    else if (op == kXor) for (int64_t j = 0; j < m; ++j) z[j] = x[j] ^ y[j];
+    else for (int64_t j = 0; j < m; ++j) z[j] = !x[j];
+  } else if (op == kIsFinite) {
+    auto z = static_cast<uint32_t*>(d);
+    if (ins.d == DType::f64) { auto x = static_cast<const double*>(a); for (int64_t j = 0; j < m; ++j) z[j] = (x[j] - x[j]) == (x[j] - x[j]); }
+    else { auto x = static_cast<const float*>(a); for (int64_t j = 0; j < m; ++j) z[j] = (x[j] - x[j]) == (x[j] - x[j]); }
+  } else if (op == kClamp) {
+    // clamp(lo, x, hi) = min(max(x, lo), hi)
+    auto run = [&](auto tag) {
+      using A = decltype(tag);
+      auto lo = static_cast<const A*>(a), x = static_cast<const A*>(b), hi = static_cast<const A*>(c);
+      auto z = static_cast<A*>(d);
+      for (int64_t j = 0; j < m; ++j) z[j] = do_min(do_max(x[j], lo[j]), hi[j]);
+    };
+    if (ins.d == DType::f64) run(double()); else run(float());
+    if (ins.rd == DType::bf16) round_to_bf16(static_cast<float*>(d), m);
+  } else if (op < kAdd) {
+    if (ins.d == DType::f64) unary_float<double>(op, static_cast<const double*>(a), static_cast<double*>(d), m, ins.imm);
+    else unary_float<float>(op, static_cast<const float*>(a), static_cast<float*>(d), m, ins.imm);
+    if (ins.rd == DType::bf16) round_to_bf16(static_cast<float*>(d), m);
+  } else {
+    if (ins.d == DType::f64) binary_float<double>(op, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(d), m);
+    else binary_float<float>(op, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(d), m);
+    if (ins.rd == DType::bf16) round_to_bf16(static_cast<float*>(d), m);
+  }
+}
+
+}  // namespace
+}  // namespace podlet::fused_ops
