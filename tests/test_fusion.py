@@ -213,6 +213,46 @@ def _run_steps(step, state, n, fusion, threads):
     return podlet.tree_util.tree_leaves(state)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("shape", [(4, 37, 33, 64), (2, 9, 11, 512), (8, 65, 3), (2, 600, 40)],
+                         ids=["bn_64ch", "bn_512ch_two_column_tiles", "3_columns", "40_columns"])
+def test_bn_statistics_are_summed_in_the_fused_pass(shape, dtype):
+    """BatchNorm's sum(x) and sum(x*x) over the leading axes come out of the pass that
+    computes x (no reduce_sum node, the squared array never written), with exactly
+    reduce_sum's bits: several row chunks, partial chunks, column tiles, odd column counts."""
+    rng = np.random.default_rng(11)
+    x = _special(rng, shape, dtype)
+    axes = tuple(range(len(shape) - 1))
+
+    def f(x):
+        xf = x.astype(np.float32) * 1.5
+        return jnp.sum(xf, axes), jnp.sum(lax.integer_pow(xf, 2), axes), (xf - 1.0).astype(dtype)
+
+    g, fg, ref, outs = _run_both(f, x)
+    assert "reduce_sum" in g.prim_counts()
+    assert "reduce_sum" not in fg.prim_counts(), fg.dump()
+    assert fg.prim_counts().get("fused_elementwise") == 1
+    assert fg.flops() == g.flops()
+    for o in outs:
+        _assert_same_bits(ref, o)
+
+
+def test_reductions_that_do_not_fit_stay_reductions():
+    """Sums over trailing axes, over everything, or of a value outside any group keep their
+    own reduce_sum node, and the results are unchanged."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((6, 40, 32)).astype(np.float32)
+
+    def f(x):
+        h = jnp.exp(x) * 2.0
+        return jnp.sum(h, axis=-1), jnp.sum(h), jnp.sum(x, axis=0), jnp.sum(h, axis=(0, 2))
+
+    g, fg, ref, outs = _run_both(f, x)
+    assert fg.prim_counts().get("reduce_sum") == 4
+    for o in outs:
+        _assert_same_bits(ref, o)
+
+
 def test_mlp_train_steps_bit_identical():
     step, p, o, x, y = _mlp_setup()
     ref = _run_steps(step, (p, o, x, y), 3, False, 2)

@@ -63,6 +63,29 @@ bool uniform_const(const Array& a) {
   return true;
 }
 
+// The column count K when reduce_sum over `axes` of a value of shape `s` is a column
+// reduction [R, K] (the reduced dims are the leading non-unit dims, R > 1, K > 1) of a
+// float32/bfloat16 value, which the fused kernel can sum in reduce_sum's order; else 0.
+int64_t column_reduction_inner(const AVal& v, const std::vector<int64_t>& axes) {
+  if (v.dtype != DType::f32 && v.dtype != DType::bf16) return 0;
+  const int r = int(v.shape.size());
+  std::vector<char> red(r, 0);
+  for (int64_t a : axes) red[a < 0 ? a + r : a] = 1;
+  int64_t R = 1, K = 1;
+  bool kept_seen = false;
+  for (int d = 0; d < r; ++d) {
+    if (v.shape[d] == 1) continue;
+    if (red[d]) {
+      if (kept_seen) return 0;  // a reduced dim after a kept one: not [R, K]
+      R *= v.shape[d];
+    } else {
+      kept_seen = true;
+      K *= v.shape[d];
+    }
+  }
+  return R > 1 && K > 1 ? K : 0;
+}
+
 struct Group {
   std::vector<int> members;  // node indices, in order
   int64_t numel = 0;
@@ -88,8 +111,35 @@ Graph fuse_elementwise(const Graph& g, FusionStats* stats) {
     const int p = g.producer[v];
     return p < 0 || group_of[p] < 0 ? -1 : find(group_of[p]);
   };
+  // A reduce_sum that reads a group value as a column reduction is computed by the
+  // fused node itself (BatchNorm statistics: sum(x) and sum(x*x) in the pass that
+  // converts x), so the value it reads need not be written to memory, and reading it
+  // does not seal the group. Instead every value computed from the sum depends on the
+  // group: a node reading such a value seals the group (it needs the sum, so it cannot
+  // join, and nothing may join after it). One column count per group.
+  std::vector<int> sum_group(N, -1);       // reduce node -> group it is summed in
+  std::vector<int64_t> group_inner;        // per group: the column count of its sums
+  std::vector<std::vector<int>> deps(g.num_values());  // groups whose sums a value needs
   for (int i = 0; i < N; ++i) {
     const Node& n = g.nodes[i];
+    std::vector<int> dep;
+    for (int v : n.in)
+      for (int d : deps[v]) {
+        const int gi = find(d);
+        if (!groups[gi].sealed && std::find(dep.begin(), dep.end(), gi) == dep.end()) dep.push_back(gi);
+      }
+    for (int gi : dep) groups[gi].sealed = true;
+    if (n.prim->name == "reduce_sum" && n.in.size() == 1) {
+      const int gi = group_of_value(n.in[0]);
+      const int64_t K = gi >= 0 && !groups[gi].sealed ? column_reduction_inner(g.aval(n.in[0]), n.attrs.ints("axes")) : 0;
+      if (K > 0 && (group_inner[gi] == 0 || group_inner[gi] == K)) {
+        group_inner[gi] = K;
+        sum_group[i] = gi;
+        deps[n.out[0]] = {gi};
+        continue;
+      }
+    }
+    for (int v : n.out) deps[v] = dep;  // sealed groups: nothing more to track
     const bool is_reshape = n.prim->name == "reshape";
     int64_t numel_i = n.out.size() == 1 ? g.aval(n.out[0]).size() : -1;
     bool fusible = op[i] >= 0 && numel_i > 0;
@@ -113,10 +163,16 @@ Graph fuse_elementwise(const Graph& g, FusionStats* stats) {
       if (cands.empty()) {
         gi = int(groups.size());
         groups.push_back(Group{});
+        group_inner.push_back(0);
         groups.back().numel = numel_i;
       } else {
         gi = cands[0];
         for (size_t k = 1; k < cands.size(); ++k) {  // merge: both open, so still legal
+          if (group_inner[cands[k]] && group_inner[gi] && group_inner[cands[k]] != group_inner[gi]) {
+            groups[cands[k]].sealed = true;  // sums of two column counts: keep apart
+            continue;
+          }
+          if (group_inner[cands[k]]) group_inner[gi] = group_inner[cands[k]];
           Group& o = groups[cands[k]];
           groups[gi].members.insert(groups[gi].members.end(), o.members.begin(), o.members.end());
           o.members.clear();
@@ -227,26 +283,45 @@ Graph fuse_elementwise(const Graph& g, FusionStats* stats) {
       const int64_t imm = op[i] == kIntPow ? n.attrs.i("y") : 0;
       slot_of[n.out[0]] = emit(op[i], d, rd, s[0], s[1], s[2], imm);
     }
-    // Worth it when it saves a pass: two or more computing members, or one that reads a
-    // broadcast operand without materialising it.
-    if (n_compute < 2 && !(n_compute == 1 && broadcast_load)) continue;
+    std::vector<int> sums;  // reduce_sum nodes this group computes
+    for (int i = 0; i < N; ++i)
+      if (sum_group[i] >= 0 && find(sum_group[i]) == int(gi)) sums.push_back(i);
+    // Worth it when it saves a pass: two or more computing members, one that reads a
+    // broadcast operand without materialising it, or a sum of a computed value.
+    if (n_compute < 2 && !(n_compute == 1 && (broadcast_load || !sums.empty()))) continue;
 
     Node fn;
     fn.prim = &lookup_prim("fused_elementwise");
     fn.in = ext;
+    auto add_out = [&](int slot, int v) {
+      fn.out.push_back(v);
+      const Shape& vs = g.aval(v).shape;
+      outs.push_back(slot);
+      outs.push_back(int64_t(vs.size()));
+      outs.insert(outs.end(), vs.begin(), vs.end());
+    };
     for (int i : G.members) {
       const int v = g.nodes[i].out[0];
       bool external = is_graph_out[v];
-      for (int u : users[v]) external |= !member[u];
-      if (!external) continue;
-      fn.out.push_back(v);
-      const Shape& vs = g.aval(v).shape;
-      outs.push_back(slot_of.at(v));
-      outs.push_back(int64_t(vs.size()));
-      outs.insert(outs.end(), vs.begin(), vs.end());
+      for (int u : users[v]) external |= !member[u] && !(sum_group[u] >= 0 && find(sum_group[u]) == int(gi));
+      if (external) add_out(slot_of.at(v), v);
+    }
+    std::vector<int64_t> reduced;
+    for (int r : sums) {
+      const Node& rn = g.nodes[r];
+      reduced.push_back(int64_t(fn.out.size()));
+      add_out(slot_of.at(rn.in[0]), rn.out[0]);
+      names += ",reduce_sum";
+      std::vector<AVal> ia{g.aval(rn.in[0])}, oa{g.aval(rn.out[0])};
+      if (rn.prim->flops) flops += rn.prim->flops(ia, oa, rn.attrs);
+      drop[r] = 1;
     }
     fn.attrs = Attrs{{"n", G.numel}, {"code", code}, {"loads", loads}, {"outs", outs}, {"flops", flops},
                      {"prims", names}};
+    if (!sums.empty()) {
+      fn.attrs.set("reduce_inner", group_inner[gi]);
+      fn.attrs.set("reduced", reduced);
+    }
     fn.where = g.nodes[G.members.front()].where;
     for (int i : G.members) drop[i] = 1;
     emit_at[G.members.back()] = std::move(fn);

@@ -14,6 +14,7 @@
 // same bits too.
 #include "podlet/prims/common.h"
 #include "podlet/prims/fused_ops.h"
+#include "podlet/prims/reduce_ops.h"
 #include "podlet/cpu/isa.h"
 #include <memory>
 
@@ -47,6 +48,11 @@ struct Program {
   std::vector<Instr> code;
   std::vector<Load> loads;
   std::vector<Out> outs;
+  // Reductions: outputs flagged in `reduced` are the column sums of their slot over the
+  // iteration space seen as [n / rinner rows, rinner columns] (reduce_sum over leading
+  // axes), summed exactly as reduce_sum sums a materialised array.
+  int64_t rinner = 0;
+  std::vector<char> reduced;
 };
 
 // Drops size-1 dims and merges adjacent dims the strides allow (like elementwise.cc's
@@ -95,6 +101,12 @@ Program parse(const Attrs& a) {
     p.outs.push_back(Out{int(outs[k]), Shape(outs.begin() + k + 2, outs.begin() + k + 2 + r)});
     k += 2 + r;
   }
+  p.reduced.assign(p.outs.size(), 0);
+  p.rinner = a.i("reduce_inner", 0);
+  for (int64_t o : a.ints("reduced", {})) {
+    if (o < 0 || o >= int64_t(p.outs.size())) throw ValueError(fmt("fused_elementwise: reduced output ", o, " out of range"));
+    p.reduced[o] = 1;
+  }
   return p;
 }
 
@@ -116,21 +128,30 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
     const int64_t ops[3] = {ins.a, ins.b, ins.c};
     for (int q = 0; q < nops; ++q) last_use[ops[q]] = k;
   }
+  std::vector<std::vector<int>> sums(S);  // reduced outputs summing this slot
+  std::vector<int> reduced_outs;
   for (size_t o = 0; o < p.outs.size(); ++o) {
     const int s = p.outs[o].slot;
     const Instr& ins = p.code[s];
-    if (ins.op != kLoad && same_layout(ins.rd) && direct_out[s] < 0) { direct_out[s] = int(o); home[s] = kOutput; }
+    if (p.reduced[o]) { sums[s].push_back(int(o)); reduced_outs.push_back(int(o)); }
+    else if (ins.op != kLoad && same_layout(ins.rd) && direct_out[s] < 0) { direct_out[s] = int(o); home[s] = kOutput; }
     else stores[s].push_back(int(o));
   }
+  // Chunks: fixed element ranges (the unit of parallel work). With reductions, a chunk
+  // is the row chunk reduce_sum uses for this many columns, so that the sums are formed
+  // in reduce_sum's order.
+  const int64_t K = p.rinner;
+  const int64_t chunk = reduced_outs.empty() ? kChunk : col_rows_per_chunk(K) * K;
   int nbuf = 0;
   std::vector<int> free_list;
   for (int k = 0; k < S; ++k) {
     const Instr& ins = p.code[k];
     if (ins.op == kLoad) {
       const Load& l = p.loads[ins.a];
-      // Tiles start at multiples of kTile, so a pattern whose period divides kTile is
-      // the same in every tile: filled once per chunk, like a scalar.
-      if (l.kind == kScalar || (l.kind == kPeriodic && kTile % l.period == 0)) {
+      // Tiles start at multiples of kTile from a chunk start, so a pattern whose period
+      // divides kTile and the chunk size is the same in every tile: filled once per
+      // chunk, like a scalar.
+      if (l.kind == kScalar || (l.kind == kPeriodic && kTile % l.period == 0 && chunk % l.period == 0)) {
         home[k] = kDedicated; buf[k] = nbuf++; continue;
       }
       if (l.kind == kFull && same_layout(ins.d)) { home[k] = kInput; continue; }
@@ -156,7 +177,9 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
 
   const ExecFn exec = int(cpu::active_isa()) >= int(cpu::Isa::avx512) ? kernels::fused_exec_avx512 : exec_instr;
   const int64_t n = p.n;
-  parallel_for(n, kChunk, [&](int64_t cb, int64_t ce) {
+  // Runs the program over elements [cb, ce) (one chunk); on_sum(o, t0, m, reg) receives
+  // each tile of a reduced output's slot (f32 registers).
+  auto run_range = [&](int64_t cb, int64_t ce, auto&& on_sum) {
     // 8 bytes per element: any register type. Not zeroed: every element is written first.
     // Per-thread scratch kept across chunks and calls: a chunk is only a few microseconds
     // of work, too little to pay for its own allocations.
@@ -244,11 +267,47 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
                ins.op == kSelect || ins.op == kClamp ? ptr[ins.c] : nullptr, d, m);
           ptr[k] = d;
         }
-        for (int o : stores[k]) store_elems(p.outs[o].slot == k ? ins.rd : ins.rd, ptr[k], out[o].raw(), t0, m);
+        for (int o : stores[k]) store_elems(ins.rd, ptr[k], out[o].raw(), t0, m);
+        for (int o : sums[k]) on_sum(o, t0, m, static_cast<const float*>(ptr[k]));
       }
     }
+  };
+
+  if (reduced_outs.empty()) {
+    parallel_for(n, chunk, [&](int64_t cb, int64_t ce) { run_range(cb, ce, [](int, int64_t, int64_t, const float*) {}); });
+    return;
+  }
+  // Each chunk's rows go to a scratch block per reduced output, summed by pairwise_rows
+  // into the chunk's partial; the partials are then summed pairwise per column: the
+  // two phases of reduce_sum's column reduction (reduce.cc), on the same values.
+  const int64_t R = n / K, rpc = col_rows_per_chunk(K), nch = (R + rpc - 1) / rpc;
+  const int nred = int(reduced_outs.size());
+  std::vector<int> red_index(p.outs.size(), -1);
+  for (int r = 0; r < nred; ++r) red_index[reduced_outs[r]] = r;
+  std::vector<float> part(size_t(nred) * size_t(nch) * size_t(K));
+  parallel_for(nch, 1, [&](int64_t c0, int64_t c1) {
+    static thread_local std::vector<float> rows, scratch;
+    rows.resize(size_t(nred) * size_t(chunk));
+    scratch.resize(size_t(scratch_levels(rpc)) * size_t(K));
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t cb = c * chunk, ce = std::min(n, cb + chunk);
+      run_range(cb, ce, [&](int o, int64_t t0, int64_t m, const float* reg) {
+        std::memcpy(rows.data() + size_t(red_index[o]) * chunk + (t0 - cb), reg, size_t(m) * 4);
+      });
+      for (int r = 0; r < nred; ++r)
+        pairwise_rows<SumOp<float>>(rows.data() + size_t(r) * chunk, (ce - cb) / K, K, K,
+                                    part.data() + (size_t(r) * nch + c) * K, scratch.data());
+    }
   });
+  for (int r = 0; r < nred; ++r) {
+    std::vector<float> acc(K), scratch(size_t(scratch_levels(nch)) * size_t(K));
+    pairwise_rows<SumOp<float>>(part.data() + size_t(r) * nch * K, nch, K, K, acc.data(), scratch.data());
+    Array& y = out[reduced_outs[r]];
+    if (y.dtype() == DType::bf16) for (int64_t j = 0; j < K; ++j) y.data<bf16>()[j] = store<SumOp<bf16>, bf16>(acc[j]);
+    else std::memcpy(y.raw(), acc.data(), size_t(K) * 4);
+  }
 }
+
 
 std::vector<AVal> fused_shape(const std::vector<AVal>& in, const Attrs& a) {
   const Program p = parse(a);
@@ -260,10 +319,19 @@ std::vector<AVal> fused_shape(const std::vector<AVal>& in, const Attrs& a) {
       throw DTypeError(fmt("fused_elementwise: input ", p.loads[ins.a].input, " is ",
                            dtype_name(in[p.loads[ins.a].input].dtype), ", the program expects ", dtype_name(ins.d)));
   }
+  if (p.rinner && (p.rinner < 1 || p.n % p.rinner))
+    throw ShapeError(fmt("fused_elementwise: reduce_inner ", p.rinner, " does not divide the iteration space ", p.n));
   std::vector<AVal> out;
-  for (auto& o : p.outs) {
-    if (numel(o.shape) != p.n) throw ShapeError("fused_elementwise: output size differs from the iteration space");
-    out.push_back(AVal{p.code.at(o.slot).rd, o.shape});
+  for (size_t o = 0; o < p.outs.size(); ++o) {
+    const Out& ou = p.outs[o];
+    const DType d = p.code.at(ou.slot).rd;
+    if (p.reduced[o]) {
+      if (numel(ou.shape) != p.rinner) throw ShapeError("fused_elementwise: reduced output size differs from reduce_inner");
+      if (d != DType::f32 && d != DType::bf16) throw DTypeError("fused_elementwise: reductions of float32/bfloat16 only");
+    } else if (numel(ou.shape) != p.n) {
+      throw ShapeError("fused_elementwise: output size differs from the iteration space");
+    }
+    out.push_back(AVal{d, ou.shape});
   }
   return out;
 }

@@ -1,0 +1,131 @@
+// The building blocks of podlet's deterministic reductions, shared by the reduce
+// primitives (reduce.cc) and the fused elementwise kernel (fused.cc), which sums its
+// outputs into reductions with exactly reduce_sum's order so that fusing a reduction
+// does not change a bit:
+//   * reduction ops (identity, combine, load/store) with their accumulator types: bf16
+//     and f32 accumulate in f32, f64 in f64; integers wrap (unsigned arithmetic);
+//   * pairwise (a contiguous row, NumPy's tree) and pairwise_rows (many columns at once,
+//     a tree over rows), and the fixed chunking of a column reduction.
+// Internal linkage: each including file keeps its own copies.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include "podlet/prims/common.h"
+
+namespace podlet {
+namespace {
+
+// ---- reduction ops: identity, combine, load/store ------------------------------------
+// Integer sums and products run in unsigned arithmetic so overflow wraps (no UB).
+template <class T> using wrap_t = std::conditional_t<std::is_same_v<T, int32_t> || std::is_same_v<T, uint8_t>, uint32_t, T>;
+template <class T> using arith_t = std::conditional_t<std::is_floating_point_v<acc_t<T>>, acc_t<T>, wrap_t<T>>;
+
+template <class T> struct SumOp {
+  using Acc = arith_t<T>;
+  static Acc init() { return Acc(0); }
+  static Acc comb(Acc a, Acc b) { return Acc(a + b); }
+};
+template <class T> struct ProdOp {
+  using Acc = arith_t<T>;
+  static Acc init() { return Acc(1); }
+  static Acc comb(Acc a, Acc b) { return Acc(a * b); }
+};
+// max/min propagate NaN (any NaN in the input gives NaN), like jax.lax.max.
+template <class T> struct MaxOp {
+  using Acc = acc_t<T>;
+  static Acc init() {
+    if constexpr (std::is_floating_point_v<Acc>) return -std::numeric_limits<Acc>::infinity();
+    else return std::numeric_limits<Acc>::lowest();
+  }
+  static Acc comb(Acc a, Acc b) {
+    if constexpr (std::is_floating_point_v<Acc>) { if (a != a) return a; if (b != b) return b; }
+    return b > a ? b : a;
+  }
+};
+template <class T> struct MinOp {
+  using Acc = acc_t<T>;
+  static Acc init() {
+    if constexpr (std::is_floating_point_v<Acc>) return std::numeric_limits<Acc>::infinity();
+    else return std::numeric_limits<Acc>::max();
+  }
+  static Acc comb(Acc a, Acc b) {
+    if constexpr (std::is_floating_point_v<Acc>) { if (a != a) return a; if (b != b) return b; }
+    return b < a ? b : a;
+  }
+};
+
+template <class Op, class T> inline typename Op::Acc load(T v) {
+  using Acc = typename Op::Acc;
+  if constexpr (std::is_same_v<T, bf16>) return Acc(float(v)); else return Acc(v);
+}
+template <class Op, class T> inline T store(typename Op::Acc v) {
+  if constexpr (std::is_same_v<T, bf16>) return bf16(float(v)); else return T(v);
+}
+
+// Scratch storage that also works for bool accumulators (std::vector<bool> has no data()).
+template <class T> struct Buf {
+  std::unique_ptr<T[]> p;
+  explicit Buf(int64_t n) : p(new T[size_t(std::max<int64_t>(n, 1))]) {}
+  T* data() { return p.get(); }
+  T& operator[](int64_t i) { return p[i]; }
+};
+
+
+constexpr int64_t kRedChunk = 1 << 14;   // elements per chunk of a contiguous row
+constexpr int64_t kColTile = 256;        // output columns per task of a column reduction
+constexpr int64_t kBase = 128;           // pairwise recursion stops here
+
+// A column reduction [n rows, inner columns] sums each column's rows in fixed chunks of
+// this many rows (pairwise_rows per chunk, then pairwise over the chunk partials).
+inline int64_t col_rows_per_chunk(int64_t inner) {
+  return std::max<int64_t>(16, kRedChunk / std::min(inner, kColTile));
+}
+
+// Pairwise reduction of p[0..n): 8 interleaved accumulators over blocks of <= kBase,
+// halves (at a multiple of 8) above that. Same tree as NumPy's pairwise sum.
+template <class Op, class T>
+typename Op::Acc pairwise(const T* p, int64_t n) {
+  using Acc = typename Op::Acc;
+  if (n < 8) {
+    Acc a = Op::init();
+    for (int64_t i = 0; i < n; ++i) a = Op::comb(a, load<Op>(p[i]));
+    return a;
+  }
+  if (n <= kBase) {
+    Acc r[8];
+    for (int k = 0; k < 8; ++k) r[k] = load<Op>(p[k]);
+    int64_t i = 8;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; ++k) r[k] = Op::comb(r[k], load<Op>(p[i + k]));
+    Acc a = Op::comb(Op::comb(Op::comb(r[0], r[1]), Op::comb(r[2], r[3])), Op::comb(Op::comb(r[4], r[5]), Op::comb(r[6], r[7])));
+    for (; i < n; ++i) a = Op::comb(a, load<Op>(p[i]));
+    return a;
+  }
+  int64_t h = n / 2; h -= h % 8;
+  return Op::comb(pairwise<Op>(p, h), pairwise<Op>(p + h, n - h));
+}
+
+// acc[0..w) = reduce over rows r < nrows of p[r*rs + j], pairwise over rows. `scratch`
+// holds w accumulators per recursion level.
+template <class Op, class T>
+void pairwise_rows(const T* p, int64_t nrows, int64_t rs, int64_t w, typename Op::Acc* acc, typename Op::Acc* scratch) {
+  if (nrows <= 16) {
+    for (int64_t j = 0; j < w; ++j) acc[j] = load<Op>(p[j]);
+    for (int64_t r = 1; r < nrows; ++r)
+      for (int64_t j = 0; j < w; ++j) acc[j] = Op::comb(acc[j], load<Op>(p[r * rs + j]));
+    return;
+  }
+  const int64_t h = nrows / 2;
+  pairwise_rows<Op>(p, h, rs, w, acc, scratch + w);
+  pairwise_rows<Op>(p + h * rs, nrows - h, rs, w, scratch, scratch + w);
+  for (int64_t j = 0; j < w; ++j) acc[j] = Op::comb(acc[j], scratch[j]);
+}
+
+// Recursion levels of pairwise_rows over n rows (each needs w scratch accumulators).
+int64_t scratch_levels(int64_t n) { int64_t l = 1; while (n > 16) { n = (n + 1) / 2; ++l; } return l; }
+
+}  // namespace
+}  // namespace podlet
