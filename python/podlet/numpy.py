@@ -11,7 +11,7 @@ import numpy as _np
 from . import lax
 from . import tree_util as _tu
 from ._src import dtypes as _dtypes
-from ._src.core import Array, Tracer, bind, to_array
+from ._src.core import Array, Tracer, bind, bind_like, to_array
 from ._src.errors import ShapeError as _ShapeError
 
 ndarray = Array
@@ -119,7 +119,9 @@ def full(shape, fill_value, dtype=None):
     shape = _shape(shape)
     if _is_array(fill_value):
         return broadcast_to(astype(fill_value, d), shape)
-    return to_array(_np.full(shape, fill_value, dtype=d))
+    # A broadcast of a 0-d constant, as lax.full: under jit the graph holds one scalar
+    # (read as a scalar by fused kernels), not an activation-sized constant.
+    return broadcast_to(to_array(_np.asarray(fill_value, dtype=d)), shape)
 
 
 def zeros(shape, dtype=None):
@@ -135,15 +137,22 @@ def empty(shape, dtype=None):
 
 
 def zeros_like(a, dtype=None, shape=None):
-    return zeros(a.shape if shape is None else shape, dtype or _dt(a))
+    return full_like(a, 0, dtype, shape)
 
 
 def ones_like(a, dtype=None, shape=None):
-    return ones(a.shape if shape is None else shape, dtype or _dt(a))
+    return full_like(a, 1, dtype, shape)
 
 
 def full_like(a, fill_value, dtype=None, shape=None):
-    return full(a.shape if shape is None else shape, fill_value, dtype or _dt(a))
+    shape = _shape(a.shape if shape is None else shape)
+    d = _dtypes.canonicalize(dtype or _dt(a))
+    if isinstance(a, Tracer) and not _is_array(fill_value):
+        # Staged into a's trace: a broadcast of a scalar constant (what fused kernels read
+        # as a scalar), never an array materialised while tracing.
+        c = to_array(_np.asarray(fill_value, dtype=d))
+        return bind_like(a, "broadcast_in_dim", c, shape=list(shape), broadcast_dimensions=[])
+    return full(shape, fill_value, d)
 
 
 def _dt(a):

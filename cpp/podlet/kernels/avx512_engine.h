@@ -98,10 +98,28 @@ template <class T> inline void copy_row(const T* s, int64_t n, float* d) {
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(d + i, load16(s + i));
   if (i < n) _mm512_mask_storeu_ps(d + i, tail16(n - i), maskload16(s + i, tail16(n - i)));
 }
-inline void zero_words(uint32_t* d, int64_t n) { if (n > 0) std::memset(d, 0, size_t(n) * 4); }
-inline void zero_halves(uint16_t* d, int64_t n) { if (n > 0) std::memset(d, 0, size_t(n) * 2); }
+// Small copies and fills are the packers' common case (a 7-tap row of a 1-channel
+// stem, a 12-row group): masked vector moves, not library calls.
+inline void zero_words(uint32_t* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_si512(d + i, _mm512_setzero_si512());
+  if (i < n) _mm512_mask_storeu_epi32(d + i, tail16(n - i), _mm512_setzero_si512());
+}
+inline void zero_halves(uint16_t* d, int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) _mm512_storeu_si512(d + i, _mm512_setzero_si512());
+  if (i < n) _mm512_mask_storeu_epi16(d + i, tail32(n - i), _mm512_setzero_si512());
+}
+inline void zero_floats(float* d, int64_t n) { zero_words(reinterpret_cast<uint32_t*>(d), n); }
 // d[0:n] = s[0:n], raw 16-bit elements (Bf16Kind rows: consecutive elements are pairs).
-inline void copy_halves(const bf16* s, int64_t n, uint16_t* d) { std::memcpy(d, s, size_t(n) * 2); }
+inline void copy_halves(const bf16* s, int64_t n, uint16_t* d) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) _mm512_storeu_si512(d + i, _mm512_loadu_si512(s + i));
+  if (i < n) {
+    const __mmask32 m = tail32(n - i);
+    _mm512_mask_storeu_epi16(d + i, m, _mm512_maskz_loadu_epi16(m, s + i));
+  }
+}
 
 // d[i] = (r1[i] << 16) | r0[i] for i < n: the k-step words of two consecutive K rows
 // (Bf16Kind B panels, k-major A). r1 == nullptr is a row of zeros (odd K tail).

@@ -33,7 +33,8 @@ inline void copy_elems(const float* s, int64_t n, float* d) { copy_row(s, n, d);
 inline void copy_elems(const bf16* s, int64_t n, float* d) { copy_row(s, n, d); }
 inline void copy_elems(const bf16* s, int64_t n, uint16_t* d) { copy_halves(s, n, d); }
 inline void copy_elems(const float*, int64_t, uint16_t*) {}  // never called: Bf16Kind takes bf16 only
-template <class E> inline void zero_elems(E* d, int64_t n) { if (n > 0) std::memset(d, 0, size_t(n) * sizeof(E)); }
+inline void zero_elems(float* d, int64_t n) { zero_floats(d, n); }
+inline void zero_elems(uint16_t* d, int64_t n) { zero_halves(d, n); }
 
 // d[k - k0] for k in [k0, k1) = the patch row of output pixel (n, oh, ow) in group gi:
 // K index k = (kh * KW + kw) * Cg + ci reads x[n, oh*sh + kh*rdh - ph, ow*sw + kw*rdw - pw,

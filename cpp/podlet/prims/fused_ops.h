@@ -85,15 +85,21 @@ void unary_float(int64_t op, const A* a, A* d, int64_t m, int64_t imm) {
     case kCeil: if constexpr (F) { LOOP(fm::ceil(x)) } else { LOOP(std::ceil(x)) }
     case kIntPow: {
       // Repeated squaring in jax's multiplication order; y < 0 gives 1 / x^|y|.
+      // The exponent's bits are the outer loop, so each step is a vector loop over a
+      // block of elements (the same multiplications per element, so the same bits).
       const uint64_t e = uint64_t(imm < 0 ? -imm : imm);
-      for (int64_t j = 0; j < m; ++j) {
-        A acc = A(1), b = a[j];
+      constexpr int64_t kB = 64;
+      for (int64_t j0 = 0; j0 < m; j0 += kB) {
+        const int64_t w = m - j0 < kB ? m - j0 : kB;
+        A acc[kB], b[kB];
+        for (int64_t j = 0; j < w; ++j) { acc[j] = A(1); b[j] = a[j0 + j]; }
         for (uint64_t k = e; k > 0;) {
-          if (k & 1) acc = acc * b;
+          if (k & 1) for (int64_t j = 0; j < w; ++j) acc[j] = acc[j] * b[j];
           k >>= 1;
-          if (k) b = b * b;
+          if (k) for (int64_t j = 0; j < w; ++j) b[j] = b[j] * b[j];
         }
-        d[j] = imm < 0 ? A(1) / acc : acc;
+        if (imm < 0) for (int64_t j = 0; j < w; ++j) d[j0 + j] = A(1) / acc[j];
+        else for (int64_t j = 0; j < w; ++j) d[j0 + j] = acc[j];
       }
       break;
     }

@@ -223,6 +223,22 @@ def bind(prim, *args, **attrs):
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
+def bind_like(ref, prim, *args, **attrs):
+    """bind, staged into the trace of `ref` when `ref` is a tracer even if every argument
+    is concrete (jnp.zeros_like(tracer) is a broadcast node of a scalar constant in the
+    graph, as in JAX, not an activation-sized constant computed at trace time)."""
+    if isinstance(ref, Tracer) and _top_trace(args) is None:
+        trace = _top_trace([ref])
+        try:
+            vids = [trace.value_of(a) for a in args]
+            res = trace.graph.add(prim, vids, attrs)
+        except PodletError as e:
+            _reraise_with_location(e)
+        outs = [Tracer(trace, vid, d, s) for vid, d, s in res]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    return bind(prim, *args, **attrs)
+
+
 def call_graph(graph, args):
     """Runs a traced graph on `args`, or inlines it into the trace that owns them."""
     trace = _top_trace(args)
