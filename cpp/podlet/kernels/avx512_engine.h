@@ -65,8 +65,14 @@ struct WBuf {
   WBuf& operator=(const WBuf&) = delete;
   void reset(int64_t n) {
     std::free(p);
-    p = static_cast<uint32_t*>(std::aligned_alloc(64, size_t(round_up(imax(n, 1) * 4, 64))));
+    cap = imax(n, 1);
+    p = static_cast<uint32_t*>(std::aligned_alloc(64, size_t(round_up(cap * 4, 64))));
     if (!p) throw std::bad_alloc();
+  }
+  int64_t cap = 0;
+  // Grows to at least n words (contents not kept).
+  void reserve(int64_t n) {
+    if (n > cap) { reset(n); }
   }
   float* f() const { return reinterpret_cast<float*>(p); }
   uint16_t* h() const { return reinterpret_cast<uint16_t*>(p); }
@@ -122,12 +128,12 @@ inline void copy_halves(const bf16* s, int64_t n, uint16_t* d) {
 }
 
 // d[i] = (r1[i] << 16) | r0[i] for i < n: the k-step words of two consecutive K rows
-// (Bf16Kind B panels, k-major A). r1 == nullptr is a row of zeros (odd K tail).
+// (Bf16Kind B panels, k-major A). A null row is a row of zeros (odd K tail, padding).
 inline void interleave_rows(const bf16* r0, const bf16* r1, int64_t n, uint32_t* d) {
   int64_t i = 0;
   for (; i < n; i += 16) {
     const __mmask16 m = n - i >= 16 ? __mmask16(0xffff) : tail16(n - i);
-    const __m512i a = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r0 + i));
+    const __m512i a = r0 ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r0 + i)) : _mm512_setzero_si512();
     const __m512i b = r1 ? _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, r1 + i)), 16)
                          : _mm512_setzero_si512();
     _mm512_mask_storeu_epi32(d + i, m, _mm512_or_si512(a, b));
@@ -306,9 +312,10 @@ inline Tiling choose_tiling(int64_t groups, int64_t M, int64_t N) {
   return t;
 }
 
-// Per-thread scratch: the packed A block and the C tile.
+// Per-thread scratch: the packed A block and the C tile, and a B block for kernels
+// that pack B per task (grown on first use).
 struct Scratch {
-  WBuf a, c;
+  WBuf a, c, b;
   Scratch() : a(kMaxMC * KQ), c(kMaxMC * kNC) {}
 };
 
@@ -341,6 +348,15 @@ template <class F> void run_units(int64_t n, double work, F&& f) {
   for (int64_t t = 0; t < n; ++t) f(t);
 }
 
+// The K block length for steps [qbeg, qend): the range cut into equal blocks of at
+// most KQ steps (288 steps are two blocks of 144, not 256 + 32: a short block pays the
+// microkernel's C load/store for little work). A function of the range only, so the
+// summation order does not depend on threads or tiles.
+inline int64_t block_len(int64_t qbeg, int64_t qend) {
+  const int64_t n = qend - qbeg;
+  return n <= 0 ? KQ : cdiv(n, cdiv(n, KQ));
+}
+
 // The B operand of one K block of a tile: panel j (j = 0, 1, .. from the tile's first
 // column) is at p + j * stride, [kq][NR] words, 64-byte aligned.
 struct BView {
@@ -358,8 +374,7 @@ struct PrepackedB {
 
 // Adds to (or, from step 0, stores in) the C tile ct [mb x nb] (row stride ldc >=
 // round_up(nb, NR), rows up to round_up(mb, MR) written) the part q in [qbeg, qend) of
-// C = A B (in k steps), summed in blocks of KQ steps (qbeg, and qend unless it is the
-// end, multiples of KQ):
+// C = A B (in k steps), summed in blocks of block_len(qbeg, qend) steps:
 //   get_b(n0, nb, q0, nq, scratch) -> BView of B[steps q0:q0+nq, n0:n0+nb];
 //   pack_a(m0, mb, q0, nq, dst) writes A[m0:m0+mb, steps q0:q0+nq] into dst in the
 //   layout KMajor says: row-major rows of nq words, or groups of MR rows [nq][MR].
@@ -372,8 +387,9 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
     for (int64_t i = 0; i < mp; ++i) std::memset(ct + i * ldc, 0, size_t(np) * 4);
     return;
   }
-  for (int64_t q0 = qbeg; q0 < qend; q0 += KQ) {
-    const int64_t nq = imin(KQ, qend - q0);
+  const int64_t bl = block_len(qbeg, qend);
+  for (int64_t q0 = qbeg; q0 < qend; q0 += bl) {
+    const int64_t nq = imin(bl, qend - q0);
     uint32_t* ab = s.a.p;
     if constexpr (KMajor) {
       pack_a(m0, mb, q0, nq, ab);

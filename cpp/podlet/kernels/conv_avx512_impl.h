@@ -9,14 +9,15 @@
 //                per stride phase (see conv_avx2.cc: a dense GEMM over just the taps that
 //                reach a phase's pixels); A = g rows, B = w transposed per tap.
 //   bwd-filter   dw^T[o, (kh,kw,ci)] = sum_{(n,oh,ow)} g[n, oh, ow, o] x[n, ih, iw, ci]
-//                A = g^T (k-major: each K step is one or two g rows, contiguous in o) and
-//                B = patch rows, both packed once per chunk of pixels and shared by all
-//                tasks; tiles accumulate over chunks and are stored transposed into dw.
+//                A = g^T (k-major: each K step is one or two g rows, contiguous in o),
+//                packed once per chunk of pixels and shared by all tasks; B = patch rows
+//                restricted to a task's columns, packed by the task per K block; tiles
+//                accumulate over blocks and are stored transposed into dw.
 // In the Bf16Kind a K step is a pair of consecutive K indices. Pairs never need the two
 // indices to be neighbours in memory except where noted (bwd-data's w transpose takes
 // 32-bit words when Og is even, and gathers pairs otherwise).
 //
-// Summation order per output element: K in fixed blocks of KQ steps, in K order:
+// Summation order per output element: K in blocks fixed by the shape (block_len), in K order:
 // independent of the thread count.
 #pragma once
 #include <vector>
@@ -66,6 +67,79 @@ void patch_row(const ConvGeom& q, const TX* x, int64_t gi, int64_t n, int64_t oh
         if (iw < 0 || iw >= q.W) zero_elems(d + a, b - a);
         else copy_elems(xr + iw * C + (a - kh * seg - kw * Cg), b - a, d + a);
       }
+    }
+  }
+}
+
+// An output pixel (n, oh, ow), stepped in row-major order without divisions.
+struct Pixel {
+  int64_t n, oh, ow;
+  Pixel(const ConvGeom& q, int64_t p) : n(p / (q.Ho * q.Wo)), oh((p / q.Wo) % q.Ho), ow(p % q.Wo) {}
+  void next(const ConvGeom& q) {
+    if (++ow == q.Wo) { ow = 0; if (++oh == q.Ho) { oh = 0; ++n; } }
+  }
+};
+
+// The B words of one K step of backward-filter: the patch rows of the step's pixel
+// (F32Kind, widened) or pixel pair (Bf16Kind, interleaved into words; npx = 1 pairs the
+// last pixel with zeros) over columns [n0, n0 + nb), into panels: column c goes to
+// dst[((c - n0) / NR) * pstride + (c - n0) % NR]. Columns past nb are not written.
+// When G == 1 and rdw == 1 each kh row of taps is a contiguous slice of x, and the
+// words are formed straight from x (no temporary rows); otherwise through patch_row.
+template <class Kind, class TX>
+void patch_step(const ConvGeom& q, const TX* x, int64_t gi, const Pixel* px, int npx, int64_t n0, int64_t nb,
+                uint32_t* dst, int64_t pstride, Elem<Kind>* tmp) {
+  using E = Elem<Kind>;
+  auto put = [&](int64_t k, int64_t e, const TX* s0, const TX* s1) {  // columns [k, e) in one panel
+    uint32_t* d = dst + ((k - n0) / NR) * pstride + (k - n0) % NR;
+    if constexpr (std::is_same_v<Kind, F32Kind>) {
+      if (s0) copy_row(s0, e - k, reinterpret_cast<float*>(d));
+      else zero_words(d, e - k);
+    } else {
+      interleave_rows(s0, s1, e - k, d);
+    }
+  };
+  const int64_t n1 = n0 + nb;
+  if (!(q.G == 1 && q.rdw == 1)) {  // through temporary rows
+    E* rows[2] = {tmp, tmp + round_up(nb, NR)};
+    for (int j = 0; j < 2; ++j) {
+      if (j < npx) patch_row(q, x, gi, px[j].n, px[j].oh, px[j].ow, n0, n1, rows[j]);
+      else zero_elems(rows[j], nb);
+    }
+    for (int64_t k = n0; k < n1; k = imin(n1, k + NR)) {
+      const int64_t e = imin(n1, k + NR);
+      if constexpr (std::is_same_v<Kind, F32Kind>) {
+        std::memcpy(dst + ((k - n0) / NR) * pstride, rows[0] + (k - n0), size_t(e - k) * 4);
+      } else {
+        interleave_rows(reinterpret_cast<const bf16*>(rows[0] + (k - n0)), reinterpret_cast<const bf16*>(rows[1] + (k - n0)),
+                        e - k, dst + ((k - n0) / NR) * pstride);
+      }
+    }
+    return;
+  }
+  const int64_t C = q.C, seg = q.KW * C;
+  for (int64_t kh = n0 / seg; kh * seg < n1; ++kh) {
+    const int64_t lo = imax(n0, kh * seg), hi = imin(n1, (kh + 1) * seg);
+    int64_t vlo[2] = {lo, lo}, vhi[2] = {lo, lo};  // valid column range per pixel
+    const TX* src[2] = {nullptr, nullptr};         // src[j] + k: column k's element
+    for (int j = 0; j < npx; ++j) {
+      const int64_t ih = px[j].oh * q.sh + kh * q.rdh - q.ph;
+      if (ih < 0 || ih >= q.H) continue;
+      const int64_t iw0 = px[j].ow * q.sw - q.pw, base = kh * seg;
+      vlo[j] = imax(lo, base + imax(0, -iw0) * C);
+      vhi[j] = imin(hi, base + (q.W - iw0) * C);
+      if (vlo[j] >= vhi[j]) { vlo[j] = vhi[j] = lo; continue; }
+      src[j] = x + ((px[j].n * q.H + ih) * q.W + iw0) * C - base;  // only offset by valid k below
+    }
+    for (int64_t k = lo; k < hi;) {
+      int64_t e = imin(hi, n0 + ((k - n0) / NR + 1) * NR);  // the panel's end
+      for (int j = 0; j < 2; ++j) {
+        if (vlo[j] > k) e = imin(e, vlo[j]);
+        if (vhi[j] > k) e = imin(e, vhi[j]);
+      }
+      const bool in0 = k >= vlo[0] && k < vhi[0], in1 = k >= vlo[1] && k < vhi[1];
+      put(k, e, in0 ? src[0] + k : nullptr, in1 ? src[1] + k : nullptr);
+      k = e;
     }
   }
 }
@@ -258,47 +332,30 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
   const int64_t Kx = q.KH * q.KW * Cg;          // the N dim: (kh, kw, ci)
   const int64_t P = q.N * q.Ho * q.Wo;           // the K dim: output pixels
   const int64_t Pq = cdiv(P, Kind::kstep);
-  const int64_t panels = cdiv(Kx, NR), Mp = round_up(Og, MR);
-  // Pixels are walked in chunks of whole K blocks. Both operands of a chunk are packed
-  // once, in parallel, and shared by every task: A = g^T (k-major groups of MR output
-  // channels) and B = the patch rows. A task is a column range of dw^T covering all
-  // output channels of its group, so it streams its B panels once per chunk and reuses
-  // each panel slice from L1 across every row group. Tiles accumulate in f32 across
-  // chunks: the same block order as one pass. The chunk keeps B at most ~8 MB.
-  const int64_t chunk_q = imax(KQ, (int64_t(1) << 21) / (G * (panels * NR + Mp)) / KQ * KQ);
+  const int64_t Mp = round_up(Og, MR);
+  // A task is a column range of dw^T (nc columns of (kh, kw, ci)) over all output
+  // channels of its group. A = g^T (k-major groups of MR output channels) is shared by
+  // every task, so it is packed once per chunk of pixels (chunks of whole K blocks, A
+  // at most ~4 MB). Each task packs its own B block (the patch rows of a K block,
+  // restricted to its columns: at most KQ x nc words, L2-resident) right before its
+  // microkernels use it, so patches never travel through memory. Tiles accumulate in
+  // f32 across blocks and chunks in K order: the same sum for any thread count.
+  const int64_t chunk_q = imax(KQ, (int64_t(1) << 20) / (G * Mp) / KQ * KQ);
   const int64_t cmax = imin(chunk_q, Pq);
-  WBuf bp(G * panels * cmax * NR), ap(G * Mp * cmax);
-  int64_t nc = imin(kNC, panels * NR);
+  WBuf ap(G * Mp * cmax);
+  int64_t nc = imin(kNC, round_up(Kx, NR));
   while (nc > NR && G * cdiv(Kx, nc) < 4 * int64_t(num_threads())) nc -= NR;
   const int64_t nt = cdiv(Kx, nc), ntasks = G * nt, tile_size = Mp * nc;
   WBuf acc(ntasks * tile_size);  // task tiles [o][(kh, kw, ci)], row stride nc
+  const int64_t npan = nc / NR;
   for (int64_t c0 = 0; c0 < Pq; c0 += chunk_q) {
     const int64_t c1 = imin(Pq, c0 + chunk_q), cq = c1 - c0;
-    // B[g][panel][step][32 (kh,kw,ci)] and A[g][row group][step][MR o]: one unit per
-    // (group, range of steps).
-    const int64_t unit_q = 16, units = cdiv(cq, unit_q);
-    run_units(G * units, double(cq) * double(Kx + Og) * double(G), [&](int64_t u) {
+    // A[g][row group][step][MR o] for the chunk: one unit per (group, range of steps).
+    const int64_t unit_q = 64, units = cdiv(cq, unit_q);
+    run_units(G * units, double(cq) * double(Og) * double(G), [&](int64_t u) {
       const int64_t gi = u / units, s0 = c0 + (u % units) * unit_q, s1 = imin(c1, s0 + unit_q);
-      uint32_t* bg = bp.p + gi * panels * cq * NR;
       uint32_t* ag = ap.p + gi * Mp * cq;
-      const int64_t rlen = round_up(Kx, NR);  // two patch rows (a pair's pixels)
-      WBuf rows(2 * rlen);
-      E* r0 = reinterpret_cast<E*>(rows.p);
-      E* r1 = r0 + rlen;
       for (int64_t st = s0; st < s1; ++st) {
-        for (int64_t j = 0; j < Kind::kstep; ++j) {
-          E* rj = j ? r1 : r0;
-          const int64_t p = st * Kind::kstep + j;
-          if (p >= P) { zero_elems(rj, rlen); continue; }
-          const int64_t n = p / (q.Ho * q.Wo), oh = (p / q.Wo) % q.Ho, ow = p % q.Wo;
-          patch_row(q, x, gi, n, oh, ow, 0, Kx, rj);
-          zero_elems(rj + Kx, rlen - Kx);
-        }
-        for (int64_t pn = 0; pn < panels; ++pn) {
-          uint32_t* d = bg + pn * cq * NR + (st - c0) * NR;
-          if constexpr (std::is_same_v<Kind, F32Kind>) std::memcpy(d, r0 + pn * NR, NR * 4);
-          else interleave_rows(reinterpret_cast<const bf16*>(r0 + pn * NR), reinterpret_cast<const bf16*>(r1 + pn * NR), NR, d);
-        }
         const int64_t p = st * Kind::kstep;
         const TG* g0 = gr + p * O + gi * Og;
         for (int64_t i = 0; i < Mp; i += MR) {
@@ -314,17 +371,34 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
         }
       }
     });
-    run_tasks(ntasks, 2.0 * double(Og * G) * double(cq * Kind::kstep) * double(Kx), [&](int64_t task, Scratch&) {
+    run_tasks(ntasks, 2.0 * double(Og * G) * double(cq * Kind::kstep) * double(Kx), [&](int64_t task, Scratch& s) {
       const int64_t gi = task / nt, n0 = (task % nt) * nc, nb = imin(nc, Kx - n0);
       const uint32_t* ag = ap.p + gi * Mp * cq;
-      const uint32_t* bg = bp.p + gi * panels * cq * NR + (n0 / NR) * cq * NR;
       float* ct = acc.f() + task * tile_size;
-      for (int64_t q0 = c0; q0 < c1; q0 += KQ) {
-        const int64_t nq = imin(KQ, c1 - q0), off = q0 - c0;
+      // The task's B block: panels [npan][KQ][NR] in s.b (two temporary patch rows in
+      // s.a when patch_step needs them).
+      s.b.reserve(npan * KQ * NR);
+      s.a.reserve(2 * nc);
+      Pixel px[2] = {Pixel(q, c0 * Kind::kstep), Pixel(q, 0)};
+      const int64_t bl = block_len(c0, c1);
+      for (int64_t q0 = c0; q0 < c1; q0 += bl) {
+        const int64_t nq = imin(bl, c1 - q0);
+        for (int64_t st = 0; st < nq; ++st) {
+          const int64_t p = (q0 + st) * Kind::kstep;
+          int npx = 1;
+          if (Kind::kstep == 2 && p + 1 < P) { px[1] = px[0]; px[1].next(q); npx = 2; }
+          uint32_t* d = s.b.p + st * NR;
+          patch_step<Kind>(q, x, gi, px, npx, n0, nb, d, nq * NR, reinterpret_cast<E*>(s.a.p));
+          if (nb % NR)  // the last used panel's columns past Kx
+            zero_words(d + (nb / NR) * nq * NR + nb % NR, NR - nb % NR);
+          px[0] = px[npx - 1];
+          px[0].next(q);
+        }
+        const int64_t off = q0 - c0;
         for (int64_t j = 0; j < nb; j += NR)
           for (int64_t i = 0; i < Mp; i += MR)
-            ukernel_12x32<Kind, true>(nq, ag + i * cq + off * MR, 0, bg + (j / NR) * cq * NR + off * NR,
-                                      ct + i * nc + j, nc, q0 > 0);
+            ukernel_12x32<Kind, true>(nq, ag + i * cq + off * MR, 0, s.b.p + (j / NR) * nq * NR, ct + i * nc + j, nc,
+                                      q0 > 0);
       }
     });
   }
