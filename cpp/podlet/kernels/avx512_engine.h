@@ -224,11 +224,11 @@ inline void store_out_strided(DType d, void* out, int64_t off, int64_t ld, const
   for (int64_t i = 0; i < n; ++i) p[i * ld] = bf16(s[i]);
 }
 
-// ---- the microkernels: C[MR, 32] (+)= A[MR, kq steps] B[kq steps, 32] ----
-// A word (q, r) is a[q * MR + r] (KMajor) or a[r * lda + q] (row-major); b is a panel
+// ---- the microkernels: C[R, 32] (+)= A[R, kq steps] B[kq steps, 32] ----
+// A word (q, r) is a[q * R + r] (KMajor) or a[r * lda + q] (row-major); b is a panel
 // slice [kq][NR] words, 64-byte aligned; c has row stride ldc. add=false stores the block
 // sum, add=true adds it to C. Each element is one chain over q = 0..kq-1, then at most
-// one addition to C. Never inlined, so the 24 accumulators stay in registers.
+// one addition to C. Never inlined, so the accumulators stay in registers.
 template <class Kind> inline __m512 madd(__m512 acc, uint32_t aw, __m512 b);
 template <> inline __m512 madd<F32Kind>(__m512 acc, uint32_t aw, __m512 b) {
   return _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_set1_epi32(int(aw))), b, acc);
@@ -239,23 +239,27 @@ template <> inline __m512 madd<Bf16Kind>(__m512 acc, uint32_t aw, __m512 b) {
 }
 #endif
 
-template <class Kind, bool KMajor>
-__attribute__((noinline)) void ukernel_12x32(int64_t kq, const uint32_t* a, int64_t lda, const uint32_t* b, float* c,
-                                             int64_t ldc, bool add) {
-  __m512 acc[MR][2];
+// R rows: 12 (24 accumulators) everywhere; 8 (16 accumulators, still more chains than
+// the dot's latency x 2 pipes) for k-major A when the rows are a multiple of 8 but not
+// of 12 (64 output channels in backward-filter: 8 groups instead of 6 with 8 rows idle).
+template <class Kind, bool KMajor, int R = int(MR)>
+__attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_t lda, const uint32_t* b, float* c,
+                                           int64_t ldc, bool add) {
+  static_assert(R == 12 || (KMajor && R == 8), "row-major A takes 12 rows");
+  __m512 acc[R][2];
 #pragma GCC unroll 12
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   if constexpr (KMajor) {
     for (int64_t q = 0; q < kq; ++q) {
       const __m512 b0 = _mm512_load_ps(reinterpret_cast<const float*>(b));
       const __m512 b1 = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16);
       b += NR;
 #pragma GCC unroll 12
-      for (int r = 0; r < MR; ++r) {
+      for (int r = 0; r < R; ++r) {
         acc[r][0] = madd<Kind>(acc[r][0], a[r], b0);
         acc[r][1] = madd<Kind>(acc[r][1], a[r], b1);
       }
-      a += MR;
+      a += R;
     }
   } else {
     const uint32_t *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
@@ -278,7 +282,7 @@ __attribute__((noinline)) void ukernel_12x32(int64_t kq, const uint32_t* a, int6
     }
   }
 #pragma GCC unroll 12
-  for (int r = 0; r < MR; ++r) {
+  for (int r = 0; r < R; ++r) {
     float* p = c + r * ldc;
     __m512 v0 = acc[r][0], v1 = acc[r][1];
     if (add) {
@@ -405,7 +409,7 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
     for (int64_t j = 0; j < np; j += NR) {
       const uint32_t* bpan = bv.p + (j / NR) * bv.stride;
       for (int64_t i = 0; i < mp; i += MR)
-        ukernel_12x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > 0);
+        ukernel_x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > 0);
     }
   }
 }
