@@ -8,7 +8,7 @@ setup:
 
 run:
 	scripts/setup.sh
-	$(PY) examples/mlp_fashion_mnist.py
+	.venv/bin/podlet train configs/experiments/smoke.yaml
 
 test:
 	scripts/setup.sh --test
@@ -16,4 +16,6 @@ test:
 
 bench:
 	scripts/setup.sh --test
-	$(PY) bench/mlp_step.py
+	$(PY) bench/peak.py
+	$(PY) bench/kernels.py --dtype bfloat16
+	$(PY) bench/train_step.py
