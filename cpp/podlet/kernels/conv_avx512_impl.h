@@ -190,10 +190,10 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
     const int64_t mb = imin(t.mc, M - m0), nb = imin(t.nc, Og - n0), ldc = round_up(nb, NR);
     auto pack = [&](int64_t mm, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
       const int64_t k0 = q0 * Kind::kstep, k1 = imin(K, k0 + nq * Kind::kstep);
-      for (int64_t i = 0; i < rows; ++i) {
-        const int64_t m = mm + i, n = m / (q.Ho * q.Wo), oh = (m / q.Wo) % q.Ho, ow = m % q.Wo;
+      Pixel px(q, mm);
+      for (int64_t i = 0; i < rows; ++i, px.next(q)) {
         Elem<Kind>* d = row_of<Kind>(dst, i, nq);
-        patch_row(q, x, gi, n, oh, ow, k0, k1, d);
+        patch_row(q, x, gi, px.n, px.oh, px.ow, k0, k1, d);
         zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
       }
     };
@@ -203,7 +203,10 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
 }
 
 // ---------------------------------------------------------------- backward-data
-struct Tap { int64_t k; };  // a local type: std::vector<Tap> has internal linkage
+// A tap kh (kw) reaching a phase, and off = (ih0 + ph - kh*rdh) / sh (exact): the phase's
+// pixel row jh reads g row oh = off + jh through it. Local type: std::vector<Tap> has
+// internal linkage.
+struct Tap { int64_t k, off; };
 
 struct Phase {
   int64_t gi;                 // group
@@ -231,8 +234,10 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
         f.iw0 = mod(cw - q.pw, q.sw);
         f.nh = f.ih0 < q.H ? cdiv(q.H - f.ih0, q.sh) : 0;
         f.nw = f.iw0 < q.W ? cdiv(q.W - f.iw0, q.sw) : 0;
-        for (int64_t kh = 0; kh < q.KH; ++kh) if (mod(kh * q.rdh, q.sh) == ch) f.th.push_back({kh});
-        for (int64_t kw = 0; kw < q.KW; ++kw) if (mod(kw * q.rdw, q.sw) == cw) f.tw.push_back({kw});
+        for (int64_t kh = 0; kh < q.KH; ++kh)
+          if (mod(kh * q.rdh, q.sh) == ch) f.th.push_back({kh, (f.ih0 + q.ph - kh * q.rdh) / q.sh});
+        for (int64_t kw = 0; kw < q.KW; ++kw)
+          if (mod(kw * q.rdw, q.sw) == cw) f.tw.push_back({kw, (f.iw0 + q.pw - kw * q.rdw) / q.sw});
         f.M = q.N * f.nh * f.nw;
         f.K = int64_t(f.th.size() * f.tw.size()) * Og;
         f.Kq = cdiv(f.K, Kind::kstep);
@@ -290,34 +295,34 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
     const int64_t m0 = (task / t.nt) * t.mc, n0 = (task % t.nt) * t.nc;
     const int64_t mb = imin(t.mc, f.M - m0), nb = imin(t.nc, Cg - n0), ldc = round_up(nb, NR);
     const int64_t ntw = int64_t(f.tw.size());
-    // Row m of the phase is dx pixel (n, ih0 + sh*jh, iw0 + sw*jw), m = (n*nh + jh)*nw + jw.
-    auto pixel = [&](int64_t m, int64_t& n, int64_t& ih, int64_t& iw) {
-      n = m / (f.nh * f.nw);
-      ih = f.ih0 + q.sh * ((m / f.nw) % f.nh);
-      iw = f.iw0 + q.sw * (m % f.nw);
+    // Row m of the phase is dx pixel (n, ih0 + sh*jh, iw0 + sw*jw), m = (n*nh + jh)*nw + jw,
+    // stepped without divisions.
+    struct Row {
+      int64_t n, jh, jw;
+      void next(const Phase& f) { if (++jw == f.nw) { jw = 0; if (++jh == f.nh) { jh = 0; ++n; } } }
     };
+    auto row_of_m = [&](int64_t m) { return Row{m / (f.nh * f.nw), (m / f.nw) % f.nh, m % f.nw}; };
     auto pack = [&](int64_t mm, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
       const int64_t k0 = q0 * Kind::kstep, k1 = imin(f.K, k0 + nq * Kind::kstep);
-      for (int64_t i = 0; i < rows; ++i) {
-        int64_t n, ih, iw;
-        pixel(mm + i, n, ih, iw);
+      Row r = row_of_m(mm);
+      for (int64_t i = 0; i < rows; ++i, r.next(f)) {
         Elem<Kind>* d = row_of<Kind>(dst, i, nq) - k0;
         for (int64_t tap = k0 / Og; tap * Og < k1; ++tap) {
           const int64_t lo = imax(k0, tap * Og), hi = imin(k1, (tap + 1) * Og);
-          const int64_t kh = f.th[tap / ntw].k, kw = f.tw[tap % ntw].k;
-          const int64_t oh = (ih + q.ph - kh * q.rdh) / q.sh, ow = (iw + q.pw - kw * q.rdw) / q.sw;  // exact
-          const bool in = ih + q.ph - kh * q.rdh >= 0 && oh < q.Ho && iw + q.pw - kw * q.rdw >= 0 && ow < q.Wo;
-          if (in) copy_elems(gr + ((n * q.Ho + oh) * q.Wo + ow) * O + f.gi * Og + (lo - tap * Og), hi - lo, d + lo);
-          else zero_elems(d + lo, hi - lo);
+          const int64_t oh = f.th[tap / ntw].off + r.jh, ow = f.tw[tap % ntw].off + r.jw;
+          if (oh >= 0 && oh < q.Ho && ow >= 0 && ow < q.Wo)
+            copy_elems(gr + ((r.n * q.Ho + oh) * q.Wo + ow) * O + f.gi * Og + (lo - tap * Og), hi - lo, d + lo);
+          else
+            zero_elems(d + lo, hi - lo);
         }
         zero_elems(d + k1, k0 + nq * Kind::kstep - k1);
       }
     };
     tile_product<Kind, false>(m0, mb, n0, nb, 0, f.Kq, PrepackedB{bp.p + f.bofs, f.Kq}, pack, s, s.c.f(), ldc);
-    for (int64_t i = 0; i < mb; ++i) {
-      int64_t n, ih, iw;
-      pixel(m0 + i, n, ih, iw);
-      store_out(dxd, dx, ((n * q.H + ih) * q.W + iw) * C + f.gi * Cg + n0, s.c.f() + i * ldc, nb);
+    Row r = row_of_m(m0);
+    for (int64_t i = 0; i < mb; ++i, r.next(f)) {
+      const int64_t ih = f.ih0 + q.sh * r.jh, iw = f.iw0 + q.sw * r.jw;
+      store_out(dxd, dx, ((r.n * q.H + ih) * q.W + iw) * C + f.gi * Cg + n0, s.c.f() + i * ldc, nb);
     }
   });
 }
