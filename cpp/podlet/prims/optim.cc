@@ -6,6 +6,13 @@
 //   attrs: b1, b2, eps, eps_root, weight_decay (floats); max_norm (float, <= 0: no
 //   clipping; gnorm is then ignored); apply (int, default 1).
 //   outputs: (new_param | update, new_mu, new_nu), all of dtype T; zero_grad.
+//   optional EMA of the new parameter (needs apply = 1): a 9th input `ema` (param's shape
+//   and dtype) and attrs ema_c_old, ema_c_new (the two coefficients, exactly representable
+//   in T: they are the constants the unfused graph held); a 4th output
+//     new_ema = T(T(ema_c_old * ema) + T(ema_c_new * new_param))
+//   i.e. the seed's tree_map(lambda o, n: d * o + (1 - d) * n, ema, new_params) rounded
+//   op by op like the mul, mul, add it replaces. The graph pass ir/optim_fusion.cc
+//   builds this form from the traced graph; nothing else needs to.
 //
 // Arithmetic: exactly the op sequence of optax 0.2.8's
 //   chain(clip_by_global_norm(max_norm), adamw(lr, b1, b2, eps, eps_root, weight_decay))
@@ -43,9 +50,13 @@ double scalar_value(const Array& a) { return get_as_double(a, 0); }
 
 struct AdamWConsts {
   double one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm;
+  double ema_c_old = 0, ema_c_new = 0;
 };
 
-template <class T, bool kClip, bool kDecay, bool kApply>
+// What output 0 is, and whether an EMA of the new parameter is written as output 3.
+enum class Out { kUpdate, kApply, kApplyEma };
+
+template <class T, bool kClip, bool kDecay, Out kOut>
 void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c) {
   using A = acc_t<T>;
   // R rounds an intermediate to T (a no-op for f32/f64).
@@ -53,13 +64,16 @@ void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const Ada
   const A one_m_b1 = A(c.one_m_b1), b1 = A(c.b1), one_m_b2 = A(c.one_m_b2), b2 = A(c.b2);
   const A eps = A(c.eps), eps_root = A(c.eps_root), wd = A(c.wd), neg_lr = A(c.neg_lr);
   const A bc1 = A(c.bc1), bc2 = A(c.bc2), gnorm = A(c.gnorm), max_norm = A(c.max_norm);
+  const A ema_c_old = A(c.ema_c_old), ema_c_new = A(c.ema_c_new);
   const T* p = in[0].data<T>();
   const T* gr = in[1].data<T>();
   const T* m = in[2].data<T>();
   const T* v = in[3].data<T>();
+  const T* ema = kOut == Out::kApplyEma ? in[8].data<T>() : nullptr;
   T* o = out[0].data<T>();
   T* mo = out[1].data<T>();
   T* vo = out[2].data<T>();
+  T* eo = kOut == Out::kApplyEma ? out[3].data<T>() : nullptr;
   parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const A pi = A(p[i]);
@@ -72,30 +86,49 @@ void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const Ada
       A u = R(mu_hat / R(R(std::sqrt(R(nu_hat + eps_root))) + eps));
       if constexpr (kDecay) u = R(u + R(wd * pi));
       u = R(neg_lr * u);
-      if constexpr (kApply) o[i] = from_acc<T>(pi + u); else o[i] = from_acc<T>(u);
+      if constexpr (kOut == Out::kUpdate) {
+        o[i] = from_acc<T>(u);
+      } else {
+        const T np = from_acc<T>(pi + u);
+        o[i] = np;
+        if constexpr (kOut == Out::kApplyEma)
+          eo[i] = from_acc<T>(R(ema_c_old * A(ema[i])) + R(ema_c_new * A(np)));
+      }
       mo[i] = from_acc<T>(mu);
       vo[i] = from_acc<T>(nu);
     }
   });
 }
 
-template <class T, bool kClip>
-void adamw_dispatch(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, bool decay,
-                    bool apply) {
-  if (decay) {
-    if (apply) adamw_loop<T, kClip, true, true>(in, out, c); else adamw_loop<T, kClip, true, false>(in, out, c);
-  } else {
-    if (apply) adamw_loop<T, kClip, false, true>(in, out, c); else adamw_loop<T, kClip, false, false>(in, out, c);
+template <class T, bool kClip, bool kDecay>
+void adamw_dispatch_out(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, Out o) {
+  switch (o) {
+    case Out::kUpdate: adamw_loop<T, kClip, kDecay, Out::kUpdate>(in, out, c); break;
+    case Out::kApply: adamw_loop<T, kClip, kDecay, Out::kApply>(in, out, c); break;
+    case Out::kApplyEma: adamw_loop<T, kClip, kDecay, Out::kApplyEma>(in, out, c); break;
   }
 }
 
-std::vector<AVal> adamw_shape(const std::vector<AVal>& in, const Attrs&) {
-  check_arity(in, 8);
-  static const char* names[] = {"param", "grad", "mu", "nu", "lr", "gnorm", "bc1", "bc2"};
+template <class T, bool kClip>
+void adamw_dispatch(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, bool decay, Out o) {
+  if (decay) adamw_dispatch_out<T, kClip, true>(in, out, c, o); else adamw_dispatch_out<T, kClip, false>(in, out, c, o);
+}
+
+bool has_ema(const Attrs& a) { return a.has("ema_c_old"); }
+
+std::vector<AVal> adamw_shape(const std::vector<AVal>& in, const Attrs& a) {
+  const bool ema = has_ema(a);
+  if (ema != a.has("ema_c_new"))
+    throw ValueError("adamw_update: the EMA needs both attrs ema_c_old and ema_c_new");
+  if (ema && a.i("apply", 1) == 0)
+    throw ValueError("adamw_update: an EMA (ema_c_old, ema_c_new) averages the new parameter and needs apply=1");
+  check_arity(in, ema ? 9 : 8);
+  static const char* names[] = {"param", "grad", "mu", "nu", "lr", "gnorm", "bc1", "bc2", "ema"};
   const AVal& p = in[0];
   if (!is_float(p.dtype))
     throw DTypeError(fmt("adamw_update: param must be a float array, got ", dtype_name(p.dtype)));
-  for (int k = 1; k < 4; ++k) {
+  for (int k : {1, 2, 3, 8}) {
+    if (k == 8 && !ema) break;
     if (in[k].dtype != p.dtype)
       throw DTypeError(fmt("adamw_update: ", names[k], " must have the param dtype ", dtype_name(p.dtype),
                            ", got ", dtype_name(in[k].dtype)));
@@ -109,6 +142,7 @@ std::vector<AVal> adamw_shape(const std::vector<AVal>& in, const Attrs&) {
     if (!is_float(in[k].dtype))
       throw DTypeError(fmt("adamw_update: ", names[k], " must be a float scalar, got ", dtype_name(in[k].dtype)));
   }
+  if (ema) return {p, p, p, p};
   return {p, p, p};
 }
 
@@ -132,24 +166,32 @@ void adamw_kernel(const std::vector<Array>& in, std::vector<Array>& out, const A
   c.bc2 = round_to(t, scalar_value(in[7]));
   c.gnorm = round_to(t, gnorm_raw);
   c.max_norm = round_to(t, max_norm);
-  const bool decay = wd != 0.0, apply = a.i("apply", 1) != 0;
+  // Rounding is a no-op for the graph constants the pass copies in (T values already).
+  c.ema_c_old = round_to(t, a.f("ema_c_old", 0.0));
+  c.ema_c_new = round_to(t, a.f("ema_c_new", 0.0));
+  const bool decay = wd != 0.0;
+  const Out o = has_ema(a) ? Out::kApplyEma : a.i("apply", 1) != 0 ? Out::kApply : Out::kUpdate;
   switch (t) {
     case DType::f32:
-      if (clip) adamw_dispatch<float, true>(in, out, c, decay, apply); else adamw_dispatch<float, false>(in, out, c, decay, apply);
+      if (clip) adamw_dispatch<float, true>(in, out, c, decay, o); else adamw_dispatch<float, false>(in, out, c, decay, o);
       break;
     case DType::bf16:
-      if (clip) adamw_dispatch<bf16, true>(in, out, c, decay, apply); else adamw_dispatch<bf16, false>(in, out, c, decay, apply);
+      if (clip) adamw_dispatch<bf16, true>(in, out, c, decay, o); else adamw_dispatch<bf16, false>(in, out, c, decay, o);
       break;
     case DType::f64:
-      if (clip) adamw_dispatch<double, true>(in, out, c, decay, apply); else adamw_dispatch<double, false>(in, out, c, decay, apply);
+      if (clip) adamw_dispatch<double, true>(in, out, c, decay, o); else adamw_dispatch<double, false>(in, out, c, decay, o);
       break;
     default: throw DTypeError(fmt("adamw_update: unsupported dtype ", dtype_name(t)));
   }
 }
 
-// clip 2 + mu 3 + nu 4 + bias correction 2 + sqrt/add/add/div 4 + decay 2 + lr 1 (+ apply 1)
-double adamw_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) {
-  return 19.0 * double(in.at(0).size());
+// clip 2 + mu 3 + nu 4 + bias correction 2 + sqrt/add/add/div 4 + decay 2 + lr 1 (whether
+// or not they happen: a count per element, not per branch), + apply 1, + EMA 3 (mul, mul,
+// add). So the graph pass that folds apply_updates' add and the EMA's three elementwise
+// ops into this node keeps the graph's FLOP total.
+double adamw_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+  const double per = 18.0 + (a.i("apply", 1) != 0 ? 1.0 : 0.0) + (has_ema(a) ? 3.0 : 0.0);
+  return per * double(in.at(0).size());
 }
 
 }  // namespace
