@@ -6,6 +6,7 @@
 // checked to be defined before the node), and the values they define are only read after
 // the last folded node, which comes after the adamw_update node.
 #include "podlet/ir/optim_fusion.h"
+#include <cmath>
 #include <cstring>
 #include <unordered_map>
 
@@ -46,7 +47,8 @@ bool uniform(const Array& a) {
 }
 
 // Whether v is a scalar constant of dtype d: a constant whose elements all hold one value
-// (a 0-d constant, as a Python float becomes), or a broadcast_in_dim of one. Sets *x.
+// (a 0-d constant, as a Python float becomes), or a broadcast_in_dim of one; not NaN.
+// Sets *x.
 bool scalar_const(const Graph& g, const std::unordered_map<int, const Array*>& consts, int v, DType d,
                   double* x) {
   if (g.aval(v).dtype != d) return false;
@@ -58,7 +60,7 @@ bool scalar_const(const Graph& g, const std::unordered_map<int, const Array*>& c
   auto it = consts.find(v);
   if (it == consts.end() || it->second->size() < 1 || !uniform(*it->second)) return false;
   *x = get_as_double(*it->second, 0);
-  return true;
+  return !std::isnan(*x);  // a NaN coefficient: which NaN a product returns would depend on operand order
 }
 
 // Drops the flagged nodes and recomputes producers (value ids unchanged), then removes
@@ -84,7 +86,9 @@ int fold_apply(Graph& g) {
     const int j = uses.sole_user(u);
     if (j < 0 || drop[j]) continue;
     const Node& a = g.nodes[j];
-    if (!is_prim(a, "add") || other_operand(a, u) != n.in[0] || !(g.aval(a.out[0]) == g.aval(n.in[0]))) continue;
+    // add(param, u) only, the operand order of apply_updates and of the fused kernel (it
+    // decides which NaN comes out when both are NaN).
+    if (!is_prim(a, "add") || a.in[0] != n.in[0] || a.in[1] != u || !(g.aval(a.out[0]) == g.aval(n.in[0]))) continue;
     n.attrs.set("apply", int64_t(1));
     n.out[0] = a.out[0];
     drop[j] = 1;
@@ -133,6 +137,7 @@ int fold_ema(Graph& g) {
       n.out.push_back(ad.out[0]);
       n.attrs.set("ema_c_old", c_old);
       n.attrs.set("ema_c_new", c_new);
+      if (ad.in[0] == mn.out[0]) n.attrs.set("ema_new_first", int64_t(1));
       drop[j] = drop[k] = drop[l] = 1;
       ++folded;
       break;

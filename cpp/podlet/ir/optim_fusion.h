@@ -4,8 +4,9 @@
 // over memory per parameter leaf, behind the unchanged optax / Flax API.
 //
 // Per adamw_update node it rewrites, in this order:
-//   1. apply:  add(param, u) where u = adamw_update(param, ..., apply=0)[0] has no other
-//              reader (optax.apply_updates, as TrainState.apply_gradients calls it)
+//   1. apply:  add(param, u), in this order (optax.apply_updates, as
+//              TrainState.apply_gradients calls it), where u = adamw_update(param, ...,
+//              apply=0)[0] has no other reader
 //              -> adamw_update(..., apply=1), whose output 0 is that add's value.
 //   2. EMA:    add(mul(C1, ema), mul(C2, p_new)) (any operand order) where
 //              p_new = adamw_update(..., apply=1)[0], C1 and C2 are scalar constants of
@@ -15,6 +16,8 @@
 //              node, and neither product has another reader
 //              -> adamw_update(..., ema; ema_c_old=C1, ema_c_new=C2), output 3 = the add's
 //              value (the seed's `decay * o + (1 - decay) * n` tree_map).
+// The EMA add's operand order is recorded (attr ema_new_first): it decides which NaN
+// comes out when both operands are NaN.
 // Anything else (a traced decay, an EMA of something other than the new param, a product
 // read elsewhere) is left as it is. The result is bit-identical to the input graph: the
 // extended primitive rounds each folded op to the dtype exactly as the one-op kernels do.
