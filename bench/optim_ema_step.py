@@ -10,7 +10,8 @@ Times the graph jit executes in three forms, interleaved (shared machine):
              adamw_update per leaf computes the update, applies it and the EMA)
 
 and prints the best and median time of each and the ratios, checking that all three
-give the same bits.
+give the same bits. It also times the jitted step itself (podlet.jit call, pytree
+flattening included) with PODLET_FUSION=1 vs 0, interleaved: "jit on" / "jit off".
 
     PODLET_NUM_THREADS=2 nice -n 10 .venv/bin/python bench/optim_ema_step.py --reps 15
 """
@@ -61,7 +62,8 @@ def main():
                                  new_state.params)
         return new_state.replace(ema_params=ema)
 
-    entry = podlet.jit(step).lower(state, grads)
+    jstep = podlet.jit(step)
+    entry = jstep.lower(state, grads)
     g = entry.graph
     graphs = {"unfused": g, "elementwise": _core.fuse_elementwise(g),
               "fused": _core.fuse_elementwise(_core.fuse_optimizer(g))}
@@ -73,26 +75,35 @@ def main():
             ref = out
         for a, b in zip(out, ref):
             assert a.tobytes() == b.tobytes(), name
-    times = {k: [] for k in graphs}
+    times = {k: [] for k in list(graphs) + ["jit on", "jit off"]}
+    for env in ("1", "0"):  # warm-up of both jit paths
+        os.environ["PODLET_FUSION"] = env
+        jstep(state, grads)
     for _ in range(args.reps):
         for name, gr in graphs.items():
             t0 = time.perf_counter()
             gr.run(arrs)
             times[name].append(time.perf_counter() - t0)
+        for name, env in (("jit on", "1"), ("jit off", "0")):
+            os.environ["PODLET_FUSION"] = env
+            t0 = time.perf_counter()
+            tree_util.tree_leaves(jstep(state, grads))
+            times[name].append(time.perf_counter() - t0)
+    os.environ.pop("PODLET_FUSION", None)
     res = {"params": n_params, "dtype": args.dtype, "threads": podlet.config.num_threads, "reps": args.reps,
            "prims": {k: gr.prim_counts() for k, gr in graphs.items()}}
     print(f"ResNet-18 params: {n_params} {args.dtype}, {len(tree_util.tree_leaves(params))} leaves, "
           f"{podlet.config.num_threads} threads, {args.reps} interleaved reps")
-    for name in graphs:
+    for name in times:
         best, med = min(times[name]), statistics.median(times[name])
         res[name] = {"best_ms": best * 1e3, "median_ms": med * 1e3}
-        print(f"  {name:12s} best {best * 1e3:8.2f} ms  median {med * 1e3:8.2f} ms  "
-              f"nodes {graphs[name].num_nodes}")
-    for base in ("unfused", "elementwise"):
-        rb = min(times[base]) / min(times["fused"])
-        rm = statistics.median(times[base]) / statistics.median(times["fused"])
-        res[f"{base}_over_fused"] = {"best": rb, "median": rm}
-        print(f"  {base} / fused: {rb:.2f}x (best), {rm:.2f}x (median)")
+        nodes = f"nodes {graphs[name].num_nodes}" if name in graphs else ""
+        print(f"  {name:12s} best {best * 1e3:8.2f} ms  median {med * 1e3:8.2f} ms  {nodes}")
+    for base, new in (("unfused", "fused"), ("elementwise", "fused"), ("jit off", "jit on")):
+        rb = min(times[base]) / min(times[new])
+        rm = statistics.median(times[base]) / statistics.median(times[new])
+        res[f"{base} / {new}"] = {"best": rb, "median": rm}
+        print(f"  {base} / {new}: {rb:.2f}x (best), {rm:.2f}x (median)")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
