@@ -83,12 +83,12 @@ template <> struct Lane<bf16> {
   static void store(bf16* x, int64_t i, float v) { reinterpret_cast<uint16_t*>(x)[i] = bits_of(v); }
 };
 
-// One chunk [b, e). A function of its own so that every pointer is a restrict argument and
-// every constant a local: reading them through a lambda's closure, the compiler must assume
-// each store may change them, and the loop does not vectorise.
 // a + b, returning a (quieted: a + a) when both are NaN; a select, so it vectorises.
 template <class A> inline A add_first(A a, A b) { return a != a ? a + a : a + b; }
 
+// One chunk [b, e). A function of its own so that every pointer is a restrict argument and
+// every constant a local: reading them through a lambda's closure, the compiler must assume
+// each store may change them, and the loop does not vectorise.
 template <class T, bool kClip, bool kDecay, Out kOut>
 void adamw_chunk(const T* __restrict p, const T* __restrict gr, const T* __restrict m, const T* __restrict v,
                  const T* __restrict ema, T* __restrict o, T* __restrict mo, T* __restrict vo, T* __restrict eo,
