@@ -1,9 +1,11 @@
 // podlet._core performance entry points: the measured FMA peak, the detailed profiling
-// counters, and (fusion.h) the elementwise-fusion pass over a Graph.
+// counters, and the graph passes run on executed graphs: elementwise fusion (fusion.h)
+// and optimizer fusion (optim_fusion.h).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include "podlet/ir/graph.h"
 #include "podlet/ir/fusion.h"
+#include "podlet/ir/optim_fusion.h"
 #include "podlet/kernels/peak.h"
 #include "registry.h"
 
@@ -36,6 +38,16 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     fuse_elementwise(g, &s);
     py::dict d;
     d["groups"] = s.groups; d["nodes_fused"] = s.nodes_fused; d["broadcasts_absorbed"] = s.broadcasts_absorbed;
+    return d;
+  }, py::arg("graph"));
+  m.def("fuse_optimizer", [](const Graph& g) { return fuse_optimizer(g); }, py::arg("graph"),
+        "A copy of the graph with apply_updates' add and an EMA of the new params folded into adamw_update "
+        "(bit-identical results).");
+  m.def("optimizer_fusion_stats", [](const Graph& g) {
+    OptimFusionStats s;
+    fuse_optimizer(g, &s);
+    py::dict d;
+    d["applies_folded"] = s.applies_folded; d["emas_folded"] = s.emas_folded;
     return d;
   }, py::arg("graph"));
 });

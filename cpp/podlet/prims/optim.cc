@@ -6,6 +6,17 @@
 //   attrs: b1, b2, eps, eps_root, weight_decay (floats); max_norm (float, <= 0: no
 //   clipping; gnorm is then ignored); apply (int, default 1).
 //   outputs: (new_param | update, new_mu, new_nu), all of dtype T; zero_grad.
+//   optional EMA of the new parameter (needs apply = 1): a 9th input `ema` (param's shape
+//   and dtype) and attrs ema_c_old, ema_c_new (the two coefficients, exactly representable
+//   in T: they are the constants the unfused graph held); a 4th output
+//     new_ema = T(T(ema_c_old * ema) + T(ema_c_new * new_param))
+//   i.e. the seed's tree_map(lambda o, n: d * o + (1 - d) * n, ema, new_params) rounded
+//   op by op like the mul, mul, add it replaces. The graph pass ir/optim_fusion.cc
+//   builds this form from the traced graph; nothing else needs to.
+//   attr ema_new_first (int, default 0): the add's operand order, c_new * new_param first.
+//   It decides which NaN the add returns when both operands are NaN: the first one's, as
+//   x86's addps and podlet's one-op add on its inline path do (explicitly here, since a
+//   compiler may commute a + b). The apply add is param + u, apply_updates' order.
 //
 // Arithmetic: exactly the op sequence of optax 0.2.8's
 //   chain(clip_by_global_norm(max_norm), adamw(lr, b1, b2, eps, eps_root, weight_decay))
@@ -43,59 +54,126 @@ double scalar_value(const Array& a) { return get_as_double(a, 0); }
 
 struct AdamWConsts {
   double one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm;
+  double ema_c_old = 0, ema_c_new = 0;
 };
 
-template <class T, bool kClip, bool kDecay, bool kApply>
-void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c) {
+// What output 0 is, and whether an EMA of the new parameter is written as output 3 (and
+// with which operand of its add first).
+enum class Out { kUpdate, kApply, kApplyEma, kApplyEmaNewFirst };
+
+// Loads, rounds and stores of T in its arithmetic type A (float for bf16). The bf16 ones
+// are bf16::from_f32 / to_f32 written branch-free (a select for NaN instead of an early
+// return: same bits), so that the loop below vectorises.
+template <class T> struct Lane {
   using A = acc_t<T>;
-  // R rounds an intermediate to T (a no-op for f32/f64).
-  auto R = [](A v) -> A { return A(from_acc<T>(v)); };
+  static A load(const T* x, int64_t i) { return A(x[i]); }
+  static A round(A v) { return v; }
+  static void store(T* x, int64_t i, A v) { x[i] = v; }
+};
+template <> struct Lane<bf16> {
+  static uint16_t bits_of(float f) {
+    const uint32_t u = __builtin_bit_cast(uint32_t, f);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;  // canonical quiet NaN, sign kept
+    return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
+  }
+  static float from_bits(uint16_t b) { return __builtin_bit_cast(float, uint32_t(b) << 16); }
+  static float load(const bf16* x, int64_t i) { return from_bits(reinterpret_cast<const uint16_t*>(x)[i]); }
+  static float round(float v) { return from_bits(bits_of(v)); }
+  static void store(bf16* x, int64_t i, float v) { reinterpret_cast<uint16_t*>(x)[i] = bits_of(v); }
+};
+
+// a + b, returning a (quieted: a + a) when both are NaN; a select, so it vectorises.
+template <class A> inline A add_first(A a, A b) { return a != a ? a + a : a + b; }
+
+// One chunk [b, e). A function of its own so that every pointer is a restrict argument and
+// every constant a local: reading them through a lambda's closure, the compiler must assume
+// each store may change them, and the loop does not vectorise.
+template <class T, bool kClip, bool kDecay, Out kOut>
+void adamw_chunk(const T* __restrict p, const T* __restrict gr, const T* __restrict m, const T* __restrict v,
+                 const T* __restrict ema, T* __restrict o, T* __restrict mo, T* __restrict vo, T* __restrict eo,
+                 const AdamWConsts& c, int64_t b, int64_t e) {
+  using A = acc_t<T>;
+  using L = Lane<T>;
   const A one_m_b1 = A(c.one_m_b1), b1 = A(c.b1), one_m_b2 = A(c.one_m_b2), b2 = A(c.b2);
   const A eps = A(c.eps), eps_root = A(c.eps_root), wd = A(c.wd), neg_lr = A(c.neg_lr);
   const A bc1 = A(c.bc1), bc2 = A(c.bc2), gnorm = A(c.gnorm), max_norm = A(c.max_norm);
+  const A ema_c_old = A(c.ema_c_old), ema_c_new = A(c.ema_c_new);
+  auto R = [](A x) { return L::round(x); };  // an intermediate rounded to T (no-op for f32/f64)
+  for (int64_t i = b; i < e; ++i) {
+    const A pi = L::load(p, i);
+    A g = L::load(gr, i);
+    if constexpr (kClip) g = R(R(g / gnorm) * max_norm);
+    const A mu = R(R(one_m_b1 * g) + R(b1 * L::load(m, i)));
+    const A nu = R(R(one_m_b2 * R(g * g)) + R(b2 * L::load(v, i)));
+    const A mu_hat = R(mu / bc1);
+    const A nu_hat = R(nu / bc2);
+    A u = R(mu_hat / R(R(std::sqrt(R(nu_hat + eps_root))) + eps));
+    if constexpr (kDecay) u = R(u + R(wd * pi));
+    u = R(neg_lr * u);
+    if constexpr (kOut == Out::kUpdate) {
+      L::store(o, i, u);
+    } else {
+      const A np = R(add_first(pi, u));
+      L::store(o, i, np);
+      if constexpr (kOut == Out::kApplyEma)
+        L::store(eo, i, add_first(R(ema_c_old * L::load(ema, i)), R(ema_c_new * np)));
+      if constexpr (kOut == Out::kApplyEmaNewFirst)
+        L::store(eo, i, add_first(R(ema_c_new * np), R(ema_c_old * L::load(ema, i))));
+    }
+    L::store(mo, i, mu);
+    L::store(vo, i, nu);
+  }
+}
+
+// Outputs never alias inputs: the executor gives each output its own buffer.
+template <class T, bool kClip, bool kDecay, Out kOut>
+void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c) {
   const T* p = in[0].data<T>();
   const T* gr = in[1].data<T>();
   const T* m = in[2].data<T>();
   const T* v = in[3].data<T>();
+  constexpr bool kEma = kOut == Out::kApplyEma || kOut == Out::kApplyEmaNewFirst;
+  const T* ema = kEma ? in[8].data<T>() : nullptr;
   T* o = out[0].data<T>();
   T* mo = out[1].data<T>();
   T* vo = out[2].data<T>();
+  T* eo = kEma ? out[3].data<T>() : nullptr;
   parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const A pi = A(p[i]);
-      A g = A(gr[i]);
-      if constexpr (kClip) g = R(R(g / gnorm) * max_norm);
-      const A mu = R(R(one_m_b1 * g) + R(b1 * A(m[i])));
-      const A nu = R(R(one_m_b2 * R(g * g)) + R(b2 * A(v[i])));
-      const A mu_hat = R(mu / bc1);
-      const A nu_hat = R(nu / bc2);
-      A u = R(mu_hat / R(R(std::sqrt(R(nu_hat + eps_root))) + eps));
-      if constexpr (kDecay) u = R(u + R(wd * pi));
-      u = R(neg_lr * u);
-      if constexpr (kApply) o[i] = from_acc<T>(pi + u); else o[i] = from_acc<T>(u);
-      mo[i] = from_acc<T>(mu);
-      vo[i] = from_acc<T>(nu);
-    }
+    adamw_chunk<T, kClip, kDecay, kOut>(p, gr, m, v, ema, o, mo, vo, eo, c, b, e);
   });
 }
 
-template <class T, bool kClip>
-void adamw_dispatch(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, bool decay,
-                    bool apply) {
-  if (decay) {
-    if (apply) adamw_loop<T, kClip, true, true>(in, out, c); else adamw_loop<T, kClip, true, false>(in, out, c);
-  } else {
-    if (apply) adamw_loop<T, kClip, false, true>(in, out, c); else adamw_loop<T, kClip, false, false>(in, out, c);
+template <class T, bool kClip, bool kDecay>
+void adamw_dispatch_out(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, Out o) {
+  switch (o) {
+    case Out::kUpdate: adamw_loop<T, kClip, kDecay, Out::kUpdate>(in, out, c); break;
+    case Out::kApply: adamw_loop<T, kClip, kDecay, Out::kApply>(in, out, c); break;
+    case Out::kApplyEma: adamw_loop<T, kClip, kDecay, Out::kApplyEma>(in, out, c); break;
+    case Out::kApplyEmaNewFirst: adamw_loop<T, kClip, kDecay, Out::kApplyEmaNewFirst>(in, out, c); break;
   }
 }
 
-std::vector<AVal> adamw_shape(const std::vector<AVal>& in, const Attrs&) {
-  check_arity(in, 8);
-  static const char* names[] = {"param", "grad", "mu", "nu", "lr", "gnorm", "bc1", "bc2"};
+template <class T, bool kClip>
+void adamw_dispatch(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, bool decay, Out o) {
+  if (decay) adamw_dispatch_out<T, kClip, true>(in, out, c, o); else adamw_dispatch_out<T, kClip, false>(in, out, c, o);
+}
+
+bool has_ema(const Attrs& a) { return a.has("ema_c_old"); }
+
+std::vector<AVal> adamw_shape(const std::vector<AVal>& in, const Attrs& a) {
+  const bool ema = has_ema(a);
+  if (ema != a.has("ema_c_new"))
+    throw ValueError("adamw_update: the EMA needs both attrs ema_c_old and ema_c_new");
+  if (ema && a.i("apply", 1) == 0)
+    throw ValueError("adamw_update: an EMA (ema_c_old, ema_c_new) averages the new parameter and needs apply=1");
+  check_arity(in, ema ? 9 : 8);
+  static const char* names[] = {"param", "grad", "mu", "nu", "lr", "gnorm", "bc1", "bc2", "ema"};
   const AVal& p = in[0];
   if (!is_float(p.dtype))
     throw DTypeError(fmt("adamw_update: param must be a float array, got ", dtype_name(p.dtype)));
-  for (int k = 1; k < 4; ++k) {
+  for (int k : {1, 2, 3, 8}) {
+    if (k == 8 && !ema) break;
     if (in[k].dtype != p.dtype)
       throw DTypeError(fmt("adamw_update: ", names[k], " must have the param dtype ", dtype_name(p.dtype),
                            ", got ", dtype_name(in[k].dtype)));
@@ -109,6 +187,7 @@ std::vector<AVal> adamw_shape(const std::vector<AVal>& in, const Attrs&) {
     if (!is_float(in[k].dtype))
       throw DTypeError(fmt("adamw_update: ", names[k], " must be a float scalar, got ", dtype_name(in[k].dtype)));
   }
+  if (ema) return {p, p, p, p};
   return {p, p, p};
 }
 
@@ -132,24 +211,34 @@ void adamw_kernel(const std::vector<Array>& in, std::vector<Array>& out, const A
   c.bc2 = round_to(t, scalar_value(in[7]));
   c.gnorm = round_to(t, gnorm_raw);
   c.max_norm = round_to(t, max_norm);
-  const bool decay = wd != 0.0, apply = a.i("apply", 1) != 0;
+  // Rounding is a no-op for the graph constants the pass copies in (T values already).
+  c.ema_c_old = round_to(t, a.f("ema_c_old", 0.0));
+  c.ema_c_new = round_to(t, a.f("ema_c_new", 0.0));
+  const bool decay = wd != 0.0;
+  const Out o = !has_ema(a)                   ? (a.i("apply", 1) != 0 ? Out::kApply : Out::kUpdate)
+                : a.i("ema_new_first", 0) != 0 ? Out::kApplyEmaNewFirst
+                                               : Out::kApplyEma;
   switch (t) {
     case DType::f32:
-      if (clip) adamw_dispatch<float, true>(in, out, c, decay, apply); else adamw_dispatch<float, false>(in, out, c, decay, apply);
+      if (clip) adamw_dispatch<float, true>(in, out, c, decay, o); else adamw_dispatch<float, false>(in, out, c, decay, o);
       break;
     case DType::bf16:
-      if (clip) adamw_dispatch<bf16, true>(in, out, c, decay, apply); else adamw_dispatch<bf16, false>(in, out, c, decay, apply);
+      if (clip) adamw_dispatch<bf16, true>(in, out, c, decay, o); else adamw_dispatch<bf16, false>(in, out, c, decay, o);
       break;
     case DType::f64:
-      if (clip) adamw_dispatch<double, true>(in, out, c, decay, apply); else adamw_dispatch<double, false>(in, out, c, decay, apply);
+      if (clip) adamw_dispatch<double, true>(in, out, c, decay, o); else adamw_dispatch<double, false>(in, out, c, decay, o);
       break;
     default: throw DTypeError(fmt("adamw_update: unsupported dtype ", dtype_name(t)));
   }
 }
 
-// clip 2 + mu 3 + nu 4 + bias correction 2 + sqrt/add/add/div 4 + decay 2 + lr 1 (+ apply 1)
-double adamw_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) {
-  return 19.0 * double(in.at(0).size());
+// clip 2 + mu 3 + nu 4 + bias correction 2 + sqrt/add/add/div 4 + decay 2 + lr 1 (whether
+// or not they happen: a count per element, not per branch), + apply 1, + EMA 3 (mul, mul,
+// add). So the graph pass that folds apply_updates' add and the EMA's three elementwise
+// ops into this node keeps the graph's FLOP total.
+double adamw_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+  const double per = 18.0 + (a.i("apply", 1) != 0 ? 1.0 : 0.0) + (has_ema(a) ? 3.0 : 0.0);
+  return per * double(in.at(0).size());
 }
 
 }  // namespace
