@@ -692,6 +692,22 @@ def test_results_do_not_depend_on_thread_count():
         assert same_bits(a, b)
 
 
+def test_nan_plus_nan_keeps_its_sign_whatever_the_thread_count():
+    """Which NaN a NaN + NaN returns depends on how the compiled loop orders the operands;
+    it must be the same loop for any thread count (several parallel chunks here)."""
+    a = np.full(120_000, np.nan, np.float32)
+    runs = []
+    before = _core.num_threads()
+    try:
+        for n in [1, 2]:
+            _core.set_num_threads(n)
+            runs.append([ap("add", a, -a), ap("mul", -a, a), ap("max", a, -a)])
+    finally:
+        _core.set_num_threads(before)
+    for x, y in zip(*runs):
+        assert same_bits(x, y)
+
+
 def test_flop_count_is_one_per_output_element():
     g = Graph()
     a = g.add_input("float32", [3, 1])

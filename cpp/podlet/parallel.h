@@ -12,17 +12,29 @@ namespace podlet {
 void set_num_threads(int n);
 int num_threads();
 
-// fn(begin, end) over [0, n) in chunks of `grain`; parallel only when worth it.
+// Runs one chunk. Every path of parallel_for calls fn through this one non-inlined
+// function, so fn's loop is compiled once: inlined separately into a serial and an
+// OpenMP call site, GCC may order a commutative op's operands differently in each, which
+// shows in the NaN that NaN + NaN returns (a thread-count dependence, measured).
+template <class F>
+__attribute__((noinline)) void parallel_chunk(F& fn, int64_t b, int64_t e) { fn(b, e); }
+
+// fn(begin, end) over [0, n) in chunks of `grain`; parallel only when worth it. One
+// thread walks the same chunks, so an element's code path (vector body or remainder
+// iteration) depends on the chunk boundaries only, never on the thread count.
 template <class F>
 inline void parallel_for(int64_t n, int64_t grain, F&& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   int64_t nchunks = (n + grain - 1) / grain;
-  if (nchunks == 1 || num_threads() == 1) { fn(int64_t(0), n); return; }
+  if (nchunks == 1 || num_threads() == 1) {
+    for (int64_t c = 0; c < nchunks; ++c) parallel_chunk(fn, c * grain, std::min(n, (c + 1) * grain));
+    return;
+  }
 // Dynamic: a thread preempted on a shared machine does not hold back the chunks the
   // others could take. Chunk boundaries stay fixed, so results do not change.
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-  for (int64_t c = 0; c < nchunks; ++c) fn(c * grain, std::min(n, (c + 1) * grain));
+  for (int64_t c = 0; c < nchunks; ++c) parallel_chunk(fn, c * grain, std::min(n, (c + 1) * grain));
 }
 
 // Sums partial(begin, end) -> Acc over fixed chunks, combined in chunk order.
