@@ -127,13 +127,8 @@ def test_primitive_ema_equals_mul_mul_add(dtype, decay):
 def test_special_values_match_the_unfused_chain(dtype, new_first):
     """NaN (both signs), +-inf, +-0, denormals and huge values in params, moments and the
     EMA: the fused kernel (vectorised, branch-free bf16 rounding) gives the unfused
-    chain's bits, NaN signs included, on 1 and 2 threads.
-
-    Where both operands of an add are NaN of opposite signs, the one-op add kernel returns
-    the first operand's NaN on its inline path (one thread or one chunk) but, on this
-    build, the second one's in its OpenMP copy (prims/elementwise.cc's binary_loop: the
-    compiler commuted the operands there). The fused adds always return the first
-    operand's, so the reference is the unfused chain on one thread."""
+    chain's bits, NaN signs included, on 1 and 2 threads (adds and muls return their
+    first operand's NaN everywhere, as XLA:CPU does)."""
     from test_optim_fused import unfused_tx, random_state
     rng = np.random.default_rng(7)
     shape = (3, 40000)
@@ -177,6 +172,10 @@ def test_special_values_match_the_unfused_chain(dtype, new_first):
         want_ema = ptu.tree_map(ema_fn, ema, newp)
         n_nan = np.isnan(np.asarray(want_ema["w"], np.float32))
         assert n_nan.sum() > 500  # the specials reached the outputs
+        podlet.config.update("num_threads", 2)  # the unfused chain itself: same bits on 2 threads
+        u2, state2 = ref.update(grads, state, params)
+        assert_trees_bitwise(u2, u)
+        assert_trees_bitwise(state2, new_state)
         for threads in (1, 2):
             podlet.config.update("num_threads", threads)
             with fusion_env(True):

@@ -502,8 +502,14 @@ Kernel binary_kernel(Op op) {
 // scalar ops (A is the arithmetic type: float for bf16)
 // =====================================================================================
 // Wrapping integer arithmetic without signed-overflow UB.
+// Float add and mul return the first operand's NaN (quieted) when it is a NaN, as
+// XLA:CPU does (jnp: nan + -nan is +nan): x + y alone leaves the choice to how the
+// compiler orders a commutative op's operands, which differs between builds and loop
+// copies. prims/fused_ops.h and reduce_ops.h use the same rule (bit-identical fusion).
 template <class A> inline A wrap_add(A x, A y) {
-  if constexpr (std::is_same_v<A, int32_t>) return int32_t(uint32_t(x) + uint32_t(y)); else return A(x + y);
+  if constexpr (std::is_same_v<A, int32_t>) return int32_t(uint32_t(x) + uint32_t(y));
+  else if constexpr (std::is_floating_point_v<A>) return x != x ? A(x + A(0)) : A(x + y);
+  else return A(x + y);
 }
 template <class A> inline A wrap_sub(A x, A y) {
   if constexpr (std::is_same_v<A, int32_t>) return int32_t(uint32_t(x) - uint32_t(y)); else return A(x - y);
@@ -511,7 +517,7 @@ template <class A> inline A wrap_sub(A x, A y) {
 template <class A> inline A wrap_mul(A x, A y) {
   if constexpr (std::is_same_v<A, int32_t>) return int32_t(uint32_t(x) * uint32_t(y));
   else if constexpr (std::is_integral_v<A>) return A(uint32_t(x) * uint32_t(y));
-  else return x * y;
+  else return x != x ? A(x + A(0)) : A(x * y);
 }
 template <class A> inline A do_div(A x, A y) {
   if constexpr (std::is_floating_point_v<A>) return x / y;

@@ -112,9 +112,9 @@ template <class A>
 void binary_float(int64_t op, const A* a, const A* b, A* d, int64_t m) {
 #define LOOP(EXPR) for (int64_t j = 0; j < m; ++j) { const A x = a[j], y = b[j]; d[j] = (EXPR); } break;
   switch (op) {
-    case kAdd: LOOP(x + y)
+    case kAdd: LOOP(x != x ? A(x + A(0)) : A(x + y))  // first operand's NaN, as elementwise.cc
     case kSub: LOOP(x - y)
-    case kMul: LOOP(x * y)
+    case kMul: LOOP(x != x ? A(x + A(0)) : A(x * y))
     case kDiv: LOOP(x / y)
     case kMax: LOOP(do_max(x, y))
     case kMin: LOOP(do_min(x, y))

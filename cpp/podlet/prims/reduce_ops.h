@@ -23,15 +23,23 @@ namespace {
 template <class T> using wrap_t = std::conditional_t<std::is_same_v<T, int32_t> || std::is_same_v<T, uint8_t>, uint32_t, T>;
 template <class T> using arith_t = std::conditional_t<std::is_floating_point_v<acc_t<T>>, acc_t<T>, wrap_t<T>>;
 
+// Float sums and products keep the first operand's NaN (the rule of elementwise add),
+// so a reduction summed in another file (fused.cc) gives the same NaN.
 template <class T> struct SumOp {
   using Acc = arith_t<T>;
   static Acc init() { return Acc(0); }
-  static Acc comb(Acc a, Acc b) { return Acc(a + b); }
+  static Acc comb(Acc a, Acc b) {
+    if constexpr (std::is_floating_point_v<Acc>) return a != a ? Acc(a + Acc(0)) : Acc(a + b);
+    else return Acc(a + b);
+  }
 };
 template <class T> struct ProdOp {
   using Acc = arith_t<T>;
   static Acc init() { return Acc(1); }
-  static Acc comb(Acc a, Acc b) { return Acc(a * b); }
+  static Acc comb(Acc a, Acc b) {
+    if constexpr (std::is_floating_point_v<Acc>) return a != a ? Acc(a + Acc(0)) : Acc(a * b);
+    else return Acc(a * b);
+  }
 };
 // max/min propagate NaN (any NaN in the input gives NaN), like jax.lax.max.
 template <class T> struct MaxOp {
