@@ -10,9 +10,10 @@
 //                reach a phase's pixels); A = g rows, B = w transposed per tap.
 //   bwd-filter   dw^T[o, (kh,kw,ci)] = sum_{(n,oh,ow)} g[n, oh, ow, o] x[n, ih, iw, ci]
 //                A = g^T (k-major: each K step is one or two g rows, contiguous in o),
-//                packed once per chunk of pixels and shared by all tasks; B = patch rows
-//                restricted to a task's columns, packed by the task per K block; tiles
-//                accumulate over blocks and are stored transposed into dw.
+//                packed once and shared by all tasks; B = patch rows restricted to a
+//                task's columns, packed by the task per K block; a task is (pixel chunk,
+//                column range); chunk partials are added in order and the tiles stored
+//                transposed into dw.
 // In the Bf16Kind a K step is a pair of consecutive K indices. Pairs never need the two
 // indices to be neighbours in memory except where noted (bwd-data's w transpose takes
 // 32-bit words when Og is even, and gathers pairs otherwise).
@@ -341,34 +342,39 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
   // 8 x 8 rather than 6 x 12; measured, the 8-row kernel is a little slower per row).
   const int64_t mr = round_up(Og, 8) + 8 <= round_up(Og, MR) ? 8 : MR;
   const int64_t Mp = round_up(Og, mr);
-  // A task is a column range of dw^T (nc columns of (kh, kw, ci)) over all output
-  // channels of its group. A = g^T (k-major groups of MR output channels) is shared by
-  // every task, so it is packed once per chunk of pixels (chunks of whole K blocks, A
-  // at most ~4 MB). Each task packs its own B block (the patch rows of a K block,
-  // restricted to its columns: at most KQ x nc words, L2-resident) right before its
-  // microkernels use it, so patches never travel through memory. Tiles accumulate in
-  // f32 across blocks and chunks in K order: the same sum for any thread count.
-  const int64_t chunk_q = imax(KQ, (int64_t(1) << 20) / (G * Mp) / KQ * KQ);
-  const int64_t cmax = imin(chunk_q, Pq);
-  WBuf ap(G * Mp * cmax);
+  // The pixels (K) are cut into chunks of CQ steps, fixed by the shape. A task is one
+  // chunk times one column range of dw^T (nc columns of (kh, kw, ci), all output
+  // channels of its group), summed into its own partial tile; partial tiles are then
+  // added in chunk order. So the sum of an element is: blocks in order within a chunk,
+  // chunks in order - a function of the shape only, whatever the thread count - and the
+  // many independent tasks keep both threads busy even for 64-channel layers.
+  // A = g^T (k-major groups of mr output channels) is shared by the column tasks of a
+  // chunk, so it is packed once per window of chunks (A at most ~8 MB). Each task packs
+  // its own B blocks (patch rows restricted to its columns, KQ x nc words, L2-resident)
+  // straight from x right before its microkernels use them.
+  constexpr int64_t CQ = 4096;
+  const int64_t nch = cdiv(Pq, CQ);
+  const int64_t win = imax(1, (int64_t(1) << 21) / (G * Mp * CQ));  // chunks per window
   int64_t nc = imin(kNC, round_up(Kx, NR));
-  while (nc > NR && G * cdiv(Kx, nc) < 4 * int64_t(num_threads())) nc -= NR;
-  const int64_t nt = cdiv(Kx, nc), ntasks = G * nt, tile_size = Mp * nc;
-  WBuf acc(ntasks * tile_size);  // task tiles [o][(kh, kw, ci)], row stride nc
+  while (nc > NR && G * cdiv(Kx, nc) * imin(imax(nch, 1), win) < 4 * int64_t(num_threads())) nc -= NR;
+  const int64_t nt = cdiv(Kx, nc), ntiles = G * nt, tile_size = Mp * nc;
   const int64_t npan = nc / NR;
-  for (int64_t c0 = 0; c0 < Pq; c0 += chunk_q) {
-    const int64_t c1 = imin(Pq, c0 + chunk_q), cq = c1 - c0;
-    // A[g][row group][step][MR o] for the chunk: one unit per (group, range of steps).
-    const int64_t unit_q = 64, units = cdiv(cq, unit_q);
-    run_units(G * units, double(cq) * double(Og) * double(G), [&](int64_t u) {
-      const int64_t gi = u / units, s0 = c0 + (u % units) * unit_q, s1 = imin(c1, s0 + unit_q);
-      uint32_t* ag = ap.p + gi * Mp * cq;
+  WBuf ap(G * Mp * imin(win * CQ, imax(Pq, 1)));
+  WBuf part(imin(win, imax(nch, 1)) * ntiles * tile_size);  // a window's partial tiles
+  WBuf acc(ntiles * tile_size);  // tiles [o][(kh, kw, ci)], row stride nc
+  for (int64_t w0 = 0; w0 < nch; w0 += win) {
+    const int64_t w1 = imin(nch, w0 + win), qa = w0 * CQ, qb = imin(Pq, w1 * CQ), wq = qb - qa;
+    // A[g][row group][step][mr o] for the window: one unit per (group, range of steps).
+    const int64_t unit_q = 64, units = cdiv(wq, unit_q);
+    run_units(G * units, double(wq) * double(Og) * double(G), [&](int64_t u) {
+      const int64_t gi = u / units, s0 = qa + (u % units) * unit_q, s1 = imin(qb, s0 + unit_q);
+      uint32_t* ag = ap.p + gi * Mp * wq;
       for (int64_t st = s0; st < s1; ++st) {
         const int64_t p = st * Kind::kstep;
         const TG* g0 = gr + p * O + gi * Og;
         for (int64_t i = 0; i < Mp; i += mr) {
           const int64_t rr = imin(mr, Og - i);
-          uint32_t* d = ag + i * cq + (st - c0) * mr;
+          uint32_t* d = ag + i * wq + (st - qa) * mr;
           if constexpr (std::is_same_v<Kind, F32Kind>) {
             copy_row(g0 + i, rr, reinterpret_cast<float*>(d));
           } else {
@@ -379,10 +385,13 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
         }
       }
     });
-    run_tasks(ntasks, 2.0 * double(Og * G) * double(cq * Kind::kstep) * double(Kx), [&](int64_t task, Scratch& s) {
-      const int64_t gi = task / nt, n0 = (task % nt) * nc, nb = imin(nc, Kx - n0);
-      const uint32_t* ag = ap.p + gi * Mp * cq;
-      float* ct = acc.f() + task * tile_size;
+    const double flops = 2.0 * double(Og * G) * double(wq * Kind::kstep) * double(Kx);
+    run_tasks((w1 - w0) * ntiles, flops, [&](int64_t task, Scratch& s) {
+      const int64_t c = w0 + task / ntiles, tile = task % ntiles;
+      const int64_t gi = tile / nt, n0 = (tile % nt) * nc, nb = imin(nc, Kx - n0);
+      const int64_t c0 = c * CQ, c1 = imin(Pq, c0 + CQ);
+      const uint32_t* ag = ap.p + gi * Mp * wq;
+      float* ct = part.f() + task * tile_size;
       // The task's B block: panels [npan][KQ][NR] in s.b (two temporary patch rows in
       // s.a when patch_step needs them).
       s.b.reserve(npan * KQ * NR);
@@ -402,21 +411,30 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
           px[0] = px[npx - 1];
           px[0].next(q);
         }
-        const int64_t off = q0 - c0;
+        const int64_t off = q0 - qa;
         for (int64_t j = 0; j < nb; j += NR)
           for (int64_t i = 0; i < Mp; i += mr) {
-            const uint32_t* a = ag + i * cq + off * mr;
+            const uint32_t* a = ag + i * wq + off * mr;
             const uint32_t* b = s.b.p + (j / NR) * nq * NR;
-            if (mr == 8) ukernel_x32<Kind, true, 8>(nq, a, 0, b, ct + i * nc + j, nc, q0 > 0);
-            else ukernel_x32<Kind, true>(nq, a, 0, b, ct + i * nc + j, nc, q0 > 0);
+            if (mr == 8) ukernel_x32<Kind, true, 8>(nq, a, 0, b, ct + i * nc + j, nc, q0 > c0);
+            else ukernel_x32<Kind, true>(nq, a, 0, b, ct + i * nc + j, nc, q0 > c0);
           }
+      }
+    });
+    // acc += the window's partial tiles, in chunk order.
+    run_units(ntiles, double(w1 - w0) * double(tile_size), [&](int64_t tile) {
+      float* t = acc.f() + tile * tile_size;
+      for (int64_t c = w0; c < w1; ++c) {
+        const float* pt = part.f() + ((c - w0) * ntiles + tile) * tile_size;
+        if (c == 0) std::memcpy(t, pt, size_t(tile_size) * 4);
+        else for (int64_t i = 0; i < tile_size; ++i) t[i] += pt[i];
       }
     });
   }
   // dw[(kh, kw, ci), g*Og + o] = tile[o][(kh, kw, ci)]: each tile column is a dw row piece.
-  run_units(ntasks, double(Kx) * double(O), [&](int64_t task) {
-    const int64_t gi = task / nt, n0 = (task % nt) * nc, nb = imin(nc, Kx - n0);
-    const float* tile = acc.f() + task * tile_size;
+  run_units(ntiles, double(Kx) * double(O), [&](int64_t tile_i) {
+    const int64_t gi = tile_i / nt, n0 = (tile_i % nt) * nc, nb = imin(nc, Kx - n0);
+    const float* tile = acc.f() + tile_i * tile_size;
     WBuf col(Og);
     for (int64_t j = 0; j < nb; ++j) {
       for (int64_t i = 0; i < Og; ++i) col.f()[i] = P ? tile[i * nc + j] : 0.f;
