@@ -29,4 +29,22 @@ static podlet_bindings::Binder reg_pmap([](py::module_& m) {
   m.def("mpi_finalize", []() { py::gil_scoped_release nogil; podlet::mpi_finalize(); });
   m.def("process_count", []() { return podlet::comm() ? podlet::comm()->size() : 1; });
   m.def("process_index", []() { return podlet::comm() ? podlet::comm()->rank() : 0; });
+  m.def(
+      "process_allgather_bytes",
+      [](const py::bytes& data) {
+        std::string mine = data;
+        std::vector<std::string> all;
+        {
+          py::gil_scoped_release nogil;
+          all = podlet::process_allgather_bytes(mine);
+        }
+        py::list out;
+        for (auto& s : all) out.append(py::bytes(s));
+        return out;
+      },
+      py::arg("data"),
+      "Every process's bytes (any lengths), in process order; [data] in a single process. "
+      "Bounded by PODLET_COLLECTIVE_TIMEOUT like pmap's collectives.");
+  m.def("mpi_abort", [](int code) { podlet::mpi_abort(code); }, py::arg("code"),
+        "Ends every process of the job with this exit status (MPI_Abort).");
 });

@@ -2,6 +2,7 @@
 // whenever the kernel writes its own output, so graph outputs need no gathering copy.
 #include "podlet/exec/pmap.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
@@ -17,6 +18,24 @@ void set_pmap_merge(bool on) { g_merge = on; }
 bool pmap_merge() { return g_merge; }
 void set_comm(std::shared_ptr<Comm> c) { g_comm = std::move(c); }
 Comm* comm() { return g_comm.get(); }
+
+std::vector<std::string> process_allgather_bytes(const std::string& mine) {
+  Comm* c = comm();
+  if (!c || c->size() == 1) return {mine};
+  const int P = c->size();
+  std::vector<int64_t> lens(P);
+  int64_t n = int64_t(mine.size());
+  c->allgather(&n, sizeof n, lens.data());  // lengths first, then the padded payloads
+  const int64_t m = *std::max_element(lens.begin(), lens.end());
+  std::vector<std::string> out(P);
+  if (m == 0) return out;
+  std::string padded = mine;
+  padded.resize(size_t(m));
+  std::string all(size_t(m) * P, '\0');
+  c->allgather(padded.data(), size_t(m), all.data());
+  for (int p = 0; p < P; ++p) out[p] = all.substr(size_t(p) * size_t(m), size_t(lens[p]));
+  return out;
+}
 
 namespace {
 

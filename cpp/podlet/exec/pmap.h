@@ -9,6 +9,7 @@
 #pragma once
 #include <cstddef>
 #include <memory>
+#include <string>
 #include <vector>
 #include "podlet/ir/graph.h"
 
@@ -27,6 +28,10 @@ class Comm {
 };
 void set_comm(std::shared_ptr<Comm> c);  // nullptr: single process
 Comm* comm();
+
+// Host-side exchange for the training loop (podlet.distributed): every process's bytes,
+// of any lengths, in process order ({mine} in a single process).
+std::vector<std::string> process_allgather_bytes(const std::string& mine);
 
 struct PmapOutputs {
   std::vector<Array> values;      // replicated: the one buffer; else [n_local, ...]
