@@ -10,7 +10,21 @@
 namespace podlet {
 
 void set_num_threads(int n);
-int num_threads();
+int num_threads();  // 1 on a thread inside a SerialScope
+
+// While alive, num_threads() is 1 on this thread: for a caller that already runs
+// independent kernel calls in parallel (pmap runs replicas side by side). Results do not
+// change: no kernel's bits depend on its thread count.
+class SerialScope {
+ public:
+  SerialScope();
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // fn(begin, end) over [0, n) in chunks of `grain`; parallel only when worth it.
 template <class F>

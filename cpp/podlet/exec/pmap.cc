@@ -6,7 +6,11 @@
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
+#include <exception>
+#include <map>
+#include <mutex>
 #include <set>
+#include <tuple>
 #include "podlet/parallel.h"
 #include "podlet/prims/common.h"
 
@@ -16,6 +20,9 @@ static std::shared_ptr<Comm> g_comm;
 static bool g_merge = [] { const char* e = std::getenv("PODLET_PMAP_MERGE"); return !(e && e[0] == '0'); }();
 void set_pmap_merge(bool on) { g_merge = on; }
 bool pmap_merge() { return g_merge; }
+static bool g_replica_parallel = [] { const char* e = std::getenv("PODLET_PMAP_PARALLEL"); return !(e && e[0] == '0'); }();
+void set_pmap_replica_parallel(bool on) { g_replica_parallel = on; }
+bool pmap_replica_parallel() { return g_replica_parallel; }
 void set_comm(std::shared_ptr<Comm> c) { g_comm = std::move(c); }
 Comm* comm() { return g_comm.get(); }
 
@@ -37,7 +44,34 @@ std::vector<std::string> process_allgather_bytes(const std::string& mine) {
   return out;
 }
 
+// Per-(primitive, dtype, how) counters of the pmap executor while profiling is on
+// (podlet.profile merges them with run_graph's). FLOPs and bytes count every replica
+// the node ran for.
+static std::mutex g_pprof_mu;
+static std::map<std::tuple<std::string, std::string, std::string>, ProfileEntry> g_pprof;
+
+std::map<std::tuple<std::string, std::string, std::string>, ProfileEntry> take_pmap_profile() {
+  std::lock_guard<std::mutex> lk(g_pprof_mu);
+  auto r = std::move(g_pprof);
+  g_pprof.clear();
+  return r;
+}
+
 namespace {
+
+void record_pmap_profile(const Graph& g, const Node& n, const char* how, int reps, double seconds) {
+  double flops = 0, bytes = 0;
+  std::vector<AVal> ia, oa;
+  for (int v : n.in) { ia.push_back(g.avals[v]); bytes += double(g.avals[v].nbytes()); }
+  for (int v : n.out) { oa.push_back(g.avals[v]); bytes += double(g.avals[v].nbytes()); }
+  if (n.prim->flops) flops = n.prim->flops(ia, oa, n.attrs);
+  std::lock_guard<std::mutex> lk(g_pprof_mu);
+  auto& e = g_pprof[{n.prim->name, oa.empty() ? "" : dtype_name(oa[0].dtype), how}];
+  e.calls += 1;
+  e.seconds += seconds;
+  e.flops += flops * reps;
+  e.bytes += bytes * reps;
+}
 
 struct Value {
   std::vector<Array> per;  // size 1 when replicated, else n_local
@@ -211,6 +245,42 @@ bool run_merged(const Graph& g, const Node& n, std::vector<Value>& vals, int nre
   return true;
 }
 
+// Runs node n for replicas 0..reps-1 side by side (replicas spread over the threads,
+// each kernel call serial); outputs go to bufs as in the sequential loop. An error names
+// the lowest failing replica, as the sequential loop would.
+void run_replicas_parallel(const Graph& g, const Node& n, std::vector<Value>& vals, int reps,
+                           std::vector<Array>& bufs) {
+  std::vector<std::vector<Array>> outs(reps);
+  std::vector<std::exception_ptr> err(reps);
+  const int nt = std::min(num_threads(), reps);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int r = 0; r < reps; ++r) {
+    SerialScope serial;
+    try {
+      std::vector<Array> in;
+      for (int v : n.in) in.push_back(vals[v].at(r));
+      auto& out = outs[r];
+      for (size_t k = 0; k < n.out.size(); ++k) {
+        const AVal& a = g.avals[n.out[k]];
+        out.push_back(view(bufs[k], a, size_t(r) * a.nbytes()));
+      }
+      n.prim->kernel(in, out, n.attrs);
+    } catch (...) {
+      err[r] = std::current_exception();
+    }
+  }
+  for (int r = 0; r < reps; ++r) {
+    if (!err[r]) continue;
+    try {
+      std::rethrow_exception(err[r]);
+    } catch (const Error&) {
+      rethrow_prefixed(fmt("(replica ", r, ") "));
+    }
+  }
+  for (size_t k = 0; k < n.out.size(); ++k)
+    for (int r = 0; r < reps; ++r) vals[n.out[k]].per.push_back(std::move(outs[r][k]));
+}
+
 bool is_collective(const std::string& name) {
   return name == "psum" || name == "pmean" || name == "pmax" || name == "pmin" || name == "all_gather" ||
          name == "ppermute" || name == "axis_index";
@@ -309,10 +379,14 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
   for (int v : g.outputs) last[v] = int(g.nodes.size());
 
   std::vector<Array> in, out;
+  const bool prof = profiling();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     const std::string& name = n.prim->name;
     bool continue_node = false;
+    const char* how = "collective";
+    int how_reps = 1;
+    auto t0 = prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
       if (is_collective(name)) {
         run_collective(g, n, vals, n_local);
@@ -325,7 +399,13 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
         for (int v : n.out)
           bufs.push_back(n.prim->kernel_allocates ? Array() : Array(g.avals[v].dtype, with_lead(reps, g.avals[v].shape)));
         for (int v : n.out) { vals[v].replicated = all_rep; vals[v].per.clear(); }
-        if (!all_rep && g_merge && run_merged(g, n, vals, n_local, bufs)) continue_node = true;
+        how = all_rep ? "once" : "per-replica";
+        how_reps = reps;
+        if (!all_rep && g_merge && run_merged(g, n, vals, n_local, bufs)) { continue_node = true; how = "merged"; }
+        if (!continue_node && reps > 1 && g_replica_parallel && !n.prim->kernel_allocates && num_threads() > 1) {
+          run_replicas_parallel(g, n, vals, reps, bufs);
+          continue_node = true;
+        }
         for (int r = 0; r < reps && !continue_node; ++r) {
           in.clear();
           for (int v : n.in) in.push_back(vals[v].at(r));
@@ -346,6 +426,9 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
       rethrow_prefixed(name + (n.where.empty() ? "" : " (" + n.where + ")") + ": ");
     }
     for (int v : n.in) if (last[v] == int(i)) vals[v] = Value();
+    if (prof)
+      record_pmap_profile(g, n, how, how_reps,
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   PmapOutputs res;
   for (int v : g.outputs) {
