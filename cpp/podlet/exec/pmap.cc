@@ -161,6 +161,22 @@ void reduce_replicas(Red op, const Array& g, Array& out, int64_t N) {
   });
 }
 
+// The same, reading bf16 buffers that stand for the f32 values convert_element_type would
+// have made of them (widening is exact, so the bits are those of converting first).
+void reduce_replicas_widening(Red op, const Array& g, Array& out, int64_t N) {
+  const int64_t m = out.size();
+  const bf16* src = static_cast<const bf16*>(g.raw());
+  float* dst = static_cast<float*>(out.raw());
+  parallel_for(m, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float acc = float(src[i]);
+      for (int64_t r = 1; r < N; ++r) acc = acc + float(src[r * m + i]);
+      if (op == Red::mean) acc = acc / float(N);
+      dst[i] = acc;
+    }
+  });
+}
+
 // The replicas' buffers of v as one [n, ...] array, if they already are one (no copy).
 bool as_stack(const Value& v, const AVal& a, int n, Array* out) {
   size_t nb = a.nbytes();
@@ -286,8 +302,9 @@ bool is_collective(const std::string& name) {
          name == "ppermute" || name == "axis_index";
 }
 
-// Runs collective node `n`; sets vals[n.out[0]].
-void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int n_local) {
+// Runs collective node `n`; sets vals[n.out[0]]. `widen`: its (psum/pmean) operand holds
+// the bf16 buffers of a deferred bf16 -> f32 conversion.
+void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int n_local, bool widen) {
   const std::string& name = n.prim->name;
   const AVal& oa = g.avals[n.out[0]];
   Comm* c = comm();
@@ -305,7 +322,8 @@ void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int
     return;
   }
   const AVal& ia = g.avals[n.in[0]];
-  Array G = gather_global(vals[n.in[0]], ia, n_local);
+  // A widened operand crosses processes as bf16: half the bytes.
+  Array G = gather_global(vals[n.in[0]], widen ? AVal{DType::bf16, ia.shape} : ia, n_local);
   if (name == "ppermute") {
     auto perm = n.attrs.ints("perm");
     Array all(oa.dtype, with_lead(n_local, oa.shape));
@@ -340,7 +358,8 @@ void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int
         std::memcpy(dst + (a * N + r) * row, src + (r * A + a) * row, row);
   } else {
     Red op = name == "psum" ? Red::sum : name == "pmean" ? Red::mean : name == "pmax" ? Red::max : Red::min;
-    reduce_replicas(op, G, res, N);
+    if (widen) reduce_replicas_widening(op, G, res, N);
+    else reduce_replicas(op, G, res, N);
   }
   out.replicated = true;
   out.per = {res};
@@ -377,6 +396,27 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
   std::vector<int> last(g.num_values(), -1);
   for (size_t i = 0; i < g.nodes.size(); ++i) for (int v : g.nodes[i].in) last[v] = int(i);
   for (int v : g.outputs) last[v] = int(g.nodes.size());
+  // convert_element_type(bf16 -> f32) whose only use is a psum/pmean (every gradient of a
+  // bf16 model before its pmean): the collective widens while reducing instead, so the
+  // replicas' f32 copies of the gradients are never written.
+  std::vector<char> defer(g.nodes.size(), 0), narrow(g.num_values(), 0);
+  {
+    std::vector<int> uses(g.num_values(), 0), producer(g.num_values(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (int v : g.nodes[i].in) ++uses[v];
+      for (int v : g.nodes[i].out) producer[v] = int(i);
+    }
+    for (int v : g.outputs) ++uses[v];
+    for (const Node& n : g.nodes) {
+      if (n.prim->name != "psum" && n.prim->name != "pmean") continue;
+      int y = n.in[0], p = producer[y];
+      if (p < 0 || uses[y] != 1) continue;
+      const Node& c = g.nodes[p];
+      if (c.prim->name == "convert_element_type" && g.avals[c.in[0]].dtype == DType::bf16 &&
+          g.avals[y].dtype == DType::f32)
+        defer[p] = 1;
+    }
+  }
 
   std::vector<Array> in, out;
   const bool prof = profiling();
@@ -388,8 +428,12 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
     int how_reps = 1;
     auto t0 = prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
-      if (is_collective(name)) {
-        run_collective(g, n, vals, n_local);
+      if (defer[i]) {  // see above: the value stands for its bf16 operand until its collective
+        vals[n.out[0]] = vals[n.in[0]];
+        narrow[n.out[0]] = 1;
+        how = "deferred";
+      } else if (is_collective(name)) {
+        run_collective(g, n, vals, n_local, !n.in.empty() && narrow[n.in[0]]);
       } else {
         bool all_rep = true;
         for (int v : n.in) all_rep = all_rep && vals[v].replicated;

@@ -48,6 +48,7 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args,
 
 // The pmap executor's profiling counters (while ir/graph.h's profiling() is on), by
 // (primitive, dtype of its first output, how it ran: "once" for replicated values,
+// "deferred" for a bf16 -> f32 conversion folded into the psum/pmean that uses it,
 // "merged" over the replicas' buffers, "per-replica", or "collective"); clears them.
 std::map<std::tuple<std::string, std::string, std::string>, ProfileEntry> take_pmap_profile();
 

@@ -196,6 +196,20 @@ def _shard_args():
     return {} if p == 1 else {"num_shards": p, "shard_index": jax.process_index()}
 
 
+def _check_shardable(data):
+    """With several processes the dataset must serve parts of batches (see input.py)."""
+    if jax.process_count() == 1:
+        return
+    import inspect
+    for name in ("train_batches", "eval_batches"):
+        params = inspect.signature(getattr(data, name)).parameters
+        if not ({"num_shards", "shard_index"} <= set(params)
+                or any(q.kind is inspect.Parameter.VAR_KEYWORD for q in params.values())):
+            raise TypeError(f"{type(data).__name__}.{name} takes no num_shards/shard_index: with "
+                            f"{jax.process_count()} processes each must read its part of every batch "
+                            f"(see podlet.training.input)")
+
+
 def _on_process_0(fn):
     """fn() on process 0; every process returns its result, or raises its exception (a
     copy of it on the other processes), so file-based decisions are taken once."""
@@ -333,6 +347,7 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
     n_dev, n_local = _device_count(cfg)
     C.validate(cfg, num_devices=n_dev, default_origin=cfg_path)
     data = data if data is not None else make_data(cfg)
+    _check_shardable(data)
     n_train = data.num_examples("train")
     spe = n_train // t.batch_size
     if spe == 0:
