@@ -8,8 +8,8 @@ framework/device count runs in its own subprocess, nice'd, on --threads threads.
 images/s and the overhead of 8 devices over 1 (time8 / time1 - 1, same framework);
 writes bench/results/pmap_overhead.json.
 
-    nice -n 10 .venv/bin/python bench/pmap_overhead.py                    # all four (~15 min at 224 px)
-    .venv/bin/python bench/pmap_overhead.py --frameworks podlet --steps 3 --profile
+    .venv/bin/python bench/pmap_overhead.py --rounds 3 --steps 5 --profile   # all four, 3 times (~8 min)
+    .venv/bin/python bench/pmap_overhead.py --frameworks podlet --size 112 --rounds 1
 
 ``--profile`` adds podlet.profile's per-primitive table of one step of each podlet run
 (the pmap executor's nodes, by how they ran: once for replicated values, merged over the
@@ -209,8 +209,8 @@ def main():
     p.add_argument("--batch", type=int, default=32, help="the global batch")
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--steps", type=int, default=4, help="timed steps after one untimed step")
-    p.add_argument("--rounds", type=int, default=2,
+    p.add_argument("--steps", type=int, default=5, help="timed steps after one untimed step")
+    p.add_argument("--rounds", type=int, default=3,
                    help="run every framework/device count this many times, interleaved (best of all rounds)")
     p.add_argument("--profile", action="store_true", help="podlet.profile one more step of each podlet run")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per run")
@@ -271,9 +271,9 @@ def main():
                 diff = profile_diff(lo, hi)
                 results["overhead"][fw]["profile_delta"] = diff
                 print(f"profiled step, by primitive: {'1 dev ms':>9s} {'8 dev ms':>9s} {'delta ms':>9s}")
-                for d in diff[:12]:
-                    print(f"{d['prim'][:34]:34s} {1e3 * d['seconds_1']:9.1f} {1e3 * d['seconds_8']:9.1f} "
-                          f"{1e3 * d['delta_seconds']:+9.1f}")
+                for d in diff[:8] + [None] + diff[-4:]:  # the largest costs and savings
+                    print("..." if d is None else f"{d['prim'][:34]:34s} {1e3 * d['seconds_1']:9.1f} "
+                          f"{1e3 * d['seconds_8']:9.1f} {1e3 * d['delta_seconds']:+9.1f}")
     results["load_average_after"] = os.getloadavg()
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
