@@ -1,7 +1,8 @@
 """`podlet train` under mpirun: 2 processes x 4 devices train exactly like 1 process x 8
 devices (every checkpoint, metrics.jsonl, summary.json), each process reads only its
 part of every batch, only process 0 writes the run directory and prints, and a run
-stopped by a signal to one process resumes under mpirun to the same bits."""
+stopped by a signal to one process resumes under mpirun to the same bits; errors end
+the job with status 2 (MPI_Abort unless every process raised the same error)."""
 import json
 import os
 import shutil
@@ -206,3 +207,17 @@ def test_array_data_parts_and_padding():
     for k in range(len(full)):
         for key in ("image", "label", "mask"):
             np.testing.assert_array_equal(full[k][key], np.concatenate([p[k][key] for p in parts]))
+
+
+def test_errors_under_mpirun_end_the_job_with_status_2(one_process, tmp_path):
+    env = _env(PODLET_NUM_DEVICES="4")
+    base = _mpirun_cmd(env, [])[:-1] + ["-m", "podlet", "train", SMOKE, *_sets()]
+    # process 0 decides about the run directory: one message, every process exits with 2
+    r = subprocess.run(base + ["--run-dir", one_process], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.count("already holds checkpoints: pass --resume") == 1 and "MPI_ABORT" not in r.stderr
+    # an error any process may hit alone ends the whole job (MPI_Abort) with its status
+    r = subprocess.run(base + ["--set", "train.learning_rate=-1", "--run-dir", str(tmp_path / "r")], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "expected a value > 0.0, got -1.0" in r.stderr and "MPI_ABORT" in r.stderr
+    assert not (tmp_path / "r").exists()

@@ -333,10 +333,11 @@ def main(argv=None):
             print(f"podlet: error: {e}", file=sys.stderr)
         return 3
     except _expected_errors() as e:
+        everywhere = getattr(e, "raised_on_every_process", False)
         if not getattr(e, "copy_of_process_0", False):
-            print(f"podlet: error{where}: {e}", file=sys.stderr)
+            print(f"podlet: error{'' if everywhere else where}: {e}", file=sys.stderr)
         # an error of process 0's decision is raised on every process: no one is left waiting
-        return 2 if getattr(e, "raised_on_every_process", False) else _end(2)
+        return 2 if everywhere else _end(2)
     except BaseException:
         if podlet.process_count() > 1:  # the others may be waiting for this process in a collective
             import traceback
