@@ -201,6 +201,30 @@ def profile_diff(r1, r8):
     return [{"prim": k, "seconds_1": s1, "seconds_8": s8, "delta_seconds": d} for d, k, s1, s8 in rows]
 
 
+def trim(results, keep=25):
+    """Keeps the result file small: the profiled ops of the runs the figures come from (the
+    best per framework and device count), their `keep` costliest primitives, and the
+    profile deltas above 0.5 ms."""
+    best = {}
+    for r in results["runs"]:
+        k = (r["framework"], r["devices"])
+        if "best_step_s" in r and (k not in best or r["best_step_s"] < best[k]["best_step_s"]):
+            best[k] = r
+    for r in results["runs"]:
+        prof = r.get("profile")
+        if not prof:
+            continue
+        if r is best.get((r["framework"], r["devices"])) and "ops" in prof:
+            prof["ops"] = [{k: o[k] for k in ("prim", "dtype", "calls", "seconds", "gflops_per_s")}
+                           for o in sorted(prof["ops"], key=lambda o: -o["seconds"])[:keep]]
+        else:
+            prof.pop("ops", None)
+    for ov in results["overhead"].values():
+        if "profile_delta" in ov:
+            ov["profile_delta"] = [d for d in ov["profile_delta"] if abs(d["delta_seconds"]) > 5e-4]
+    return results
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--frameworks", default="podlet,jax")
@@ -277,7 +301,7 @@ def main():
     results["load_average_after"] = os.getloadavg()
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump(results, f, indent=2)
+        json.dump(trim(results), f, indent=1)
     print(f"wrote {a.out}")
 
 
