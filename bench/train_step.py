@@ -102,13 +102,11 @@ def run_podlet(model_name, dtype, batch, size, steps):
 # ---------------------------------------------------------------------------------
 # JAX + Flax + Optax: the same ResNet as podlet.models.ResNet
 # ---------------------------------------------------------------------------------
-def run_jax(model_name, dtype, batch, size, steps):
-    import jax
+def flax_resnet(stages, cdt):
+    """podlet.models.ResNet (dropout 0, no stochastic depth) written in Flax; `cdt` is the
+    compute dtype (params float32)."""
     import jax.numpy as jnp
     import flax.linen as nn
-    import optax
-
-    cdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
 
     def bn(train, **kw):
         return nn.BatchNorm(use_running_average=not train, momentum=0.9, epsilon=1e-5, **kw)
@@ -143,7 +141,16 @@ def run_jax(model_name, dtype, batch, size, steps):
             x = jnp.mean(x, axis=(1, 2))
             return jnp.asarray(nn.Dense(NUM_CLASSES, dtype=cdt)(x), jnp.float32)
 
-    model = ResNet(tuple(STAGES[model_name]))
+    return ResNet(tuple(stages))
+
+
+def run_jax(model_name, dtype, batch, size, steps):
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    cdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
+    model = flax_resnet(STAGES[model_name], cdt)
     xn, yn = data(batch, size)
     x, y = jnp.asarray(xn), jnp.asarray(yn)
     v = model.init(jax.random.PRNGKey(0), x[:1], train=False)

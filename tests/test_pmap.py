@@ -48,6 +48,39 @@ def test_pmean_is_psum_over_n():
     np.testing.assert_array_equal(np.asarray(m)[3], (s / np.float32(N)).astype(np.float32))
 
 
+def test_pmean_of_widened_bf16_equals_widening_first():
+    """pmean/psum of x.astype(float32) with x bfloat16 (a bf16 model's gradients) reads the
+    bf16 buffers and widens while reducing; the bits are those of converting first (here
+    the converted value has a second use, so it is materialised)."""
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((N, 6, 5)) * 3).astype(ml_dtypes.bfloat16)
+    x[0, 0, :4] = [np.inf, np.nan, 1e-40, -0.0]  # inf, NaN, a denormal (in f32), -0
+    x[3, 1, 0] = -np.inf
+
+    def folded(v):
+        w = v.astype(jnp.float32)
+        return lax.pmean(w, "i"), lax.psum(v.astype(jnp.float32), "i")
+
+    def materialised(v):
+        w = v.astype(jnp.float32)
+        return lax.pmean(w, "i"), lax.psum(w, "i"), w
+
+    try:
+        for n in (N, 1):
+            jax.config.update("num_devices", n)
+            a, b = jax.pmap(folded, axis_name="i")(x[:n])
+            c, d, w = jax.pmap(materialised, axis_name="i")(x[:n])
+            assert np.asarray(w).dtype == np.float32
+            assert np.asarray(a).tobytes() == np.asarray(c).tobytes()
+            assert np.asarray(b).tobytes() == np.asarray(d).tobytes()
+    finally:
+        jax.config.update("num_devices", N)
+    want = x.astype(np.float32)[0].copy()
+    for r in range(1, N):
+        want = (want + x.astype(np.float32)[r]).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(jax.pmap(folded, axis_name="i")(x)[1])[0], want)
+
+
 def test_reduced_results_are_replicated_and_stored_once():
     x = np.ones((N, 4), np.float32)
     out, local = jax.pmap(lambda v: (lax.psum(v, "i"), v * 2), axis_name="i")(x)

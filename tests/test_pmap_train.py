@@ -50,8 +50,9 @@ def test_seed_step_equals_jax_pmap_on_8_host_devices(batches, tmp_path):
 
 
 def test_seed_step_bits_do_not_depend_on_threads_or_replica_merging(batches):
-    """1 vs 2 threads, and batch-separable nodes run once over all replicas (default)
-    vs once per replica: the same bits."""
+    """1 vs 2 threads, batch-separable nodes run once over all replicas (default) vs once
+    per replica, and per-replica nodes run side by side (default) vs one after another:
+    the same bits."""
     x, y = batches
     old = jax.config.num_threads
     try:
@@ -61,12 +62,17 @@ def test_seed_step_bits_do_not_depend_on_threads_or_replica_merging(batches):
         b = pmap_seed_step.run("podlet", x[:1], y[:1], 1, dtype_name="bfloat16")
         _core.set_pmap_merge(False)
         c = pmap_seed_step.run("podlet", x[:1], y[:1], 1, dtype_name="bfloat16")
+        _core.set_pmap_replica_parallel(False)
+        d = pmap_seed_step.run("podlet", x[:1], y[:1], 1, dtype_name="bfloat16")
+        _core.set_pmap_merge(True)
+        e = pmap_seed_step.run("podlet", x[:1], y[:1], 1, dtype_name="bfloat16")
     finally:
         jax.config.update("num_threads", old)
         _core.set_pmap_merge(True)
+        _core.set_pmap_replica_parallel(True)
     for k in a:
-        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
-        np.testing.assert_array_equal(a[k], c[k], err_msg=k)
+        for other in (b, c, d, e):
+            np.testing.assert_array_equal(a[k], other[k], err_msg=k)
 
 
 def test_seed_step_trains_bf16_cnn_on_8_devices():

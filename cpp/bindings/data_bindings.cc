@@ -73,6 +73,8 @@ PipelineSpec parse_spec(std::shared_ptr<Source> source, const py::dict& d) {
   s.repeat = get_or<int64_t>(d, "repeat", 1);
   s.repeat_before_batch = get_or<bool>(d, "repeat_before_batch", true);
   s.take = get_or<int64_t>(d, "take", -1);
+  s.shard_count = get_or<int64_t>(d, "shard_count", 1);
+  s.shard_index = get_or<int64_t>(d, "shard_index", 0);
   s.prefetch = get_or<int64_t>(d, "prefetch", 0);
   s.threads = get_or<int>(d, "threads", 0);
   return s;

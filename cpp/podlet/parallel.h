@@ -10,7 +10,21 @@
 namespace podlet {
 
 void set_num_threads(int n);
-int num_threads();
+int num_threads();  // 1 on a thread inside a SerialScope
+
+// While alive, num_threads() is 1 on this thread: for a caller that already runs
+// independent kernel calls in parallel (pmap runs replicas side by side). Results do not
+// change: no kernel's bits depend on its thread count.
+class SerialScope {
+ public:
+  SerialScope();
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  bool prev_;
+};
 
 // Runs one chunk. Every path of parallel_for calls fn through this one non-inlined
 // function, so fn's loop is compiled once: inlined separately into a serial and an

@@ -10,6 +10,13 @@
 
 Errors in configs, files and run directories print one line naming the key or file and
 exit with status 2; Ctrl-C during training saves a checkpoint and exits with 130.
+
+Several processes: ``mpirun -np 2 podlet train CONFIG`` (likewise ``sweep`` and ``eval``)
+joins the processes with ``podlet.distributed.initialize()`` whenever mpirun started
+them (``--distributed`` forces it under another MPI launcher). The global batch is then
+split over every process's devices, each process reads its part of the data, and only
+process 0 writes the run directory and prints. An error on some processes ends the
+whole job (MPI_Abort) with its exit status instead of leaving the others waiting.
 """
 from __future__ import annotations
 
@@ -37,6 +44,20 @@ def _expected_errors():
 
 # ------------------------------------------------------------------------------ commands
 
+def _is_primary():
+    import podlet
+    return podlet.process_index() == 0
+
+
+def _join_processes(args):
+    """podlet.distributed.initialize() when mpirun started this process (or --distributed)."""
+    from podlet import distributed
+    if distributed.is_initialized():
+        return
+    if getattr(args, "distributed", False) or distributed.launched_by_mpirun():
+        distributed.initialize()
+
+
 def cmd_train(args):
     from podlet.training import config as C
     from podlet.training.loop import train
@@ -45,13 +66,16 @@ def cmd_train(args):
     if args.resume and not run_dir:
         raise CLIError("--resume needs --run-dir (the run to continue)")
     summary = train(cfg, run_dir, resume=args.resume, progress=not args.no_progress)
-    print(f"\nrun directory: {summary['run_dir']}")
+    if _is_primary():
+        print(f"\nrun directory: {summary['run_dir']}")
     return 0
 
 
 def cmd_eval(args):
     from podlet.training.loop import evaluate_run
     m = evaluate_run(args.run_dir, split=args.split, checkpoint=args.checkpoint)
+    if not _is_primary():
+        return 0
     if args.json:
         print(json.dumps(m, indent=2))
         return 0
@@ -98,12 +122,17 @@ def cmd_sweep(args):
         raise CLIError("--seeds: give at least one seed")
     base = C.load_config(args.config, args.set)
     root = args.run_dir or os.path.join("runs", f"{base.name}-sweep-{time.strftime('%Y%m%d-%H%M%S')}")
+    from podlet import distributed
+    root = distributed.broadcast_object(root)  # the default name has process 0's time in it
+    say = print if _is_primary() else (lambda *a, **k: None)
     summaries = []
     for s in seeds:
         cfg = C.load_config(args.config, list(args.set) + [f"train.seed={s}"])
-        print(f"== seed {s} ==")
+        say(f"== seed {s} ==")
         summaries.append(train(cfg, os.path.join(root, f"seed_{s}"), progress=not args.no_progress))
     stats = sweep_statistics(summaries)
+    if not _is_primary():
+        return 0
     with open(os.path.join(root, "sweep.json"), "w") as f:
         json.dump({"seeds": seeds, "test": stats}, f, indent=2)
     print(f"\n{base.name}: test metrics over seeds {seeds} (mean ± std)")
@@ -215,12 +244,17 @@ def build_parser():
         q.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config key, e.g. --set train.learning_rate=5e-4 (repeatable)")
 
+    def distributed_flag(q):
+        q.add_argument("--distributed", action="store_true",
+                       help="join the MPI processes (podlet.distributed.initialize()); automatic under mpirun")
+
     q = sub.add_parser("train", help="train an experiment config into a run directory")
     q.add_argument("config", help="configs/experiments/<name>.yaml")
     overrides(q)
     q.add_argument("--run-dir", help="run directory (default runs/<name>-<time>)")
     q.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its latest checkpoint")
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
+    distributed_flag(q)
     q.set_defaults(fn=cmd_train)
 
     q = sub.add_parser("eval", help="evaluate a run's checkpoint")
@@ -228,6 +262,7 @@ def build_parser():
     q.add_argument("--split", default="test", choices=["train", "validation", "test"])
     q.add_argument("--checkpoint", default="best", help="best, latest or a step number")
     q.add_argument("--json", action="store_true", help="print every metric as JSON")
+    distributed_flag(q)
     q.set_defaults(fn=cmd_eval)
 
     q = sub.add_parser("sweep", help="train one config with several seeds; mean and std of every metric")
@@ -236,6 +271,7 @@ def build_parser():
     overrides(q)
     q.add_argument("--run-dir", help="sweep directory (default runs/<name>-sweep-<time>)")
     q.add_argument("--no-progress", action="store_true")
+    distributed_flag(q)
     q.set_defaults(fn=cmd_sweep)
 
     q = sub.add_parser("data", help="dataset tools")
@@ -272,21 +308,52 @@ def build_parser():
     return p
 
 
+_MULTI_PROCESS = ("train", "eval", "sweep")
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     from podlet.training.loop import NonFiniteError, TrainingInterrupted
+    import podlet
+    where = ""
     try:
+        if args.command in _MULTI_PROCESS:
+            _join_processes(args)
+        elif os.environ.get("OMPI_COMM_WORLD_SIZE", "1") != "1":
+            raise CLIError(f"podlet {args.command} runs in one process; start it without mpirun")
+        where = f" (process {podlet.process_index()})" if podlet.process_count() > 1 else ""
         return args.fn(args)
-    except TrainingInterrupted as e:
-        print(f"\npodlet: {e}; continue with --resume --run-dir {os.path.dirname(os.path.dirname(e.path))}",
-              file=sys.stderr)
+    except TrainingInterrupted as e:  # every process stops at the same step
+        if _is_primary():
+            print(f"\npodlet: {e}; continue with --resume --run-dir {os.path.dirname(os.path.dirname(e.path))}",
+                  file=sys.stderr)
         return 130
-    except NonFiniteError as e:
-        print(f"podlet: error: {e}", file=sys.stderr)
+    except NonFiniteError as e:  # the pmean'd loss: the same on every process
+        if _is_primary():
+            print(f"podlet: error: {e}", file=sys.stderr)
         return 3
     except _expected_errors() as e:
-        print(f"podlet: error: {e}", file=sys.stderr)
-        return 2
+        everywhere = getattr(e, "raised_on_every_process", False)
+        if not getattr(e, "copy_of_process_0", False):
+            print(f"podlet: error{'' if everywhere else where}: {e}", file=sys.stderr)
+        # an error of process 0's decision is raised on every process: no one is left waiting
+        return 2 if everywhere else _end(2)
+    except BaseException:
+        if podlet.process_count() > 1:  # the others may be waiting for this process in a collective
+            import traceback
+            traceback.print_exc()
+            _end(1)
+        raise
+
+
+def _end(status):
+    """`status`, or, with several processes, the end of the whole job with it: an error
+    here may have left the other processes waiting in a collective."""
+    import podlet
+    if podlet.process_count() > 1:
+        from podlet import distributed
+        distributed.abort(status)
+    return status
 
 
 if __name__ == "__main__":

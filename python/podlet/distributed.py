@@ -6,9 +6,15 @@ become P x local devices, pmap's collectives cross processes in global replica o
 ``process_index()`` tells each process which shard of the data to read. A peer that
 dies or stops answering makes a collective fail within ``PODLET_COLLECTIVE_TIMEOUT``
 seconds (default 600) with an error naming it, and the job is aborted instead of hung.
+
+Host-side exchange for code around the pmap'd step (the training loop: who writes, which
+checkpoint to restore, whether to stop) is in ``podlet.experimental.multihost_utils``
+(``sync_global_devices``, ``broadcast_one_to_all``, ``process_allgather``, as in JAX) and,
+for small picklable Python values, :func:`allgather_object` / :func:`broadcast_object`.
 """
 import atexit
 import os
+import pickle
 
 from . import _core
 
@@ -52,3 +58,31 @@ def shutdown():
 def launched_by_mpirun():
     """True when this process was started by Open MPI's mpirun."""
     return "OMPI_COMM_WORLD_SIZE" in os.environ
+
+
+def allgather_object(obj):
+    """Every process's `obj` (picklable), as a list in process order: ``[obj]`` in a single
+    process. A collective: every process must call it, in the same order."""
+    from . import _core
+    if _core.process_count() == 1:
+        return [obj]
+    return [pickle.loads(b) for b in _core.process_allgather_bytes(pickle.dumps(obj))]
+
+
+def broadcast_object(obj):
+    """Process 0's `obj` on every process (the others' arguments are ignored). A collective."""
+    from . import _core
+    if _core.process_count() == 1:
+        return obj
+    mine = pickle.dumps(obj) if _core.process_index() == 0 else b""
+    return pickle.loads(_core.process_allgather_bytes(mine)[0])
+
+
+def abort(code=1):
+    """Ends every process of the job now with exit status `code` (MPI_Abort): for an error
+    raised on some processes while others may be waiting for them in a collective. In a
+    single process, exits with `code` (without running atexit handlers)."""
+    import sys
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _core.mpi_abort(int(code))

@@ -9,6 +9,9 @@ graph), then once more with the executor's counters on, and prints one row per
 dtype, bytes moved (inputs + outputs of each node) and GB/s; then the step's wall
 time, its peak memory (every buffer podlet holds, parameters included) and the
 model-FLOP utilisation, MFU = FLOPs / (wall time x peak on the threads in use).
+Nodes of pmap'd functions are rows ``prim [how]``: ``once`` (a replicated value, computed
+a single time), ``merged`` (one kernel call over every replica's buffer),
+``per-replica`` (one call per replica) or ``collective``.
 ``profiler.run`` takes the same with options (steps, warmup, quiet).
 
 ``PODLET_PROFILE=1`` in the environment turns the counters on at import and prints the
@@ -50,6 +53,14 @@ def measured_peak(threads=None):
     f32 = measure("f32", _core.measure_peak)
     bf16 = measure("bf16", _core.measure_bf16_peak)  # the f32 loop where there is no bf16 dot
     return {"float32": f32, "bfloat16": bf16, "float64": f32 / 2, "threads": threads}
+
+
+def _take_detail():
+    """run_graph's counters and the pmap executor's (``prim [how]``), since the last take."""
+    detail = dict(_core.take_profile_detailed())
+    for (prim, dtype, how), e in _core.take_pmap_profile().items():
+        detail[(f"{prim} [{how}]", dtype)] = e
+    return detail
 
 
 def _rows(detail, peaks):
@@ -122,7 +133,7 @@ def run(fn, args=(), kwargs=None, *, steps=1, warmup=1, quiet=False, file=None):
     peaks = measured_peak()
     was_on = _core.profiling()
     _core.set_profiling(False)
-    _core.take_profile_detailed()  # drop whatever was counted before
+    _take_detail()  # drop whatever was counted before
     live_before = _core.memory_stats()[0]
     _core.reset_peak_memory()
     _core.set_profiling(True)
@@ -133,7 +144,7 @@ def run(fn, args=(), kwargs=None, *, steps=1, warmup=1, quiet=False, file=None):
     finally:
         wall = time.perf_counter() - t0
         _core.set_profiling(was_on)
-    detail = _core.take_profile_detailed()
+    detail = _take_detail()
     peak_mem = _core.memory_stats()[1]
     ops = _rows(detail, peaks)
     flops = sum(r["flops"] for r in ops)
@@ -158,7 +169,7 @@ def _block(x):
 
 
 def _report_at_exit():
-    detail = _core.take_profile_detailed()
+    detail = _take_detail()
     if not detail:
         return
     peaks = measured_peak()

@@ -101,6 +101,11 @@ void process_element(const PipelineSpec& spec, const Record& rec, uint64_t epoch
 BatchIterator::BatchIterator(PipelineSpec spec, uint64_t first_epoch, int64_t start_item)
     : spec_(std::move(spec)), plan_(spec_, first_epoch), next_item_(start_item) {
   if (start_item < 0) throw ValueError(fmt("start step must be >= 0, got ", start_item));
+  if (spec_.shard_count < 1 || spec_.shard_index < 0 || spec_.shard_index >= spec_.shard_count)
+    throw ValueError(fmt("batch shard ", spec_.shard_index, " of ", spec_.shard_count, " does not exist"));
+  if (spec_.shard_count > 1 && (spec_.batch_size == 0 || spec_.batch_size % spec_.shard_count))
+    throw ValueError(fmt("sharding batches of ", spec_.batch_size, " into ", spec_.shard_count,
+                         " equal parts: the batch size must be a multiple of the part count"));
   if (spec_.source->size() > 0) {
     // The first record fixes the element shape every other record must have.
     Record r0 = spec_.source->get(0);
@@ -130,6 +135,11 @@ void BatchIterator::close() {
 
 Batch BatchIterator::produce(int64_t k) {
   std::vector<StreamPlan::Elem> elems = plan_.item(k);
+  if (spec_.shard_count > 1) {
+    const int64_t part = spec_.batch_size / spec_.shard_count, n = int64_t(elems.size());
+    const int64_t lo = std::min(n, spec_.shard_index * part), hi = std::min(n, lo + part);
+    elems = std::vector<StreamPlan::Elem>(elems.begin() + lo, elems.begin() + hi);
+  }
   Batch b;
   b.n = int64_t(elems.size());
   b.height = h_; b.width = w_; b.channels = c_;

@@ -50,6 +50,13 @@ struct PipelineSpec {
   int64_t repeat = 1;              // -1: forever
   bool repeat_before_batch = true; // ds.repeat().batch() (batches span epochs) vs batch().repeat()
   int64_t take = -1;               // at most this many items; -1: all
+  // Batches only: keep part shard_index of shard_count equal contiguous parts of every
+  // batch (the part one process of a multi-process run feeds to its devices). The plan,
+  // hence which elements a batch holds and how each is augmented, is the unsharded one;
+  // elements of other parts are never read. A short last batch (no drop_remainder) keeps
+  // what falls into the part, possibly nothing.
+  int64_t shard_count = 1;
+  int64_t shard_index = 0;
   int64_t prefetch = 0;            // items computed ahead on a background thread
   int threads = 0;                 // 0: podlet::num_threads()
 };

@@ -126,10 +126,19 @@ void mpi_finalize() {
   MPI_Finalize();
 }
 
+void mpi_abort(int code) {
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (inited && !fin) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
 bool have_mpi() { return true; }
 
 }  // namespace podlet
 #else
+#include <cstdlib>
 #include "podlet/error.h"
 #include "podlet/exec/distributed.h"
 
@@ -140,6 +149,7 @@ void mpi_initialize() {
                    "command does) and rebuild");
 }
 void mpi_finalize() {}
+void mpi_abort(int code) { std::_Exit(code); }
 bool have_mpi() { return false; }
 }  // namespace podlet
 #endif

@@ -2,10 +2,15 @@
 // whenever the kernel writes its own output, so graph outputs need no gathering copy.
 #include "podlet/exec/pmap.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <cstdlib>
+#include <exception>
+#include <map>
+#include <mutex>
 #include <set>
+#include <tuple>
 #include "podlet/parallel.h"
 #include "podlet/prims/common.h"
 
@@ -15,10 +20,58 @@ static std::shared_ptr<Comm> g_comm;
 static bool g_merge = [] { const char* e = std::getenv("PODLET_PMAP_MERGE"); return !(e && e[0] == '0'); }();
 void set_pmap_merge(bool on) { g_merge = on; }
 bool pmap_merge() { return g_merge; }
+static bool g_replica_parallel = [] { const char* e = std::getenv("PODLET_PMAP_PARALLEL"); return !(e && e[0] == '0'); }();
+void set_pmap_replica_parallel(bool on) { g_replica_parallel = on; }
+bool pmap_replica_parallel() { return g_replica_parallel; }
 void set_comm(std::shared_ptr<Comm> c) { g_comm = std::move(c); }
 Comm* comm() { return g_comm.get(); }
 
+std::vector<std::string> process_allgather_bytes(const std::string& mine) {
+  Comm* c = comm();
+  if (!c || c->size() == 1) return {mine};
+  const int P = c->size();
+  std::vector<int64_t> lens(P);
+  int64_t n = int64_t(mine.size());
+  c->allgather(&n, sizeof n, lens.data());  // lengths first, then the padded payloads
+  const int64_t m = *std::max_element(lens.begin(), lens.end());
+  std::vector<std::string> out(P);
+  if (m == 0) return out;
+  std::string padded = mine;
+  padded.resize(size_t(m));
+  std::string all(size_t(m) * P, '\0');
+  c->allgather(padded.data(), size_t(m), all.data());
+  for (int p = 0; p < P; ++p) out[p] = all.substr(size_t(p) * size_t(m), size_t(lens[p]));
+  return out;
+}
+
+// Per-(primitive, dtype, how) counters of the pmap executor while profiling is on
+// (podlet.profile merges them with run_graph's). FLOPs and bytes count every replica
+// the node ran for.
+static std::mutex g_pprof_mu;
+static std::map<std::tuple<std::string, std::string, std::string>, ProfileEntry> g_pprof;
+
+std::map<std::tuple<std::string, std::string, std::string>, ProfileEntry> take_pmap_profile() {
+  std::lock_guard<std::mutex> lk(g_pprof_mu);
+  auto r = std::move(g_pprof);
+  g_pprof.clear();
+  return r;
+}
+
 namespace {
+
+void record_pmap_profile(const Graph& g, const Node& n, const char* how, int reps, double seconds) {
+  double flops = 0, bytes = 0;
+  std::vector<AVal> ia, oa;
+  for (int v : n.in) { ia.push_back(g.avals[v]); bytes += double(g.avals[v].nbytes()); }
+  for (int v : n.out) { oa.push_back(g.avals[v]); bytes += double(g.avals[v].nbytes()); }
+  if (n.prim->flops) flops = n.prim->flops(ia, oa, n.attrs);
+  std::lock_guard<std::mutex> lk(g_pprof_mu);
+  auto& e = g_pprof[{n.prim->name, oa.empty() ? "" : dtype_name(oa[0].dtype), how}];
+  e.calls += 1;
+  e.seconds += seconds;
+  e.flops += flops * reps;
+  e.bytes += bytes * reps;
+}
 
 struct Value {
   std::vector<Array> per;  // size 1 when replicated, else n_local
@@ -108,6 +161,22 @@ void reduce_replicas(Red op, const Array& g, Array& out, int64_t N) {
   });
 }
 
+// The same, reading bf16 buffers that stand for the f32 values convert_element_type would
+// have made of them (widening is exact, so the bits are those of converting first).
+void reduce_replicas_widening(Red op, const Array& g, Array& out, int64_t N) {
+  const int64_t m = out.size();
+  const bf16* src = static_cast<const bf16*>(g.raw());
+  float* dst = static_cast<float*>(out.raw());
+  parallel_for(m, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float acc = float(src[i]);
+      for (int64_t r = 1; r < N; ++r) acc = acc + float(src[r * m + i]);
+      if (op == Red::mean) acc = acc / float(N);
+      dst[i] = acc;
+    }
+  });
+}
+
 // The replicas' buffers of v as one [n, ...] array, if they already are one (no copy).
 bool as_stack(const Value& v, const AVal& a, int n, Array* out) {
   size_t nb = a.nbytes();
@@ -192,13 +261,50 @@ bool run_merged(const Graph& g, const Node& n, std::vector<Value>& vals, int nre
   return true;
 }
 
+// Runs node n for replicas 0..reps-1 side by side (replicas spread over the threads,
+// each kernel call serial); outputs go to bufs as in the sequential loop. An error names
+// the lowest failing replica, as the sequential loop would.
+void run_replicas_parallel(const Graph& g, const Node& n, std::vector<Value>& vals, int reps,
+                           std::vector<Array>& bufs) {
+  std::vector<std::vector<Array>> outs(reps);
+  std::vector<std::exception_ptr> err(reps);
+  const int nt = std::min(num_threads(), reps);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int r = 0; r < reps; ++r) {
+    SerialScope serial;
+    try {
+      std::vector<Array> in;
+      for (int v : n.in) in.push_back(vals[v].at(r));
+      auto& out = outs[r];
+      for (size_t k = 0; k < n.out.size(); ++k) {
+        const AVal& a = g.avals[n.out[k]];
+        out.push_back(view(bufs[k], a, size_t(r) * a.nbytes()));
+      }
+      n.prim->kernel(in, out, n.attrs);
+    } catch (...) {
+      err[r] = std::current_exception();
+    }
+  }
+  for (int r = 0; r < reps; ++r) {
+    if (!err[r]) continue;
+    try {
+      std::rethrow_exception(err[r]);
+    } catch (const Error&) {
+      rethrow_prefixed(fmt("(replica ", r, ") "));
+    }
+  }
+  for (size_t k = 0; k < n.out.size(); ++k)
+    for (int r = 0; r < reps; ++r) vals[n.out[k]].per.push_back(std::move(outs[r][k]));
+}
+
 bool is_collective(const std::string& name) {
   return name == "psum" || name == "pmean" || name == "pmax" || name == "pmin" || name == "all_gather" ||
          name == "ppermute" || name == "axis_index";
 }
 
-// Runs collective node `n`; sets vals[n.out[0]].
-void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int n_local) {
+// Runs collective node `n`; sets vals[n.out[0]]. `widen`: its (psum/pmean) operand holds
+// the bf16 buffers of a deferred bf16 -> f32 conversion.
+void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int n_local, bool widen) {
   const std::string& name = n.prim->name;
   const AVal& oa = g.avals[n.out[0]];
   Comm* c = comm();
@@ -216,7 +322,8 @@ void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int
     return;
   }
   const AVal& ia = g.avals[n.in[0]];
-  Array G = gather_global(vals[n.in[0]], ia, n_local);
+  // A widened operand crosses processes as bf16: half the bytes.
+  Array G = gather_global(vals[n.in[0]], widen ? AVal{DType::bf16, ia.shape} : ia, n_local);
   if (name == "ppermute") {
     auto perm = n.attrs.ints("perm");
     Array all(oa.dtype, with_lead(n_local, oa.shape));
@@ -251,7 +358,8 @@ void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int
         std::memcpy(dst + (a * N + r) * row, src + (r * A + a) * row, row);
   } else {
     Red op = name == "psum" ? Red::sum : name == "pmean" ? Red::mean : name == "pmax" ? Red::max : Red::min;
-    reduce_replicas(op, G, res, N);
+    if (widen) reduce_replicas_widening(op, G, res, N);
+    else reduce_replicas(op, G, res, N);
   }
   out.replicated = true;
   out.per = {res};
@@ -288,15 +396,44 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
   std::vector<int> last(g.num_values(), -1);
   for (size_t i = 0; i < g.nodes.size(); ++i) for (int v : g.nodes[i].in) last[v] = int(i);
   for (int v : g.outputs) last[v] = int(g.nodes.size());
+  // convert_element_type(bf16 -> f32) whose only use is a psum/pmean (every gradient of a
+  // bf16 model before its pmean): the collective widens while reducing instead, so the
+  // replicas' f32 copies of the gradients are never written.
+  std::vector<char> defer(g.nodes.size(), 0), narrow(g.num_values(), 0);
+  {
+    std::vector<int> uses(g.num_values(), 0), producer(g.num_values(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      for (int v : g.nodes[i].in) ++uses[v];
+      for (int v : g.nodes[i].out) producer[v] = int(i);
+    }
+    for (int v : g.outputs) ++uses[v];
+    for (const Node& n : g.nodes) {
+      if (n.prim->name != "psum" && n.prim->name != "pmean") continue;
+      int y = n.in[0], p = producer[y];
+      if (p < 0 || uses[y] != 1) continue;
+      const Node& c = g.nodes[p];
+      if (c.prim->name == "convert_element_type" && g.avals[c.in[0]].dtype == DType::bf16 &&
+          g.avals[y].dtype == DType::f32)
+        defer[p] = 1;
+    }
+  }
 
   std::vector<Array> in, out;
+  const bool prof = profiling();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     const std::string& name = n.prim->name;
     bool continue_node = false;
+    const char* how = "collective";
+    int how_reps = 1;
+    auto t0 = prof ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     try {
-      if (is_collective(name)) {
-        run_collective(g, n, vals, n_local);
+      if (defer[i]) {  // see above: the value stands for its bf16 operand until its collective
+        vals[n.out[0]] = vals[n.in[0]];
+        narrow[n.out[0]] = 1;
+        how = "deferred";
+      } else if (is_collective(name)) {
+        run_collective(g, n, vals, n_local, !n.in.empty() && narrow[n.in[0]]);
       } else {
         bool all_rep = true;
         for (int v : n.in) all_rep = all_rep && vals[v].replicated;
@@ -306,7 +443,13 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
         for (int v : n.out)
           bufs.push_back(n.prim->kernel_allocates ? Array() : Array(g.avals[v].dtype, with_lead(reps, g.avals[v].shape)));
         for (int v : n.out) { vals[v].replicated = all_rep; vals[v].per.clear(); }
-        if (!all_rep && g_merge && run_merged(g, n, vals, n_local, bufs)) continue_node = true;
+        how = all_rep ? "once" : "per-replica";
+        how_reps = reps;
+        if (!all_rep && g_merge && run_merged(g, n, vals, n_local, bufs)) { continue_node = true; how = "merged"; }
+        if (!continue_node && reps > 1 && g_replica_parallel && !n.prim->kernel_allocates && num_threads() > 1) {
+          run_replicas_parallel(g, n, vals, reps, bufs);
+          continue_node = true;
+        }
         for (int r = 0; r < reps && !continue_node; ++r) {
           in.clear();
           for (int v : n.in) in.push_back(vals[v].at(r));
@@ -327,6 +470,9 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
       rethrow_prefixed(name + (n.where.empty() ? "" : " (" + n.where + ")") + ": ");
     }
     for (int v : n.in) if (last[v] == int(i)) vals[v] = Value();
+    if (prof)
+      record_pmap_profile(g, n, how, how_reps,
+                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   PmapOutputs res;
   for (int v : g.outputs) {

@@ -8,7 +8,10 @@
 // split over processes.
 #pragma once
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 #include "podlet/ir/graph.h"
 
@@ -28,6 +31,10 @@ class Comm {
 void set_comm(std::shared_ptr<Comm> c);  // nullptr: single process
 Comm* comm();
 
+// Host-side exchange for the training loop (podlet.distributed): every process's bytes,
+// of any lengths, in process order ({mine} in a single process).
+std::vector<std::string> process_allgather_bytes(const std::string& mine);
+
 struct PmapOutputs {
   std::vector<Array> values;      // replicated: the one buffer; else [n_local, ...]
   std::vector<bool> replicated;
@@ -39,9 +46,21 @@ struct PmapOutputs {
 PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args,
                            const std::vector<bool>& replicated, int n_local);
 
+// The pmap executor's profiling counters (while ir/graph.h's profiling() is on), by
+// (primitive, dtype of its first output, how it ran: "once" for replicated values,
+// "deferred" for a bf16 -> f32 conversion folded into the psum/pmean that uses it,
+// "merged" over the replicas' buffers, "per-replica", or "collective"); clears them.
+std::map<std::tuple<std::string, std::string, std::string>, ProfileEntry> take_pmap_profile();
+
 // Running batch-separable nodes once over all replicas' buffers (on by default;
 // PODLET_PMAP_MERGE=0 turns it off). Results are bit-identical either way.
 void set_pmap_merge(bool on);
 bool pmap_merge();
+// Running the replicas of a node that is neither merged nor replicated side by side,
+// each kernel call on one thread (on by default; PODLET_PMAP_PARALLEL=0 turns it off):
+// many small per-replica calls (BatchNorm statistics, weight gradients of 8 small
+// shards) parallelise better across replicas than inside each call. Bit-identical.
+void set_pmap_replica_parallel(bool on);
+bool pmap_replica_parallel();
 
 }  // namespace podlet

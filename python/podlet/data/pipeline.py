@@ -8,6 +8,7 @@
           .batch(256, drop_remainder=True)
           .prefetch(4)
           .per_device(8))
+    # one process of P: .batch(256, drop_remainder=True).shard_batches(P, p).per_device(8)
     for batch in ds: ...   # {"image": float32 (8, 32, 224, 224, 1), "label": int32 (8, 32), "id": str (8, 32)}
 
 Semantics follow tf.data where the names overlap:
@@ -172,6 +173,21 @@ class Dataset:
             _int("prefetch buffer_size", buffer_size, 0)
         return self._with("prefetch", n=AUTOTUNE_PREFETCH if buffer_size == AUTOTUNE else int(buffer_size))
 
+    def shard_batches(self, num_shards: int, index: int):
+        """Keep part `index` of `num_shards` equal contiguous parts of every batch: the part
+        that process `index` of a multi-process run feeds to its devices (``num_shards =
+        podlet.process_count()``, ``index = podlet.process_index()``). The batches are those
+        of the unsharded pipeline, element for element and bit for bit (shuffle order and
+        augmentation draws are planned on the whole batch), but only this part's elements
+        are read, decoded and augmented. tf.data's ``shard`` deals out whole elements
+        instead, which changes the global batches. A short last batch (no
+        ``drop_remainder``) keeps what falls into the part, possibly nothing."""
+        num_shards = _int("shard_batches num_shards", num_shards, 1)
+        index = _int("shard_batches index", index, 0)
+        if index >= num_shards:
+            raise ValueError(f"shard_batches: index {index} is not below num_shards {num_shards}")
+        return self._with("shard_batches", n=num_shards, index=index)
+
     def per_device(self, num_devices: int):
         """Reshape batches to ``(num_devices, batch/num_devices, ...)`` for pmap (the seed's
         per-device iterator). The batch size must divide evenly."""
@@ -189,7 +205,8 @@ class Dataset:
         per_device = None
         for st in self._stages:
             k, a = st.kind, st.args
-            if k in ("shuffle", "batch", "repeat", "prefetch", "per_device", "threads", "normalize") and k in seen:
+            if k in ("shuffle", "batch", "repeat", "prefetch", "per_device", "threads", "normalize",
+                     "shard_batches") and k in seen:
                 raise ValueError(f"{k}() may appear once in a pipeline")
             if k == "shuffle":
                 if seen & {"repeat", "batch"}:
@@ -219,12 +236,23 @@ class Dataset:
                     spec["take"] = min(spec.get("take", a["count"]), a["count"])
             elif k == "prefetch":
                 spec["prefetch"] = a["n"]
+            elif k == "shard_batches":
+                if "batch" not in seen:
+                    raise ValueError("shard_batches() splits batches: call it after batch()")
+                if "per_device" in seen:
+                    raise ValueError("shard_batches() must come before per_device() (devices split the "
+                                     "process's part)")
+                if spec["batch_size"] % a["n"]:
+                    raise ValueError(f"shard_batches({a['n']}, {a['index']}): batch size {spec['batch_size']} "
+                                     f"is not divisible into {a['n']} equal parts")
+                spec.update(shard_count=a["n"], shard_index=a["index"])
             elif k == "per_device":
                 if "batch" not in seen:
                     raise ValueError("per_device() reshapes batches: call it after batch()")
                 per_device = a["n"]
-                if spec["batch_size"] % per_device:
-                    raise ValueError(f"per_device({per_device}): batch size {spec['batch_size']} is not "
+                local = spec["batch_size"] // spec.get("shard_count", 1)
+                if local % per_device:
+                    raise ValueError(f"per_device({per_device}): batch size {local} is not "
                                      f"divisible by {per_device} devices")
             elif k == "threads":
                 spec["threads"] = a["n"]

@@ -153,7 +153,8 @@ class TrainConfig:
     # What the loop needs beyond the seed's keys.
     eval_batch_size: Optional[int] = _f(None, lo=1, doc="default: batch_size")
     max_steps_per_epoch: Optional[int] = _f(None, lo=1, doc="cap on steps per epoch (smoke runs)")
-    num_devices: Optional[int] = _f(None, lo=1, doc="default: podlet.local_device_count()")
+    num_devices: Optional[int] = _f(None, lo=1, doc="devices in all, split evenly over the processes of a "
+                                    "multi-process run; default: podlet.device_count()")
     keep_checkpoints: int = _f(3, lo=1, doc="the last N are kept, and the best")
     nan_policy: str = _f("stop", choices=("stop", "skip"))
     log_every_steps: int = _f(1, lo=1)
@@ -316,7 +317,7 @@ def _parse_override(item):
 def load_config(path, overrides=(), *, num_devices=None) -> ExperimentConfig:
     """Loads, composes, overrides (``["train.learning_rate=5e-4", ...]``) and validates an
     experiment. `num_devices` (default: ``train.num_devices`` or
-    ``podlet.local_device_count()``) is what the batch must divide into."""
+    ``podlet.device_count()``) is what the batch must divide into."""
     path = os.fspath(path)
     raw = _Raw()
     _load_experiment(path, raw, [os.path.abspath(path)])
@@ -446,8 +447,8 @@ def dump_config(cfg) -> str:
 
 def _default_devices():
     import podlet
-    if hasattr(podlet, "local_device_count"):
-        return podlet.local_device_count()
+    if hasattr(podlet, "device_count"):
+        return podlet.device_count()  # every process's devices (the local ones in a single process)
     return int(os.environ.get("PODLET_NUM_DEVICES", "8"))
 
 

@@ -18,6 +18,20 @@ for the fields in ``TIMING_FIELDS`` (wall-clock measurements). A run stopped at 
 (Ctrl-C saves a checkpoint; SIGKILL loses the steps since the last one) and restarted
 with ``resume=True`` restores the checkpoint, restarts the data stream at that step,
 truncates metrics.jsonl to it, and ends with the same bits as an uninterrupted run.
+
+Several processes (``mpirun -np P podlet train CONFIG``; in Python, call
+``podlet.distributed.initialize()`` before ``train``): the devices are P x the local
+devices and ``train.batch_size`` is the global batch, split over all of them. Each
+process's input pipeline produces only its own devices' part of every global batch
+(the one-process batches, element for element), validation and test logits are gathered
+from every process before the metrics are computed, so a run gives the same bits
+(params, metrics.jsonl, summary) whatever P. Only process 0 writes the run directory
+and prints; decisions that depend on files (the run directory's state, the checkpoint
+to resume from or to select) are taken by process 0 and broadcast, and every process
+then restores the checkpoint process 0 wrote (the run directory must be on a file system
+all processes see). Ctrl-C (SIGINT) or SIGUSR1 on any process stops all of them at the
+same step with a checkpoint; ``kill -USR1`` to mpirun reaches every process (mpirun turns
+a Ctrl-C into SIGTERM/SIGKILL, after which ``--resume`` continues from the last checkpoint).
 """
 from __future__ import annotations
 
@@ -31,6 +45,7 @@ import time
 import numpy as np
 
 import podlet as jax
+from podlet import distributed
 from podlet import jax_utils  # noqa: F401  (the seed's flax.jax_utils)
 from podlet.metrics import classification_metrics
 from podlet.training import checkpoints as ckpt
@@ -125,15 +140,22 @@ def _scalars(metrics):
 
 
 class _SigintFlag:
-    """Turns the first Ctrl-C into a flag checked between steps (a second one aborts)."""
+    """Turns the first Ctrl-C into a flag checked between steps (a second one aborts).
+
+    With several processes SIGUSR1 counts too, and the processes agree after every step
+    (any flag stops all of them at that step). Under mpirun a Ctrl-C never reaches the
+    processes as SIGINT (mpirun ends the job with SIGTERM, then SIGKILL: resume continues
+    from the last checkpoint), but mpirun forwards SIGUSR1: ``kill -USR1 <mpirun's pid>``
+    saves a checkpoint and exits every process with 130."""
 
     def __init__(self):
         self.set = False
-        self._old = None
+        self._old = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._handle)
+            sigs = [signal.SIGINT] + ([signal.SIGUSR1] if jax.process_count() > 1 else [])
+            self._old = {s: signal.signal(s, self._handle) for s in sigs}
         return self
 
     def _handle(self, signum, frame):
@@ -142,39 +164,113 @@ class _SigintFlag:
         self.set = True
 
     def __exit__(self, *exc):
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+        for s, old in self._old.items():
+            signal.signal(s, old)
 
 
 def _device_count(cfg):
-    """The devices the run uses: ``train.num_devices`` (which sets podlet's virtual device
-    count, as ``podlet.config.update("num_devices", n)``) or all local devices."""
-    n = cfg.train.num_devices
-    if n is not None and n != jax.local_device_count():
-        jax.config.update("num_devices", n)
-    return jax.local_device_count()
+    """(global, local) devices the run uses: ``train.num_devices`` devices in all (each of
+    P processes gets num_devices / P, set as ``podlet.config.update("num_devices", n)``),
+    or all devices of every process."""
+    n, p = cfg.train.num_devices, jax.process_count()
+    if n is not None:
+        if n % p:
+            raise C.ConfigError(f"train.num_devices: {n} devices do not split evenly over {p} processes")
+        if n // p != jax.local_device_count():
+            jax.config.update("num_devices", n // p)
+    return jax.device_count(), jax.local_device_count()
+
+
+def _check_distributed():
+    """mpirun started several processes but nobody joined them: each would train alone and
+    write the same run directory."""
+    world = os.environ.get("OMPI_COMM_WORLD_SIZE")
+    if distributed.launched_by_mpirun() and world and int(world) > 1 and not distributed.is_initialized():
+        raise RuntimeError(f"this process is one of {world} started by mpirun, but podlet.distributed."
+                           f"initialize() was not called: call it before train() (the podlet command does)")
+
+
+def _shard_args():
+    """The keyword arguments that make a dataset yield this process's part of each batch."""
+    p = jax.process_count()
+    return {} if p == 1 else {"num_shards": p, "shard_index": jax.process_index()}
+
+
+def _check_shardable(data):
+    """With several processes the dataset must serve parts of batches (see input.py)."""
+    if jax.process_count() == 1:
+        return
+    import inspect
+    for name in ("train_batches", "eval_batches"):
+        params = inspect.signature(getattr(data, name)).parameters
+        if not ({"num_shards", "shard_index"} <= set(params)
+                or any(q.kind is inspect.Parameter.VAR_KEYWORD for q in params.values())):
+            raise TypeError(f"{type(data).__name__}.{name} takes no num_shards/shard_index: with "
+                            f"{jax.process_count()} processes each must read its part of every batch "
+                            f"(see podlet.training.input)")
+
+
+def _on_process_0(fn):
+    """fn() on process 0; every process returns its result, or raises its exception (a
+    copy of it on the other processes), so file-based decisions are taken once."""
+    if jax.process_count() == 1:
+        return fn()
+    res = err = None
+    if jax.process_index() == 0:
+        try:
+            res = fn()
+        except Exception as e:  # noqa: BLE001  (re-raised on every process below)
+            err = e
+    ok, value = distributed.broadcast_object(_portable(err) if err is not None else (True, res))
+    if err is not None:
+        err.raised_on_every_process = True
+        raise err
+    if not ok:
+        value.raised_on_every_process = True
+        value.copy_of_process_0 = True
+        raise value
+    return value
+
+
+def _portable(e):
+    """(False, e) if e survives pickling, else (False, RuntimeError naming its type)."""
+    import pickle
+    try:
+        pickle.loads(pickle.dumps(e))
+        return False, e
+    except Exception:  # noqa: BLE001
+        return False, RuntimeError(f"process 0: {type(e).__name__}: {e}")
 
 
 # --------------------------------------------------------------------------- evaluation
 
 class _Evaluator:
-    def __init__(self, cfg, data, n_dev):
-        self.cfg, self.data, self.n = cfg, data, n_dev
+    def __init__(self, cfg, data, n_local):
+        self.cfg, self.data, self.n = cfg, data, n_local
         self.batch_size = cfg.train.eval_batch_size or cfg.train.batch_size
         self.p_eval = jax.pmap(S.make_eval_step(), axis_name=S.AXIS)
 
     def __call__(self, rstate, role, use_ema=True):
-        """Metrics of `role` ("validation" or "test") for the replicated state."""
+        """Metrics of `role` ("validation" or "test") for the replicated state. With several
+        processes each evaluates its part of every batch and the logits are gathered, in
+        the one-process order, before the metrics are computed (on every process)."""
         t0 = time.perf_counter()
         params = rstate.ema_params if (use_ema and rstate.ema_params is not None) else rstate.params
-        logits, labels = [], []
-        for b in self.data.eval_batches(role, self.batch_size):
+        logits, labels, masks = [], [], []
+        for b in self.data.eval_batches(role, self.batch_size, **_shard_args()):
             out = np.asarray(self.p_eval(rstate, params, _shard(b["image"], self.n)))
-            keep = b["mask"] > 0
-            logits.append(out.reshape(-1, out.shape[-1])[keep])
-            labels.append(b["label"][keep])
-        logits = np.concatenate(logits)
-        labels = np.concatenate(labels)
+            logits.append(out.reshape(-1, out.shape[-1]))
+            labels.append(b["label"])
+            masks.append(b["mask"])
+        logits, labels, masks = np.stack(logits), np.stack(labels), np.stack(masks)  # [batches, part, ...]
+        if jax.process_count() > 1:
+            from podlet.experimental import multihost_utils
+            # [processes, batches, part, ...] -> batch by batch, each the processes' parts in order
+            g = multihost_utils.process_allgather((logits, labels, masks))
+            logits, labels, masks = (np.swapaxes(a, 0, 1) for a in g)
+        keep = masks.reshape(-1) > 0
+        logits = logits.reshape(-1, logits.shape[-1])[keep]
+        labels = labels.reshape(-1)[keep]
         z = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
         probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
         m = classification_metrics(labels, probs, class_names=self.data.class_names,
@@ -217,32 +313,41 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
     Raises:
       NonFiniteError (``nan_policy: stop``), TrainingInterrupted (Ctrl-C, after saving).
     """
-    say = print_fn or (lambda *a, **k: None)
+    _check_distributed()
+    primary = jax.process_index() == 0
+    say = (print_fn or (lambda *a, **k: None)) if primary else (lambda *a, **k: None)
+    progress = progress and primary
     t_start = time.perf_counter()
-    run_dir = os.fspath(run_dir or default_run_dir(cfg))
-    os.makedirs(run_dir, exist_ok=True)
+    # the default name has the time in it: process 0's
+    run_dir = _on_process_0(lambda: os.fspath(run_dir or default_run_dir(cfg)))
     cfg_path = os.path.join(run_dir, "config.yaml")
     ckpt_dir = os.path.join(run_dir, "checkpoints")
     metrics_path = os.path.join(run_dir, "metrics.jsonl")
-    if resume:
-        if not os.path.exists(cfg_path):
-            raise RunDirError(f"--resume: {run_dir} has no config.yaml (is it a run directory?)")
-        saved = C.config_from_dict(__import__("yaml").safe_load(open(cfg_path)), default_origin=cfg_path)
-        diff = _diff_configs(C.config_to_dict(saved), C.config_to_dict(cfg))
-        if diff:
-            raise RunDirError(f"--resume: the config differs from {cfg_path}:\n  " + "\n  ".join(diff))
-    else:
-        if os.path.isdir(ckpt_dir) and ckpt.CheckpointManager(ckpt_dir).all_steps():
-            raise RunDirError(f"{run_dir} already holds checkpoints: pass --resume to continue that run, "
-                              f"or choose another --run-dir")
-        _atomic_write(cfg_path, C.dump_config(cfg))
-        if os.path.exists(metrics_path):
-            os.remove(metrics_path)
+
+    def prepare_run_dir():
+        os.makedirs(run_dir, exist_ok=True)
+        if resume:
+            if not os.path.exists(cfg_path):
+                raise RunDirError(f"--resume: {run_dir} has no config.yaml (is it a run directory?)")
+            saved = C.config_from_dict(__import__("yaml").safe_load(open(cfg_path)), default_origin=cfg_path)
+            diff = _diff_configs(C.config_to_dict(saved), C.config_to_dict(cfg))
+            if diff:
+                raise RunDirError(f"--resume: the config differs from {cfg_path}:\n  " + "\n  ".join(diff))
+        else:
+            if os.path.isdir(ckpt_dir) and ckpt.CheckpointManager(ckpt_dir).all_steps():
+                raise RunDirError(f"{run_dir} already holds checkpoints: pass --resume to continue that run, "
+                                  f"or choose another --run-dir")
+            _atomic_write(cfg_path, C.dump_config(cfg))
+            if os.path.exists(metrics_path):
+                os.remove(metrics_path)
+
+    _on_process_0(prepare_run_dir)
 
     t = cfg.train
-    n_dev = _device_count(cfg)
+    n_dev, n_local = _device_count(cfg)
     C.validate(cfg, num_devices=n_dev, default_origin=cfg_path)
     data = data if data is not None else make_data(cfg)
+    _check_shardable(data)
     n_train = data.num_examples("train")
     spe = n_train // t.batch_size
     if spe == 0:
@@ -258,33 +363,50 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
     if t.init_from:
         state = _init_from(state, t.init_from, cfg)
     mode = C.METRIC_MODES[t.selection_metric]
+    # Only process 0 has a manager (it writes, prunes and cleans up); the others read the
+    # checkpoint files it names.
     mgr = ckpt.CheckpointManager(ckpt_dir, max_to_keep=t.keep_checkpoints, best_metric=t.selection_metric,
-                                 best_mode=mode)
+                                 best_mode=mode) if primary else None
     config_text = C.dump_config(cfg)
     model_def = S.model_definition(cfg)
     loop = {"best": None, "best_epoch": None, "bad_epochs": 0, "stopped_early": False}
-    step = 0
-    if resume and mgr.latest_step() is not None:
-        step = mgr.latest_step()
-        state = mgr.restore(state, step)
-        loop.update(mgr.metadata(step)["metrics"].get("loop", {}))
+    step = _on_process_0(lambda: (mgr.latest_step() or 0) if resume else 0)
+    if step:
+        path = ckpt.checkpoint_path(ckpt_dir, step)
+        state = ckpt.restore_checkpoint(path, state)
+        loop.update(ckpt.read_metadata(path)["metrics"].get("loop", {}))
         say(f"resuming {run_dir} from step {step}")
-    _truncate_metrics(metrics_path, step)
+    if primary:
+        _truncate_metrics(metrics_path, step)
 
     rstate = jax_utils.replicate(state)
     p_train_step = jax.pmap(S.make_train_step(cfg, schedule), axis_name=S.AXIS, donate_argnums=(0,))
-    evaluator = _Evaluator(cfg, data, n_dev)
+    evaluator = _Evaluator(cfg, data, n_local)
 
     def save(step, metrics, wait=False):
+        if not primary:
+            return
         host = jax_utils.unreplicate(rstate)
         mgr.save(step, host, metrics={**metrics, "loop": dict(loop)}, config=config_text, model=model_def,
                  wait=wait)
 
+    def write(rec):
+        if primary:
+            metrics_file.write(json.dumps(rec) + "\n")
+            metrics_file.flush()
+
+    def interrupted(sigint):
+        """Ctrl-C here, or on any process (all stop at the same step), or stop_after_step."""
+        stop = sigint.set
+        if jax.process_count() > 1:
+            stop = any(distributed.allgather_object(stop))
+        return stop or (stop_after_step is not None and stop_after_step <= step < total_steps)
+
     bar = None
-    metrics_file = open(metrics_path, "a")
+    metrics_file = open(metrics_path, "a") if primary else None
     try:
         with _SigintFlag() as sigint:
-            batches = data.train_batches(t.batch_size, start_step=step)
+            batches = data.train_batches(t.batch_size, start_step=step, **_shard_args())
             while step < total_steps and not loop["stopped_early"]:
                 epoch = step // spe
                 if progress:
@@ -294,10 +416,11 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
                 t_epoch = time.perf_counter()
                 # a run resumed mid-epoch carries the epoch's earlier losses in its checkpoint
                 losses = loop.pop("epoch_losses", [])
+                stop = False
                 while step < (epoch + 1) * spe:
                     t0 = time.perf_counter()
                     b = next(batches)
-                    batch = {"image": _shard(b["image"], n_dev), "label": _shard(b["label"], n_dev)}
+                    batch = {"image": _shard(b["image"], n_local), "label": _shard(b["label"], n_local)}
                     rstate, m = p_train_step(rstate, batch)
                     m = _scalars(m)
                     step += 1
@@ -310,32 +433,28 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
                     else:
                         losses.append(m["loss"])
                     if step % t.log_every_steps == 0 or step == total_steps:
-                        rec = {"kind": "train", "step": step, "epoch": epoch + 1, "loss": m["loss"],
+                        write({"kind": "train", "step": step, "epoch": epoch + 1, "loss": m["loss"],
                                "lr": m["lr"], "grad_norm": m["grad_norm"], "accuracy": m["accuracy"],
                                "finite": bool(m["finite"]), "step_seconds": dt,
-                               "images_per_s": t.batch_size / dt}
-                        metrics_file.write(json.dumps(rec) + "\n")
-                        metrics_file.flush()
+                               "images_per_s": t.batch_size / dt})
                     if bar is not None:
                         bar.update(1)
                         bar.set_postfix(loss=f"{m['loss']:.4f}", lr=f"{m['lr']:.2e}",
                                         img_s=f"{t.batch_size / dt:,.0f}", refresh=False)
-                    if sigint.set or (stop_after_step is not None and step >= stop_after_step
-                                      and step < total_steps):
+                    stop = interrupted(sigint)
+                    if stop:
                         if step % spe == 0:
                             break  # the epoch's end below validates and checkpoints
                         loop["epoch_losses"] = losses
                         save(step, {"epoch": epoch + 1}, wait=True)
-                        raise TrainingInterrupted(step, mgr.path(step))
+                        raise TrainingInterrupted(step, ckpt.checkpoint_path(ckpt_dir, step))
                 if bar is not None:
                     bar.close()
                     bar = None
                 epoch_seconds = time.perf_counter() - t_epoch
                 val = evaluator(rstate, "validation")
-                rec = _val_record(val, step, epoch + 1, float(np.mean(losses)) if losses else None,
-                                  epoch_seconds, len(losses) * t.batch_size)
-                metrics_file.write(json.dumps(rec) + "\n")
-                metrics_file.flush()
+                write(_val_record(val, step, epoch + 1, float(np.mean(losses)) if losses else None,
+                                  epoch_seconds, len(losses) * t.batch_size))
                 value = val[t.selection_metric]
                 if _better(value, loop["best"], mode):
                     loop.update(best=value, best_epoch=epoch + 1, bad_epochs=0)
@@ -348,17 +467,19 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
                             f"{loop['best_epoch']})")
                 scalars = {k: val[k] for k in ("loss", "accuracy", "balanced_accuracy", "macro_f1", "roc_auc")}
                 save(step, {"epoch": epoch + 1, **scalars})
-                if sigint.set or (stop_after_step is not None and step >= stop_after_step and step < total_steps):
-                    mgr.wait_until_finished()
-                    raise TrainingInterrupted(step, mgr.path(step))
+                if stop or interrupted(sigint):
+                    if primary:
+                        mgr.wait_until_finished()
+                    raise TrainingInterrupted(step, ckpt.checkpoint_path(ckpt_dir, step))
     finally:
         if bar is not None:
             bar.close()
-        metrics_file.close()
-        try:
-            mgr.wait_until_finished()
-        except ckpt.CheckpointError as e:
-            say(f"warning: {e}")
+        if primary:
+            metrics_file.close()
+            try:
+                mgr.wait_until_finished()
+            except ckpt.CheckpointError as e:
+                say(f"warning: {e}")
     summary = _finish(cfg, run_dir, mgr, state, evaluator, data, loop, step, t_start, say)
     return summary
 
@@ -397,14 +518,16 @@ def _init_from(state, path, cfg):
 
 def _finish(cfg, run_dir, mgr, target, evaluator, data, loop, step, t_start, say):
     """Restores the selected checkpoint, evaluates validation and test, writes
-    summary.json and plots, prints the table."""
+    summary.json and plots, prints the table (process 0 selects and writes; every
+    process restores and evaluates)."""
     from podlet.training import report
-    selected = mgr.best_step() if mgr.best_step() is not None else mgr.latest_step()
-    state = mgr.restore(target, selected)
+    selected = _on_process_0(lambda: mgr.best_step() if mgr.best_step() is not None else mgr.resolve("latest"))
+    path = ckpt.checkpoint_path(os.path.join(run_dir, "checkpoints"), selected)
+    state = ckpt.restore_checkpoint(path, target)
     rstate = jax_utils.replicate(state)
     val = evaluator(rstate, "validation")
     test = evaluator(rstate, "test")
-    meta = mgr.metadata(selected)
+    meta = ckpt.read_metadata(path)
     from podlet import models
     h, w, c = cfg.data.image_size
     summary = {
@@ -419,11 +542,12 @@ def _finish(cfg, run_dir, mgr, target, evaluator, data, loop, step, t_start, say
         "validation": {k: v for k, v in val.items() if k != "eval_seconds"},
         "test": {k: v for k, v in test.items() if k != "eval_seconds"},
     }
-    _atomic_write(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
-    try:
-        report.plot_run(run_dir)
-    except ImportError as e:  # matplotlib missing: the numbers are still there
-        say(f"warning: no plots ({e})")
+    if jax.process_index() == 0:
+        _atomic_write(os.path.join(run_dir, "summary.json"), json.dumps(summary, indent=2) + "\n")
+        try:
+            report.plot_run(run_dir)
+        except ImportError as e:  # matplotlib missing: the numbers are still there
+            say(f"warning: no plots ({e})")
     say(report.summary_table(summary))
     del h, w, c
     return summary
@@ -437,17 +561,22 @@ def evaluate_run(run_dir, split="test", checkpoint="best", data=None):
     if not os.path.exists(cfg_path):
         raise RunDirError(f"{run_dir} has no config.yaml (is it a run directory?)")
     cfg = C.config_from_dict(yaml.safe_load(open(cfg_path)), default_origin=cfg_path)
-    n_dev = _device_count(cfg)
+    _check_distributed()
+    n_dev, n_local = _device_count(cfg)
+    C.validate(cfg, num_devices=n_dev, default_origin=cfg_path)
     data = data if data is not None else make_data(cfg)
     model = S.build_model(cfg)
     spe = max(data.num_examples("train") // cfg.train.batch_size, 1)
     schedule = S.create_learning_rate_schedule(cfg.train, spe)
     target = S.create_train_state(cfg, model, schedule, jax.random.PRNGKey(cfg.train.seed))
-    mgr = ckpt.CheckpointManager(os.path.join(run_dir, "checkpoints"), max_to_keep=cfg.train.keep_checkpoints,
-                                 best_metric=cfg.train.selection_metric,
-                                 best_mode=C.METRIC_MODES[cfg.train.selection_metric])
-    step = mgr.resolve(checkpoint)
-    state = mgr.restore(target, step)
-    m = _Evaluator(cfg, data, n_dev)(jax_utils.replicate(state), split)
+    ckpt_dir = os.path.join(run_dir, "checkpoints")
+
+    def resolve():
+        return ckpt.CheckpointManager(ckpt_dir, max_to_keep=cfg.train.keep_checkpoints,
+                                      best_metric=cfg.train.selection_metric,
+                                      best_mode=C.METRIC_MODES[cfg.train.selection_metric]).resolve(checkpoint)
+    step = _on_process_0(resolve)
+    state = ckpt.restore_checkpoint(ckpt.checkpoint_path(ckpt_dir, step), target)
+    m = _Evaluator(cfg, data, n_local)(jax_utils.replicate(state), split)
     m["step"] = step
     return m

@@ -1,0 +1,1 @@
+"""podlet.experimental, like jax.experimental: multihost_utils."""
