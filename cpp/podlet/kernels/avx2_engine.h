@@ -30,6 +30,7 @@
 #include <cstring>
 #include <new>
 #include "podlet/dtype.h"
+#include "podlet/kernels/engine_common.h"
 #include "podlet/kernels/gemm.h"
 #include "podlet/parallel.h"
 
@@ -39,10 +40,7 @@ namespace {
 constexpr int64_t MR = 6, NR = 16;
 constexpr int64_t KC = kGemmTileK;  // the K block: fixes the summation order
 
-inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+using engine::imin, engine::imax, engine::cdiv, engine::round_up;
 
 // A 64-byte aligned float buffer (not std::vector<float>: see the ODR note above).
 struct FBuf {
@@ -202,34 +200,11 @@ struct Scratch {
   Scratch() : a(kMaxMC * KC), c(kMaxMC * kNC) {}
 };
 
-// f(t, scratch) for every task t in [0, n); the tasks are independent, so any schedule
-// gives the same bits. Serial when small or single-threaded.
+// The task runners of engine_common.h with this engine's Scratch and thresholds.
 template <class F> void run_tasks(int64_t n, double flops, F&& f) {
-  const int nt = num_threads();
-  if (n <= 0) return;
-  if (nt <= 1 || n == 1 || flops < 2e6) {
-    Scratch s;
-    for (int64_t t = 0; t < n; ++t) f(t, s);
-    return;
-  }
-#pragma omp parallel num_threads(nt)
-  {
-    Scratch s;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n; ++t) f(t, s);
-  }
+  engine::run_tasks<Scratch>(n, flops >= 2e6, f);
 }
-// Same for cheap independent units (B packing): no scratch.
-template <class F> void run_units(int64_t n, double work, F&& f) {
-  const int nt = num_threads();
-  if (n <= 0) return;
-  if (nt <= 1 || n == 1 || work < 1e5) {
-    for (int64_t t = 0; t < n; ++t) f(t);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-  for (int64_t t = 0; t < n; ++t) f(t);
-}
+template <class F> void run_units(int64_t n, double work, F&& f) { engine::run_units(n, work >= 1e5, f); }
 
 // The B operand of one K block of a tile: panel j (j = 0, 1, .. from the tile's first
 // column) is at p + j * stride, [kb][NR] floats, 32-byte aligned.

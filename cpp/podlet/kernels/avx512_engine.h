@@ -34,6 +34,7 @@
 #include <cstring>
 #include <new>
 #include "podlet/dtype.h"
+#include "podlet/kernels/engine_common.h"
 #include "podlet/kernels/gemm.h"
 #include "podlet/parallel.h"
 
@@ -43,10 +44,7 @@ namespace {
 constexpr int64_t MR = 12, NR = 32;
 constexpr int64_t KQ = 256;  // k steps per K block: fixes the summation order
 
-inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-inline int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+using engine::imin, engine::imax, engine::cdiv, engine::round_up;
 
 struct F32Kind {
   static constexpr int64_t kstep = 1;  // K elements per 32-bit word
@@ -323,34 +321,11 @@ struct Scratch {
   Scratch() : a(kMaxMC * KQ), c(kMaxMC * kNC) {}
 };
 
-// f(t, scratch) for every task t in [0, n); the tasks are independent, so any schedule
-// gives the same bits. Serial when small or single-threaded.
+// The task runners of engine_common.h with this engine's Scratch and thresholds.
 template <class F> void run_tasks(int64_t n, double flops, F&& f) {
-  const int nt = num_threads();
-  if (n <= 0) return;
-  if (nt <= 1 || n == 1 || flops < 4e6) {
-    Scratch s;
-    for (int64_t t = 0; t < n; ++t) f(t, s);
-    return;
-  }
-#pragma omp parallel num_threads(nt)
-  {
-    Scratch s;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < n; ++t) f(t, s);
-  }
+  engine::run_tasks<Scratch>(n, flops >= 4e6, f);
 }
-// Same for cheap independent units (packing): no scratch.
-template <class F> void run_units(int64_t n, double work, F&& f) {
-  const int nt = num_threads();
-  if (n <= 0) return;
-  if (nt <= 1 || n == 1 || work < 2e5) {
-    for (int64_t t = 0; t < n; ++t) f(t);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-  for (int64_t t = 0; t < n; ++t) f(t);
-}
+template <class F> void run_units(int64_t n, double work, F&& f) { engine::run_units(n, work >= 2e5, f); }
 
 // The K block length for steps [qbeg, qend): the range cut into equal blocks of at
 // most KQ steps (288 steps are two blocks of 144, not 256 + 32: a short block pays the

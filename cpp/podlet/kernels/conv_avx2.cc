@@ -260,14 +260,7 @@ template <class TG, class TW> void bwd_data(const ConvGeom& q, const void* gv, c
   });
 }
 
-// Calls f(TA(), TB()) with the storage types of two f32/bf16 dtypes.
-template <class F> void two_types(DType a, DType b, F&& f) {
-  const bool a16 = a == DType::bf16, b16 = b == DType::bf16;
-  if (a16 && b16) f(bf16(), bf16());
-  else if (a16) f(bf16(), float());
-  else if (b16) f(float(), bf16());
-  else f(float(), float());
-}
+using engine::two_types;
 
 }  // namespace
 

@@ -3,18 +3,9 @@
 #include "podlet/kernels/conv_avx512_impl.h"
 
 namespace podlet::kernels {
-namespace {
-// Calls f(TA(), TB()) with the storage types of two f32/bf16 dtypes.
-template <class F> void two_types(DType a, DType b, F&& f) {
-  const bool a16 = a == DType::bf16, b16 = b == DType::bf16;
-  if (a16 && b16) f(bf16(), bf16());
-  else if (a16) f(bf16(), float());
-  else if (b16) f(float(), bf16());
-  else f(float(), float());
-}
-}  // namespace
 
 using avx512::F32Kind;
+using engine::two_types;
 
 void conv_fwd_avx512(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y) {
   two_types(xd, wd, [&](auto a, auto b) { avx512::conv_fwd_run<F32Kind, decltype(a), decltype(b)>(q, x, w, yd, y); });

@@ -16,11 +16,7 @@
 namespace podlet::kernels::avx512 {
 namespace {
 
-bool unit_stride(const int64_t* v, int64_t n) {
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] != v[i - 1] + 1) return false;
-  return true;
-}
+using engine::unit_stride;
 
 struct Operands {
   const GemmArgs& g;

@@ -1,0 +1,66 @@
+// Pieces shared by the ISA GEMM engines (avx2_engine.h, avx512_engine.h) and their
+// kernels: index arithmetic, the two task runners, operand-layout and dtype helpers.
+// Plain C++ without intrinsics, all with internal linkage, so each ISA translation unit
+// keeps its own copy (see the ODR note in avx2_engine.h).
+#pragma once
+#include <omp.h>
+#include <cstdint>
+#include "podlet/dtype.h"
+#include "podlet/parallel.h"
+
+namespace podlet::kernels::engine {
+namespace {
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+
+// f(t, scratch) for every task t in [0, n), each thread with its own Scratch; the tasks
+// are independent, so any schedule gives the same bits. Serial unless `parallel` (work
+// large enough) and there are threads and tasks to share.
+template <class Scratch, class F> void run_tasks(int64_t n, bool parallel, F&& f) {
+  const int nt = num_threads();
+  if (n <= 0) return;
+  if (nt <= 1 || n == 1 || !parallel) {
+    Scratch s;
+    for (int64_t t = 0; t < n; ++t) f(t, s);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    Scratch s;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < n; ++t) f(t, s);
+  }
+}
+// Same for cheap independent units (packing): no scratch.
+template <class F> void run_units(int64_t n, bool parallel, F&& f) {
+  const int nt = num_threads();
+  if (n <= 0) return;
+  if (nt <= 1 || n == 1 || !parallel) {
+    for (int64_t t = 0; t < n; ++t) f(t);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int64_t t = 0; t < n; ++t) f(t);
+}
+
+// Whether offsets v are consecutive (v[i + 1] == v[i] + 1): that dim is contiguous.
+inline bool unit_stride(const int64_t* v, int64_t n) {
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] != v[i - 1] + 1) return false;
+  return true;
+}
+
+// Calls f(TA(), TB()) with the storage types of two f32/bf16 dtypes.
+template <class F> void two_types(DType a, DType b, F&& f) {
+  const bool a16 = a == DType::bf16, b16 = b == DType::bf16;
+  if (a16 && b16) f(bf16(), bf16());
+  else if (a16) f(bf16(), float());
+  else if (b16) f(float(), bf16());
+  else f(float(), float());
+}
+
+}  // namespace
+}  // namespace podlet::kernels::engine
