@@ -52,6 +52,23 @@ def podlet_rate(images, labels, batches, threads):
     return batches * 32 / dt
 
 
+def loader_rate(loader, batches):
+    """Images/s of a torch DataLoader over `batches` batches after 3 warm-up batches."""
+    def endless():
+        while True:
+            yield from loader
+
+    it = endless()
+    for _ in range(3):
+        next(it)
+    t = time.perf_counter()
+    for _ in range(batches):
+        x, _ = next(it)
+    dt = time.perf_counter() - t
+    assert tuple(x.shape) == (32, 224, 224, 1)
+    return batches * 32 / dt
+
+
 def torch_rate(images, labels, batches, workers):
     import torch
     import torch.nn.functional as F
@@ -82,20 +99,7 @@ def torch_rate(images, labels, batches, workers):
     loader = torch.utils.data.DataLoader(Seed(images, labels), batch_size=32, shuffle=True, drop_last=True,
                                          num_workers=workers, prefetch_factor=2, persistent_workers=True)
 
-    def endless():
-        while True:
-            yield from loader
-
-    it = endless()
-    for _ in range(3):
-        next(it)
-    t = time.perf_counter()
-    for _ in range(batches):
-        x, _ = next(it)
-    dt = time.perf_counter() - t
-    assert tuple(x.shape) == (32, 224, 224, 1)
-    del it, loader
-    return batches * 32 / dt
+    return loader_rate(loader, batches)
 
 
 def torchvision_rate(images, labels, batches, workers):
@@ -124,19 +128,7 @@ def torchvision_rate(images, labels, batches, workers):
     loader = torch.utils.data.DataLoader(Seed(images, labels), batch_size=32, shuffle=True, drop_last=True,
                                          num_workers=workers, prefetch_factor=2, persistent_workers=True)
 
-    def endless():
-        while True:
-            yield from loader
-
-    it = endless()
-    for _ in range(3):
-        next(it)
-    t = time.perf_counter()
-    for _ in range(batches):
-        x, _ = next(it)
-    dt = time.perf_counter() - t
-    assert tuple(x.shape) == (32, 224, 224, 1)
-    return batches * 32 / dt, f"torch {torch.__version__}"
+    return loader_rate(loader, batches), f"torch {torch.__version__}"
 
 
 def torchvision_subprocess(python, images, labels, batches, workers):
