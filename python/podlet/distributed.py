@@ -83,6 +83,11 @@ def abort(code=1):
     raised on some processes while others may be waiting for them in a collective. In a
     single process, exits with `code` (without running atexit handlers)."""
     import sys
+    if _core.process_count() > 1:
+        # said here because Open MPI's own MPI_ABORT banner is not always printed
+        # (its show_help may fail under a loaded launcher)
+        print(f"podlet: process {_core.process_index()} ends the job (MPI_Abort) with status {int(code)}",
+              file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     _core.mpi_abort(int(code))
