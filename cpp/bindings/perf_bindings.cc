@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 #include "podlet/ir/graph.h"
 #include "podlet/ir/fusion.h"
+#include "podlet/ir/remat.h"
 #include "podlet/ir/optim_fusion.h"
 #include "podlet/kernels/peak.h"
 #include "registry.h"
@@ -40,6 +41,17 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     d["groups"] = s.groups; d["nodes_fused"] = s.nodes_fused; d["broadcasts_absorbed"] = s.broadcasts_absorbed;
     return d;
   }, py::arg("graph"));
+  m.def("rematerialize", [](const Graph& g, int64_t min_elements) { return rematerialize(g, nullptr, min_elements); },
+        py::arg("graph"), py::arg("min_elements") = 4096,
+        "A copy of the graph where elementwise values read far away (the backward pass) are recomputed there "
+        "instead of kept (bit-identical results).");
+  m.def("remat_stats", [](const Graph& g, int64_t min_elements) {
+    RematStats s;
+    rematerialize(g, &s, min_elements);
+    py::dict d;
+    d["values"] = s.values; d["nodes_cloned"] = s.nodes_cloned; d["bytes"] = s.bytes;
+    return d;
+  }, py::arg("graph"), py::arg("min_elements") = 4096);
   m.def("fuse_optimizer", [](const Graph& g) { return fuse_optimizer(g); }, py::arg("graph"),
         "A copy of the graph with apply_updates' add and an EMA of the new params folded into adamw_update "
         "(bit-identical results).");

@@ -229,6 +229,36 @@ bool run_merged(const Graph& g, const Node& n, std::vector<Value>& vals, int nre
       if (vals[n.in[k]].replicated) { in[k] = vals[n.in[k]].per[0]; continue; }
       if (g.avals[n.in[k]].shape != os || !stack_in(k, false)) return false;
     }
+  } else if (name == "fused_elementwise") {
+    // Elementwise over a leading replica dim too: each load gets that dim with the
+    // stride of its operand's replica (0 for a replicated operand). Column sums are per
+    // replica, so a node that has them runs per replica.
+    if (!n.attrs.ints("reduced", {}).empty()) return false;
+    fold = false;
+    std::vector<int64_t> lead(n.in.size(), 0);
+    for (size_t k = 0; k < n.in.size(); ++k) {
+      if (vals[n.in[k]].replicated) { in[k] = vals[n.in[k]].per[0]; continue; }
+      if (!stack_in(k, false)) return false;
+      lead[k] = g.avals[n.in[k]].size();
+    }
+    std::vector<int64_t> loads = n.attrs.ints("loads"), l2, outs = n.attrs.ints("outs"), o2;
+    for (size_t k = 0; k < loads.size();) {
+      const int64_t input = loads[k], r = loads[k + 1];
+      l2.insert(l2.end(), {input, r + 1, int64_t(nrep)});
+      l2.insert(l2.end(), loads.begin() + k + 2, loads.begin() + k + 2 + r);
+      l2.push_back(lead.at(input));
+      l2.insert(l2.end(), loads.begin() + k + 2 + r, loads.begin() + k + 2 + 2 * r);
+      k += 2 + 2 * r;
+    }
+    for (size_t k = 0; k < outs.size();) {
+      const int64_t r = outs[k + 1];
+      o2.insert(o2.end(), {outs[k], r + 1, int64_t(nrep)});
+      o2.insert(o2.end(), outs.begin() + k + 2, outs.begin() + k + 2 + r);
+      k += 2 + r;
+    }
+    attrs.set("n", n.attrs.i("n") * nrep);
+    attrs.set("loads", l2);
+    attrs.set("outs", o2);
   } else if (name == "conv_general_dilated" || name == "conv_bwd_data") {
     if (vals[n.in[0]].replicated || !vals[n.in[1]].replicated || !stack_in(0, true)) return false;
     in[1] = vals[n.in[1]].per[0];

@@ -95,6 +95,8 @@ struct Group {
 
 }  // namespace
 
+bool fusible_elementwise(const Node& n, const Graph& g) { return fused_op(n, g) >= 0; }
+
 Graph fuse_elementwise(const Graph& g, FusionStats* stats) {
   const int N = int(g.nodes.size());
   std::vector<int64_t> op(N, -1);
@@ -131,7 +133,10 @@ Graph fuse_elementwise(const Graph& g, FusionStats* stats) {
     for (int gi : dep) groups[gi].sealed = true;
     if (n.prim->name == "reduce_sum" && n.in.size() == 1) {
       const int gi = group_of_value(n.in[0]);
-      const int64_t K = gi >= 0 && !groups[gi].sealed ? column_reduction_inner(g.aval(n.in[0]), n.attrs.ints("axes")) : 0;
+      // A sealed group still computes sums of its members: the fused node sits at its
+      // last member, before this reduce, and needs nothing a later node computes (Flax's
+      // sum(x*x) comes after mean = sum(x)/n has sealed the group).
+      const int64_t K = gi >= 0 ? column_reduction_inner(g.aval(n.in[0]), n.attrs.ints("axes")) : 0;
       if (K > 0 && (group_inner[gi] == 0 || group_inner[gi] == K)) {
         group_inner[gi] = K;
         sum_group[i] = gi;

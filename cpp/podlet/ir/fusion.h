@@ -29,6 +29,10 @@ struct FusionStats {
   int broadcasts_absorbed = 0;
 };
 
+// Whether node n is one primitive the pass can fuse (a fusible primitive and dtype, one
+// output). The rematerialisation pass (remat.h) recomputes exactly these.
+bool fusible_elementwise(const Node& n, const Graph& g);
+
 // A copy of g with elementwise chains fused; g is unchanged. Value ids of g's inputs
 // and outputs keep their meaning (same positions in inputs / outputs).
 Graph fuse_elementwise(const Graph& g, FusionStats* stats = nullptr);

@@ -3,10 +3,14 @@ into the fused AdamW primitive (cpp/podlet/ir/optim_fusion.h: apply_updates' add
 EMA of the new params) and then elementwise chains fused (cpp/podlet/ir/fusion.h), built
 once per cache entry. Only concrete execution uses it: a graph inlined into an outer
 trace (grad of a jit'd function, nested jit) stays unfused, so autodiff never sees a
-fused node. pmap runs the optimizer pass only (its executor merges elementwise nodes
-across replicas by itself).
+fused node. pmap runs the same passes; its executor runs a fused node over every
+replica's shard at once unless the node sums per replica (BatchNorm statistics).
 
-PODLET_FUSION=0 in the environment turns both passes off (read at each call, so tests
+Values the backward pass reads are recomputed there from the forward pass's
+inputs before fusion (cpp/podlet/ir/remat.h), so fusion folds the recomputation into
+the backward pass's own passes; PODLET_REMAT=0 keeps them instead.
+
+PODLET_FUSION=0 in the environment turns every pass off (read at each call, so tests
 can flip it).
 """
 import os
@@ -22,23 +26,35 @@ def _fuse_optimizer(graph):
     return _core.fuse_optimizer(graph) if hasattr(_core, "fuse_optimizer") else graph
 
 
+def remat_enabled():
+    return os.environ.get("PODLET_REMAT", "1").lower() not in ("0", "false", "no", "off")
+
+
+def _passes(graph):
+    g = _fuse_optimizer(graph)
+    if remat_enabled():
+        g = _core.rematerialize(g)
+    return _core.fuse_elementwise(g)
+
+
 def executable_graph(entry):
-    """entry.graph with optimizer updates and elementwise chains fused (cached on the
-    entry), or entry.graph itself when fusion is off."""
+    """entry.graph with optimizer updates fused, elementwise values the backward pass
+    reads recomputed there (cpp/podlet/ir/remat.h) and elementwise chains fused (cached
+    on the entry), or entry.graph itself when fusion is off."""
     if not enabled() or not hasattr(_core, "fuse_elementwise"):
         return entry.graph
     g = getattr(entry, "_fused_graph", None)
     if g is None:
-        g = entry._fused_graph = _core.fuse_elementwise(_fuse_optimizer(entry.graph))
+        g = entry._fused_graph = _passes(entry.graph)
     return g
 
 
 def pmap_graph(entry):
-    """entry.graph with optimizer updates fused (cached on the entry), or entry.graph
-    itself when fusion is off."""
+    """The same for pmap (cached separately: the executor runs fused nodes over all
+    replicas at once where it can, cpp/podlet/exec/pmap.cc)."""
     if not enabled():
         return entry.graph
-    g = getattr(entry, "_optim_fused_graph", None)
+    g = getattr(entry, "_pmap_fused_graph", None)
     if g is None:
-        g = entry._optim_fused_graph = _fuse_optimizer(entry.graph)
+        g = entry._pmap_fused_graph = _passes(entry.graph)
     return g
