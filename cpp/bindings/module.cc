@@ -192,7 +192,8 @@ PYBIND11_MODULE(_core, m) {
   for (auto f : podlet_bindings::binders()) f(m);
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
-  m.def("memory_stats", []() { auto& s = mem_stats(); return py::make_tuple(s.live, s.peak); });
+  m.def("memory_stats", []() { auto& s = mem_stats(); return py::make_tuple(s.live, s.peak, s.pooled); },
+        "(bytes of buffers in use, their peak since reset_peak_memory, bytes freed and pooled for reuse)");
   m.def("reset_peak_memory", &reset_peak_memory);
   m.def("set_profiling", &set_profiling);
   m.def("take_profile", []() {

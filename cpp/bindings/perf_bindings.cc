@@ -6,6 +6,7 @@
 #include "podlet/ir/graph.h"
 #include "podlet/ir/fusion.h"
 #include "podlet/ir/remat.h"
+#include "podlet/ir/memory_plan.h"
 #include "podlet/ir/optim_fusion.h"
 #include "podlet/kernels/peak.h"
 #include "registry.h"
@@ -52,6 +53,17 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     d["values"] = s.values; d["nodes_cloned"] = s.nodes_cloned; d["bytes"] = s.bytes;
     return d;
   }, py::arg("graph"), py::arg("min_elements") = 4096);
+  m.def("memory_plan", [](const Graph& g) {
+    MemoryPlan p = plan_memory(g);
+    py::dict d;
+    d["arena_bytes"] = p.arena_bytes; d["values"] = p.values; d["sum_bytes"] = p.sum_bytes;
+    py::dict off;
+    for (int v = 0; v < int(p.offset.size()); ++v) if (p.offset[v] >= 0) off[py::int_(v)] = p.offset[v];
+    d["offsets"] = off;
+    return d;
+  }, py::arg("graph"), "run_graph's memory plan: arena size, values placed in it, their total size, offsets by value id.");
+  m.def("set_memory_plan", &set_memory_plan, py::arg("on"));
+  m.def("memory_plan_enabled", &memory_plan_enabled);
   m.def("fuse_optimizer", [](const Graph& g) { return fuse_optimizer(g); }, py::arg("graph"),
         "A copy of the graph with apply_updates' add and an EMA of the new params folded into adamw_update "
         "(bit-identical results).");

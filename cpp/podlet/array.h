@@ -25,7 +25,7 @@ inline Shape strides_of(const Shape& s) {
 constexpr size_t kAlign = 64;
 
 // Live bytes in buffers podlet allocated (for the profiler's peak-memory figure).
-struct MemStats { int64_t live = 0, peak = 0; };
+struct MemStats { int64_t live = 0, peak = 0, pooled = 0; };  // pooled: freed, kept for reuse
 MemStats& mem_stats();
 void reset_peak_memory();
 

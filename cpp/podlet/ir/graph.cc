@@ -1,4 +1,6 @@
+#include <cstdlib>
 #include "podlet/ir/graph.h"
+#include "podlet/ir/memory_plan.h"
 #include "podlet/ir/ops.h"
 #include <map>
 #include <sstream>
@@ -241,6 +243,10 @@ static void record_profile(const PrimDef& p, const Attrs& attrs, const std::vect
   e.calls += 1; e.seconds += seconds; e.flops += flops; e.bytes += bytes;
 }
 
+static bool g_memory_plan = [] { const char* e = std::getenv("PODLET_MEMORY_PLAN"); return !(e && e[0] == '0'); }();
+void set_memory_plan(bool on) { g_memory_plan = on; }
+bool memory_plan_enabled() { return g_memory_plan; }
+
 std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
   if (args.size() != g.inputs.size())
     throw ValueError(fmt("graph takes ", g.inputs.size(), " inputs, got ", args.size()));
@@ -253,6 +259,9 @@ std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
     slot[g.inputs[i]] = args[i];
   }
   for (auto& [id, arr] : g.consts) slot[id] = arr;
+  // Intermediates live at planned offsets in one arena (memory_plan.h).
+  const MemoryPlan plan = g_memory_plan ? plan_memory(g) : MemoryPlan{std::vector<int64_t>(g.num_values(), -1)};
+  const std::shared_ptr<void> arena = plan.arena_bytes > 0 ? alloc_buffer(size_t(plan.arena_bytes)) : nullptr;
   // Last use of each value: free it right after, unless it is an output.
   std::vector<int> last(g.num_values(), -1);
   for (size_t i = 0; i < g.nodes.size(); ++i) for (int v : g.nodes[i].in) last[v] = int(i);
@@ -265,7 +274,12 @@ std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
     std::vector<AVal> oa; oa.reserve(n.out.size());
     for (int v : n.out) oa.push_back(g.avals[v]);
     out.clear();
-    for (auto& a : oa) out.emplace_back(n.prim->kernel_allocates ? Array() : Array(a));
+    for (size_t k = 0; k < oa.size(); ++k) {
+      const int64_t off = plan.offset[n.out[k]];
+      if (n.prim->kernel_allocates) out.emplace_back();
+      else if (off >= 0) out.emplace_back(oa[k].dtype, oa[k].shape, static_cast<char*>(arena.get()) + off, arena);
+      else out.emplace_back(oa[k]);
+    }
     const bool prof = g_profiling;
     std::chrono::steady_clock::time_point t0;
     if (prof) t0 = std::chrono::steady_clock::now();

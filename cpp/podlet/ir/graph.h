@@ -57,6 +57,11 @@ std::map<std::pair<std::string, std::string>, ProfileEntry> take_profile_detaile
 
 // Runs g on concrete inputs. Buffers are released after their last use.
 std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args);
+// Whether run_graph places intermediates by plan_memory (memory_plan.h) in one arena per
+// run (default; PODLET_MEMORY_PLAN=0 in the environment or set_memory_plan(false): one
+// pooled buffer per value instead).
+void set_memory_plan(bool on);
+bool memory_plan_enabled();
 
 // Reverse-mode autodiff as a graph transformation. Returns a graph with inputs
 // g.inputs + one cotangent input per entry of `ct_outputs` (indices into g.outputs),
