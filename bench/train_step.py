@@ -85,6 +85,7 @@ def run_podlet(model_name, dtype, batch, size, steps):
     t_plan = time.perf_counter() - t0
     flops = entry.graph.flops()
     state = {"st": st, "bs": v["batch_stats"]}
+    del st, v  # the step replaces the state: holding the initial one would count it twice
 
     def step():
         s, b, loss = j(state["st"], state["bs"], x, y)
@@ -170,6 +171,7 @@ def run_jax(model_name, dtype, batch, size, steps):
     compiled = train_step.lower(params, bs, opt, x, y).compile()
     t_compile = time.perf_counter() - t0
     state = {"p": params, "b": bs, "o": opt}
+    del params, bs, opt, v  # as for podlet: only the current state stays alive
 
     def step():
         p, b, o, loss = compiled(state["p"], state["b"], state["o"], x, y)

@@ -46,8 +46,9 @@ void reset_peak_memory() { g_peak.store(g_live.load()); }
 // past the process's high-water mark of buffers in use (+1/16), a pooled buffer is
 // resized instead (take_resized): without that, differently sized requests each kept
 // their own spare buffers and the resident size of a ResNet-34 step was 1.6x its peak of
-// live buffers. Pooled bytes are
-// not "live": the peak-memory figure counts buffers in use.
+// live buffers. (run_graph's memory plan, ir/memory_plan.h, now asks for one arena per
+// run instead of a buffer per value.) Pooled bytes are not "live": the peak-memory
+// figure counts buffers in use.
 namespace {
 constexpr size_t kPoolMin = size_t(1) << 18;
 
