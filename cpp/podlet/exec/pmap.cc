@@ -238,7 +238,9 @@ bool run_merged(const Graph& g, const Node& n, std::vector<Value>& vals, int nre
     std::vector<int64_t> lead(n.in.size(), 0);
     for (size_t k = 0; k < n.in.size(); ++k) {
       if (vals[n.in[k]].replicated) { in[k] = vals[n.in[k]].per[0]; continue; }
-      if (!stack_in(k, false)) return false;
+      // A smaller per-replica operand (a per-replica vector read with broadcast strides)
+      // would turn its load into the slow general walk: run per replica instead.
+      if (g.avals[n.in[k]].size() != n.attrs.i("n") || !stack_in(k, false)) return false;
       lead[k] = g.avals[n.in[k]].size();
     }
     std::vector<int64_t> loads = n.attrs.ints("loads"), l2, outs = n.attrs.ints("outs"), o2;
