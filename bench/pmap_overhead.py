@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from train_step import timed_steps  # bench/ is the script's directory
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 STAGES = [2, 2, 2, 2]
@@ -85,18 +87,6 @@ def optimizer(optax):
     return optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3, weight_decay=1e-4))
 
 
-def timed(step, steps):
-    t0 = time.perf_counter()
-    step()
-    first = time.perf_counter() - t0
-    ts = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        ts.append(time.perf_counter() - t0)
-    return first, ts
-
-
 # ---------------------------------------------------------------------------------
 def run_podlet(n, dtype, batch, size, steps, profile):
     sys.path.insert(0, os.path.join(ROOT, "python"))
@@ -121,7 +111,7 @@ def run_podlet(n, dtype, batch, size, steps, profile):
         box["s"], m = p_step(box["s"], b)
         float(m["loss"][0])
 
-    first, ts = timed(step, steps)
+    first, ts = timed_steps(step, steps)
     out = {"first_step_s": first, "step_s": ts}
     if profile:  # the least disturbed of 3 profiled steps
         stats = min((profiler.run(step, quiet=True, warmup=0) for _ in range(3)), key=lambda s: s["wall_seconds"])
@@ -161,7 +151,7 @@ def run_jax(n, dtype, batch, size, steps):
         jax.block_until_ready(box["s"])
         float(m["loss"][0])
 
-    first, ts = timed(step, steps)
+    first, ts = timed_steps(step, steps)
     return {"first_step_s": first, "step_s": ts}
 
 
