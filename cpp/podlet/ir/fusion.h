@@ -71,9 +71,19 @@ struct Instr { int64_t op; DType d, rd; int64_t a, b, c, imm; };
 // The loop of one instruction over one tile of m elements (prims/fused_ops.h): the
 // baseline build, or the AVX-512 one where the active ISA allows (same bits).
 using ExecFn = void (*)(const Instr&, const void* a, const void* b, const void* c, void* d, int64_t m);
+// Everything the kernel does per tile, built once per ISA (prims/fused_ops.h): run an
+// instruction, load a tile from storage into a register (contiguous from `base`, or at
+// element offsets `off`), store a register, and sum the rows of a chunk of a reduced
+// output (reduce_sum's pairwise tree over rows). The tile loop itself is ISA-neutral.
+struct TileKernels {
+  ExecFn exec;
+  void (*load)(DType, const void* src, int64_t base, const int64_t* off, void* dst, int64_t m);
+  void (*store)(DType, const void* reg, void* dst, int64_t base, int64_t m);
+  void (*sum_rows)(const float* p, int64_t nrows, int64_t w, float* acc, float* scratch);
+};
 }  // namespace fused
 namespace kernels {
-void fused_exec_avx512(const fused::Instr& ins, const void* a, const void* b, const void* c, void* d, int64_t m);
+const fused::TileKernels& fused_tile_kernels_avx512();
 }
 
 }  // namespace podlet

@@ -31,7 +31,7 @@ namespace {
 using namespace fused;
 using namespace fused_ops;
 
-constexpr int64_t kTile = 512;            // elements per register
+constexpr int64_t kTile = 1024;           // elements per register
 constexpr int64_t kChunk = 16 * kTile;    // elements per parallel chunk (fixed: bits do not depend on threads)
 
 // ---- program ------------------------------------------------------------------------
@@ -110,7 +110,18 @@ Program parse(const Attrs& a) {
   return p;
 }
 
-// ---- element ops (the scalar code of elementwise.cc) --------------------------------------
+// Repeats the first `unit` bytes of d until `total` bytes are filled, doubling the copied
+// block each time: a scalar splat over a tile is 9 memcpy calls, not 511 (one call per
+// element cost more than the arithmetic of a whole BatchNorm pass).
+void repeat_fill(void* d, size_t unit, size_t total) {
+  char* p = static_cast<char*>(d);
+  for (size_t have = unit; have < total;) {
+    const size_t n = std::min(have, total - have);
+    std::memcpy(p + have, p, n);
+    have += n;
+  }
+}
+
 void run_program(const Program& p, const std::vector<Array>& in, std::vector<Array>& out) {
   const int S = int(p.code.size());
   // Where each slot lives: a pooled tile buffer, a dedicated (scalar) buffer, its input
@@ -175,11 +186,14 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
     if (last_use[k] < 0 && home[k] == kPooled) free_list.push_back(buf[k]);  // dead or only stored
   }
 
-  const ExecFn exec = int(cpu::active_isa()) >= int(cpu::Isa::avx512) ? kernels::fused_exec_avx512 : exec_instr;
+  static const TileKernels baseline{exec_instr, load_elems, store_elems, sum_rows_f32};
+  const TileKernels& tk = int(cpu::active_isa()) >= int(cpu::Isa::avx512) ? kernels::fused_tile_kernels_avx512() : baseline;
+  const ExecFn exec = tk.exec;
   const int64_t n = p.n;
-  // Runs the program over elements [cb, ce) (one chunk); on_sum(o, t0, m, reg) receives
-  // each tile of a reduced output's slot (f32 registers).
-  auto run_range = [&](int64_t cb, int64_t ce, auto&& on_sum) {
+  // Runs the program over elements [cb, ce) (one chunk). sum_rows(o, t0) is where tile t0
+  // of reduced output o goes (f32 registers), null without reductions: a computed slot
+  // with a reduced output is written there directly (its register), others are copied.
+  auto run_range = [&](int64_t cb, int64_t ce, auto&& sum_rows) {
     // 8 bytes per element: any register type. Not zeroed: every element is written first.
     // Per-thread scratch kept across chunks and calls: a chunk is only a few microseconds
     // of work, too little to pay for its own allocations.
@@ -198,8 +212,8 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
       void* d = bufp(buf[k]);
       const size_t ps = phys_size(ins.d);
       const int64_t period = l.kind == kScalar ? 1 : l.period;
-      load_elems(ins.d, in[l.input].raw(), 0, nullptr, d, period);
-      for (int64_t j = period; j < kTile; j += period) std::memcpy(static_cast<char*>(d) + j * ps, d, period * ps);
+      tk.load(ins.d, in[l.input].raw(), 0, nullptr, d, period);
+      repeat_fill(d, period * ps, kTile * ps);
       ptr[k] = d;
     }
     for (int64_t t0 = cb; t0 < ce; t0 += kTile) {
@@ -213,7 +227,7 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
             case kScalar: break;
             case kFull:
               if (home[k] == kInput) ptr[k] = const_cast<char*>(static_cast<const char*>(src) + t0 * itemsize(ins.d));
-              else { ptr[k] = bufp(buf[k]); load_elems(ins.d, src, t0, nullptr, ptr[k], m); }
+              else { ptr[k] = bufp(buf[k]); tk.load(ins.d, src, t0, nullptr, ptr[k], m); }
               break;
             case kPeriodic: {  // contiguous runs of the period
               ptr[k] = bufp(buf[k]);
@@ -221,7 +235,7 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
               int64_t o = t0 % l.period;
               for (int64_t j = 0; j < m;) {
                 const int64_t run = std::min(m - j, l.period - o);
-                load_elems(ins.d, src, o, nullptr, static_cast<char*>(ptr[k]) + j * ps, run);
+                tk.load(ins.d, src, o, nullptr, static_cast<char*>(ptr[k]) + j * ps, run);
                 j += run;
                 o = 0;
               }
@@ -234,8 +248,8 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
               for (int64_t j = 0; j < m; ++r) {
                 const int64_t run = std::min(m - j, l.period - c);
                 char* d = static_cast<char*>(ptr[k]) + j * ps;
-                load_elems(ins.d, src, r, nullptr, d, 1);
-                for (int64_t q = 1; q < run; ++q) std::memcpy(d + q * ps, d, ps);
+                tk.load(ins.d, src, r, nullptr, d, 1);
+                repeat_fill(d, ps, run * ps);
                 j += run;
                 c = 0;
               }
@@ -255,26 +269,29 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
                   idx[d] = 0;
                 }
               }
-              ptr[k] = bufp(buf[k]); load_elems(ins.d, src, 0, off.data(), ptr[k], m);
+              ptr[k] = bufp(buf[k]); tk.load(ins.d, src, 0, off.data(), ptr[k], m);
               break;
             }
           }
         } else {
-          void* d = home[k] == kOutput
-                        ? static_cast<char*>(out[direct_out[k]].raw()) + t0 * itemsize(ins.rd)
-                        : bufp(buf[k]);
+          void* d = home[k] == kOutput ? static_cast<char*>(out[direct_out[k]].raw()) + t0 * itemsize(ins.rd)
+                    : !sums[k].empty()   ? static_cast<void*>(sum_rows(sums[k][0], t0))
+                                         : bufp(buf[k]);
           exec(ins, ptr[ins.a], ins.op >= kAdd ? ptr[ins.b] : nullptr,
                ins.op == kSelect || ins.op == kClamp ? ptr[ins.c] : nullptr, d, m);
           ptr[k] = d;
         }
-        for (int o : stores[k]) store_elems(ins.rd, ptr[k], out[o].raw(), t0, m);
-        for (int o : sums[k]) on_sum(o, t0, m, static_cast<const float*>(ptr[k]));
+        for (int o : stores[k]) tk.store(ins.rd, ptr[k], out[o].raw(), t0, m);
+        for (int o : sums[k]) {
+          float* rows = sum_rows(o, t0);
+          if (rows != ptr[k]) std::memcpy(rows, ptr[k], size_t(m) * 4);
+        }
       }
     }
   };
 
   if (reduced_outs.empty()) {
-    parallel_for(n, chunk, [&](int64_t cb, int64_t ce) { run_range(cb, ce, [](int, int64_t, int64_t, const float*) {}); });
+    parallel_for(n, chunk, [&](int64_t cb, int64_t ce) { run_range(cb, ce, [](int, int64_t) -> float* { return nullptr; }); });
     return;
   }
   // Each chunk's rows go to a scratch block per reduced output, summed by pairwise_rows
@@ -291,12 +308,10 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
     scratch.resize(size_t(scratch_levels(rpc)) * size_t(K));
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t cb = c * chunk, ce = std::min(n, cb + chunk);
-      run_range(cb, ce, [&](int o, int64_t t0, int64_t m, const float* reg) {
-        std::memcpy(rows.data() + size_t(red_index[o]) * chunk + (t0 - cb), reg, size_t(m) * 4);
-      });
+      run_range(cb, ce, [&](int o, int64_t t0) { return rows.data() + size_t(red_index[o]) * chunk + (t0 - cb); });
       for (int r = 0; r < nred; ++r)
-        pairwise_rows<SumOp<float>>(rows.data() + size_t(r) * chunk, (ce - cb) / K, K, K,
-                                    part.data() + (size_t(r) * nch + c) * K, scratch.data());
+        tk.sum_rows(rows.data() + size_t(r) * chunk, (ce - cb) / K, K, part.data() + (size_t(r) * nch + c) * K,
+                    scratch.data());
     }
   });
   for (int r = 0; r < nred; ++r) {

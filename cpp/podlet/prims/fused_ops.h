@@ -84,6 +84,11 @@ void unary_float(int64_t op, const A* a, A* d, int64_t m, int64_t imm) {
     case kFloor: if constexpr (F) { LOOP(fm::floor(x)) } else { LOOP(std::floor(x)) }
     case kCeil: if constexpr (F) { LOOP(fm::ceil(x)) } else { LOOP(std::ceil(x)) }
     case kIntPow: {
+      // x^2 and x^3, BatchNorm's variance terms, as one pass: the products below are
+      // the ones the general loop forms (1 * p == p exactly: the first factor into the
+      // accumulator adds no rounding).
+      if (imm == 2) { LOOP(x * x) }
+      if (imm == 3) { LOOP(x * (x * x)) }
       // Repeated squaring in jax's multiplication order; y < 0 gives 1 / x^|y|.
       // The exponent's bits are the outer loop, so each step is a vector loop over a
       // block of elements (the same multiplications per element, so the same bits).
@@ -222,6 +227,23 @@ void store_elems(DType dt, const void* reg, void* dst, int64_t base, int64_t m) 
   }
   const size_t isz = itemsize(dt);
   std::memcpy(static_cast<char*>(dst) + base * isz, reg, size_t(m) * isz);
+}
+
+// acc[0..w) = the column sums of p's nrows rows of w floats: reduce_ops.h's
+// pairwise_rows<SumOp<float>> (the tree and the NaN rule of reduce_sum's column
+// reduction), repeated here because that header cannot enter an ISA-specific file.
+void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* scratch) {
+  auto comb = [](float a, float b) { return a != a ? a + 0.0f : a + b; };
+  if (nrows <= 16) {
+    for (int64_t j = 0; j < w; ++j) acc[j] = p[j];
+    for (int64_t r = 1; r < nrows; ++r)
+      for (int64_t j = 0; j < w; ++j) acc[j] = comb(acc[j], p[r * w + j]);
+    return;
+  }
+  const int64_t h = nrows / 2;
+  sum_rows_f32(p, h, w, acc, scratch + w);
+  sum_rows_f32(p + h * w, nrows - h, w, scratch, scratch + w);
+  for (int64_t j = 0; j < w; ++j) acc[j] = comb(acc[j], scratch[j]);
 }
 
 // d = instruction ins applied to a, b, c (b, c null when unused), m elements.
