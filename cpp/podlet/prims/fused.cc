@@ -126,19 +126,11 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
   const int S = int(p.code.size());
   // Where each slot lives: a pooled tile buffer, a dedicated (scalar) buffer, its input
   // in place, or its output in place.
-  enum Home { kPooled, kDedicated, kInput, kOutput };
+  enum Home { kPooled, kDedicated, kInput, kOutput, kAlias };
   std::vector<Home> home(S, kPooled);
   std::vector<int> buf(S, -1);
   std::vector<int> direct_out(S, -1);
   std::vector<std::vector<int>> stores(S);  // outputs to store from this slot
-  std::vector<int> last_use(S, -1);
-  for (int k = 0; k < S; ++k) {
-    const Instr& ins = p.code[k];
-    if (ins.op == kLoad) continue;
-    const int nops = ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2);
-    const int64_t ops[3] = {ins.a, ins.b, ins.c};
-    for (int q = 0; q < nops; ++q) last_use[ops[q]] = k;
-  }
   std::vector<std::vector<int>> sums(S);  // reduced outputs summing this slot
   std::vector<int> reduced_outs;
   for (size_t o = 0; o < p.outs.size(); ++o) {
@@ -147,6 +139,28 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
     if (p.reduced[o]) { sums[s].push_back(int(o)); reduced_outs.push_back(int(o)); }
     else if (ins.op != kLoad && same_layout(ins.rd) && direct_out[s] < 0) { direct_out[s] = int(o); home[s] = kOutput; }
     else stores[s].push_back(int(o));
+  }
+  // A convert that leaves the register as it is (bf16 -> f32: a bf16 register already
+  // holds the f32 value; a dtype to itself) aliases its operand's register: no pass.
+  // Uses of an alias are uses of its root, which stays alive for them.
+  std::vector<int> root(S);
+  for (int k = 0; k < S; ++k) {
+    const Instr& ins = p.code[k];
+    const bool identity = ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
+    root[k] = identity && home[k] != kOutput ? root[ins.a] : k;
+    if (root[k] != k) home[k] = kAlias;
+  }
+  auto nops_of = [](const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); };
+  std::vector<int> last_use(S, -1);
+  for (int k = 0; k < S; ++k) {
+    const Instr& ins = p.code[k];
+    if (home[k] == kAlias) {  // its stores and sums read the root's register at k
+      if (!stores[k].empty() || !sums[k].empty()) last_use[root[k]] = k;
+      continue;
+    }
+    if (ins.op == kLoad) continue;
+    const int64_t ops[3] = {ins.a, ins.b, ins.c};
+    for (int q = 0; q < nops_of(ins); ++q) last_use[root[ops[q]]] = k;
   }
   // Chunks: fixed element ranges (the unit of parallel work). With reductions, a chunk
   // is the row chunk reduce_sum uses for this many columns, so that the sums are formed
@@ -157,6 +171,7 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
   std::vector<int> free_list;
   for (int k = 0; k < S; ++k) {
     const Instr& ins = p.code[k];
+    if (home[k] == kAlias) continue;
     if (ins.op == kLoad) {
       const Load& l = p.loads[ins.a];
       // Tiles start at multiples of kTile from a chunk start, so a pattern whose period
@@ -174,9 +189,8 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
     // Free this instruction's operands that die here (in-place reuse is safe: every op
     // reads element j of its operands before writing element j).
     if (ins.op != kLoad) {
-      const int nops = ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2);
-      const int64_t ops[3] = {ins.a, ins.b, ins.c};
-      for (int q = 0; q < nops; ++q) {
+      const int64_t ops[3] = {root[ins.a], ins.b >= 0 ? root[ins.b] : -1, ins.c >= 0 ? root[ins.c] : -1};
+      for (int q = 0; q < nops_of(ins); ++q) {
         const int s = int(ops[q]);
         bool dup = false;
         for (int r = 0; r < q; ++r) dup |= ops[r] == s;
@@ -220,7 +234,9 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
       const int64_t m = std::min(kTile, ce - t0);
       for (int k = 0; k < S; ++k) {
         const Instr& ins = p.code[k];
-        if (ins.op == kLoad) {
+        if (home[k] == kAlias) {
+          ptr[k] = ptr[ins.a];
+        } else if (ins.op == kLoad) {
           const Load& l = p.loads[ins.a];
           const void* src = in[l.input].raw();
           switch (l.kind) {

@@ -64,10 +64,15 @@ void dtype_switch(DType d, F&& f) {
 template <class A> inline A do_max(A x, A y) { const A r = x > y ? x : y; return x != x ? x : r; }
 template <class A> inline A do_min(A x, A y) { const A r = x < y ? x : y; return x != x ? x : r; }
 
-template <class A>
+// A bf16 result is rounded in the op's own loop (RB): one pass over the tile, not two.
+template <bool RB, class A> inline A fin(A v) {
+  if constexpr (RB) return round_bf16(v); else return v;
+}
+
+template <class A, bool RB = false>
 void unary_float(int64_t op, const A* a, A* d, int64_t m, int64_t imm) {
   constexpr bool F = std::is_same_v<A, float>;
-#define LOOP(EXPR) for (int64_t j = 0; j < m; ++j) { const A x = a[j]; d[j] = (EXPR); } break;
+#define LOOP(EXPR) for (int64_t j = 0; j < m; ++j) { const A x = a[j]; d[j] = fin<RB>(A(EXPR)); } break;
   switch (op) {
     case kNeg: LOOP(-x)
     case kAbs: if constexpr (F) { LOOP(fm::fabs_(x)) } else { LOOP(__builtin_fabs(x)) }
@@ -103,8 +108,8 @@ void unary_float(int64_t op, const A* a, A* d, int64_t m, int64_t imm) {
           k >>= 1;
           if (k) for (int64_t j = 0; j < w; ++j) b[j] = b[j] * b[j];
         }
-        if (imm < 0) for (int64_t j = 0; j < w; ++j) d[j0 + j] = A(1) / acc[j];
-        else for (int64_t j = 0; j < w; ++j) d[j0 + j] = acc[j];
+        if (imm < 0) for (int64_t j = 0; j < w; ++j) d[j0 + j] = fin<RB>(A(A(1) / acc[j]));
+        else for (int64_t j = 0; j < w; ++j) d[j0 + j] = fin<RB>(acc[j]);
       }
       break;
     }
@@ -113,9 +118,9 @@ void unary_float(int64_t op, const A* a, A* d, int64_t m, int64_t imm) {
 #undef LOOP
 }
 
-template <class A>
+template <class A, bool RB = false>
 void binary_float(int64_t op, const A* a, const A* b, A* d, int64_t m) {
-#define LOOP(EXPR) for (int64_t j = 0; j < m; ++j) { const A x = a[j], y = b[j]; d[j] = (EXPR); } break;
+#define LOOP(EXPR) for (int64_t j = 0; j < m; ++j) { const A x = a[j], y = b[j]; d[j] = fin<RB>(A(EXPR)); } break;
   switch (op) {
     case kAdd: LOOP(x != x ? A(x + A(0)) : A(x + y))  // first operand's NaN, as elementwise.cc
     case kSub: LOOP(x - y)
@@ -296,13 +301,17 @@ void exec_instr(const Instr& ins, const void* a, const void* b, const void* c, v
     if (ins.d == DType::f64) run(double()); else run(float());
     if (ins.rd == DType::bf16) round_to_bf16(static_cast<float*>(d), m);
   } else if (op < kAdd) {
+    auto x = static_cast<const float*>(a);
+    auto z = static_cast<float*>(d);
     if (ins.d == DType::f64) unary_float<double>(op, static_cast<const double*>(a), static_cast<double*>(d), m, ins.imm);
-    else unary_float<float>(op, static_cast<const float*>(a), static_cast<float*>(d), m, ins.imm);
-    if (ins.rd == DType::bf16) round_to_bf16(static_cast<float*>(d), m);
+    else if (ins.rd == DType::bf16) unary_float<float, true>(op, x, z, m, ins.imm);
+    else unary_float<float>(op, x, z, m, ins.imm);
   } else {
+    auto x = static_cast<const float*>(a), y = static_cast<const float*>(b);
+    auto z = static_cast<float*>(d);
     if (ins.d == DType::f64) binary_float<double>(op, static_cast<const double*>(a), static_cast<const double*>(b), static_cast<double*>(d), m);
-    else binary_float<float>(op, static_cast<const float*>(a), static_cast<const float*>(b), static_cast<float*>(d), m);
-    if (ins.rd == DType::bf16) round_to_bf16(static_cast<float*>(d), m);
+    else if (ins.rd == DType::bf16) binary_float<float, true>(op, x, y, z, m);
+    else binary_float<float>(op, x, y, z, m);
   }
 }
 
