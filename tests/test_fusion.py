@@ -237,6 +237,30 @@ def test_bn_statistics_are_summed_in_the_fused_pass(shape, dtype):
         _assert_same_bits(ref, o)
 
 
+@pytest.mark.parametrize("shape", [(4, 37, 33, 64), (3, 1000, 7)], ids=["64ch", "7_columns"])
+def test_register_aliases_and_one_pass_forms_keep_the_bits(shape):
+    """Converts that leave a register as it is (bf16 -> f32, bf16 -> bf16) alias their
+    operand instead of copying it, also when the alias is summed, stored, or read after
+    its root's last direct use; x**2 and x**3 take their one-pass forms; bf16 results are
+    rounded in the op's own loop. All with the unfused graph's bits, special values too."""
+    rng = np.random.default_rng(13)
+    x = _special(rng, shape, BF16)
+    r = _special(rng, shape, BF16)
+    axes = tuple(range(len(shape) - 1))
+
+    def f(x, r):
+        xf = x.astype(np.float32)                  # alias of the loaded register
+        same = lax.convert_element_type(x, BF16)   # bf16 -> bf16: alias, then stored
+        y = (xf * 0.75 + 0.5).astype(BF16) + r     # bf16 add, rounded in its loop
+        return (jnp.sum(xf, axes), jnp.sum(lax.integer_pow(xf, 2), axes), jnp.sum(lax.integer_pow(xf, 3), axes),
+                same, y, jnp.maximum(y, 0).astype(np.float32) * xf)
+
+    g, fg, ref, outs = _run_both(f, x, r)
+    assert fg.prim_counts().get("fused_elementwise") == 1, fg.dump()
+    for o in outs:
+        _assert_same_bits(ref, o)
+
+
 def test_reductions_that_do_not_fit_stay_reductions():
     """Sums over trailing axes, over everything, or of a value outside any group keep their
     own reduce_sum node, and the results are unchanged."""
