@@ -125,7 +125,7 @@ void repeat_fill(void* d, size_t unit, size_t total) {
 void run_program(const Program& p, const std::vector<Array>& in, std::vector<Array>& out) {
   const int S = int(p.code.size());
   // Where each slot lives: a pooled tile buffer, a dedicated (scalar) buffer, its input
-  // in place, or its output in place.
+  // in place, its output in place, or its operand's register (an alias, below).
   enum Home { kPooled, kDedicated, kInput, kOutput, kAlias };
   std::vector<Home> home(S, kPooled);
   std::vector<int> buf(S, -1);
