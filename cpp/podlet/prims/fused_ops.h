@@ -180,10 +180,6 @@ void convert(DType sd, const void* a, DType dd, void* d, int64_t m) {
   });
 }
 
-void round_to_bf16(float* d, int64_t m) {
-  for (int64_t j = 0; j < m; ++j) d[j] = round_bf16(d[j]);
-}
-
 // Storage -> register for `m` elements at element offsets `off` (or contiguous from
 // `base` when off is null).
 void load_elems(DType dt, const void* src, int64_t base, const int64_t* off, void* dst, int64_t m) {
@@ -292,14 +288,15 @@ void exec_instr(const Instr& ins, const void* a, const void* b, const void* c, v
     else { auto x = static_cast<const float*>(a); for (int64_t j = 0; j < m; ++j) z[j] = (x[j] - x[j]) == (x[j] - x[j]); }
   } else if (op == kClamp) {
     // clamp(lo, x, hi) = min(max(x, lo), hi)
-    auto run = [&](auto tag) {
+    auto run = [&](auto tag, auto rb) {
       using A = decltype(tag);
       auto lo = static_cast<const A*>(a), x = static_cast<const A*>(b), hi = static_cast<const A*>(c);
       auto z = static_cast<A*>(d);
-      for (int64_t j = 0; j < m; ++j) z[j] = do_min(do_max(x[j], lo[j]), hi[j]);
+      for (int64_t j = 0; j < m; ++j) z[j] = fin<decltype(rb)::value>(do_min(do_max(x[j], lo[j]), hi[j]));
     };
-    if (ins.d == DType::f64) run(double()); else run(float());
-    if (ins.rd == DType::bf16) round_to_bf16(static_cast<float*>(d), m);
+    if (ins.d == DType::f64) run(double(), std::false_type{});
+    else if (ins.rd == DType::bf16) run(float(), std::true_type{});
+    else run(float(), std::false_type{});
   } else if (op < kAdd) {
     auto x = static_cast<const float*>(a);
     auto z = static_cast<float*>(d);
