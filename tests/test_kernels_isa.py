@@ -201,6 +201,11 @@ CONV_CASES = {
     "groups_2": ((2, 8, 9, 32), (3, 3, 16, 48), conv_attrs((1, 1), (1, 1, 1, 1), groups=2)),
     "groups_4_strided": ((1, 9, 9, 64), (3, 3, 16, 32), conv_attrs((2, 2), (1, 1, 1, 1), groups=4)),
     "window_larger_than_input": ((1, 2, 2, 16), (3, 3, 16, 16), conv_attrs()),
+    # Fewer than 8 input channels: backward-data takes the col2im path (taps as the wide
+    # GEMM dim, then a gather), forward and backward-filter the implicit GEMMs.
+    "mammogram_stem_1_channel": ((2, 22, 19, 1), (7, 7, 1, 64), conv_attrs((2, 2), (3, 3, 3, 3))),
+    "narrow_dilated_odd_padding": ((2, 11, 13, 2), (3, 4, 2, 24), conv_attrs((2, 1), (-1, 2, 3, 0), rd=(2, 1))),
+    "narrow_kernel_wider_than_padded_row": ((1, 5, 3, 3), (2, 6, 3, 16), conv_attrs((1, 3), (0, 1, 4, 2))),
     # Kept on the reference by the dispatcher (depthwise, lhs dilation): must still agree.
     "depthwise": ((2, 8, 7, 16), (3, 3, 1, 16), conv_attrs((1, 1), (1, 1, 1, 1), groups=16)),
     "lhs_dilation": ((1, 5, 6, 16), (3, 3, 16, 16), conv_attrs((1, 1), (1, 1, 2, 1), ld=(2, 2))),
@@ -253,9 +258,30 @@ def test_conv_fast_path_is_taken(isa):
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
+def test_conv_bwd_data_narrow_channels_leave_the_reference(isa):
+    """Backward-data of a 1-channel stem used to run on the reference (~2 s at batch 32,
+    224x224); the col2im path sums in another order, so its f32 bits differ from the
+    reference's while agreeing to rounding - on every fast ISA."""
+    x, w, g, a = conv_args("mammogram_stem_1_channel", (np.float32, np.float32), seed=3)
+    attrs = dict(a, lhs_shape=list(x.shape))
+    fast, ref = check_fast_vs_ref(isa, "conv_bwd_data", [g, w], attrs)
+    if isa != "ref":
+        assert not np.array_equal(fast, ref)
+    # Images in several chunks (the tap matrix holds ~2^20 floats at a time: one 128x128
+    # image of 49 taps), bf16 operands, bit-identical on 1 and 2 threads.
+    rng = np.random.default_rng(4)
+    g = rand(rng, (3, 128, 128, 16), BF16)
+    w = rand(rng, (7, 7, 1, 16), BF16)
+    attrs = dict(conv_attrs((1, 1), (3, 3, 3, 3)), lhs_shape=[3, 128, 128, 1])
+    check_fast_vs_ref(isa, "conv_bwd_data", [g, w], attrs)
+    one = run(isa, "conv_bwd_data", [g, w], attrs, threads=1)
+    assert one.tobytes() == run(isa, "conv_bwd_data", [g, w], attrs, threads=2).tobytes()
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 def test_conv_bits_do_not_depend_on_thread_count(isa, dtype):
-    for name in ("resnet_stem_7x7_s2", "resnet_3x3_s2", "tile_edges", "groups_4_strided"):
+    for name in ("resnet_stem_7x7_s2", "resnet_3x3_s2", "tile_edges", "groups_4_strided", "mammogram_stem_1_channel"):
         x, w, g, a = conv_args(name, (dtype, dtype), seed=5)
         if name == "tile_edges":  # more rows: several M tiles and K blocks of pixels
             x = np.concatenate([x] * 3)

@@ -45,6 +45,11 @@ void conv_bwd_data_ref(const ConvGeom& q, DType gd, const void* g, DType wd, con
 // dw[KH, KW, C/G, O] = transpose of conv in w, applied to g[N, Ho, Wo, O].
 void conv_bwd_filter_ref(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
 
+// Backward-data for narrow input channels (C < 8, G == 1, lhs_dilation 1, f32 / bf16):
+// V = g w^T per output pixel and tap through gemm(), then a gather over the taps
+// (conv_col2im.cc). Agrees with the _ref to rounding; bits independent of threads.
+void conv_bwd_data_col2im(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
+
 // AVX2+FMA implicit GEMMs (conv_avx2.cc): f32 / bf16 operands and output, lhs_dilation 1,
 // non-empty output; f32 accumulation in fixed K blocks (a different order than the _ref,
 // so results agree to rounding, and are bit-identical for any thread count).

@@ -369,9 +369,26 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
     run_units(G * units, double(wq) * double(Og) * double(G), [&](int64_t u) {
       const int64_t gi = u / units, s0 = qa + (u % units) * unit_q, s1 = imin(qb, s0 + unit_q);
       uint32_t* ag = ap.p + gi * Mp * wq;
+      // A whole step's words at once (row: Mp words), then mr-word pieces to the groups:
+      // per-group interleaves of 8 or 12 columns were mostly masks and call overhead.
+      WBuf row(Kind::kstep == 2 ? Mp : 1);
       for (int64_t st = s0; st < s1; ++st) {
         const int64_t p = st * Kind::kstep;
         const TG* g0 = gr + p * O + gi * Og;
+        if constexpr (std::is_same_v<Kind, Bf16Kind>) {
+          interleave_rows(reinterpret_cast<const bf16*>(g0), p + 1 < P ? reinterpret_cast<const bf16*>(g0 + O) : nullptr,
+                          Og, row.p);
+          zero_words(row.p + Og, Mp - Og);
+          uint32_t* d = ag + (st - qa) * mr;
+          if (mr == 8) {
+            for (int64_t i = 0; i < Mp; i += 8)
+              _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i * wq), _mm256_load_si256(reinterpret_cast<const __m256i*>(row.p + i)));
+          } else {
+            for (int64_t i = 0; i < Mp; i += mr)
+              _mm512_mask_storeu_epi32(d + i * wq, 0x0fff, _mm512_maskz_loadu_epi32(0x0fff, row.p + i));
+          }
+          continue;
+        }
         for (int64_t i = 0; i < Mp; i += mr) {
           const int64_t rr = imin(mr, Og - i);
           uint32_t* d = ag + i * wq + (st - qa) * mr;

@@ -56,7 +56,12 @@ void conv_bwd_data(const ConvGeom& q, DType gd, const void* g, DType wd, const v
     case ConvPath::avx512bf16: return conv_bwd_data_avx512bf16(q, gd, g, wd, w, dxd, dx);
     case ConvPath::avx512: return conv_bwd_data_avx512(q, gd, g, wd, w, dxd, dx);
     case ConvPath::avx2: return conv_bwd_data_avx2(q, gd, g, wd, w, dxd, dx);
-    case ConvPath::ref: return conv_bwd_data_ref(q, gd, g, wd, w, dxd, dx);
+    case ConvPath::ref:
+      // Too few input channels for the implicit GEMM's panels: the taps are the wide dim.
+      if (q.N * q.H * q.W * q.C > 0 && q.G == 1 && q.C < 8 &&
+          conv_path(q, gd, wd, dxd, 8) != ConvPath::ref && q.Ho * q.Wo * q.O > 0)
+        return conv_bwd_data_col2im(q, gd, g, wd, w, dxd, dx);
+      return conv_bwd_data_ref(q, gd, g, wd, w, dxd, dx);
   }
 }
 
