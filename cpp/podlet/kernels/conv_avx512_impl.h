@@ -72,6 +72,26 @@ void patch_row(const ConvGeom& q, const TX* x, int64_t gi, int64_t n, int64_t oh
   }
 }
 
+// The whole patch row (K = KH * KW * C, G == 1, rdw == 1) of a bf16 pixel whose kh
+// pieces are short (KW * C <= 16: the 1- and 3-channel stems, 7 and 21 > 16 stay out):
+// one 16-element load and store per kh, each store running over the start of the next
+// piece, which overwrites it (the last store is masked). Only for pixels whose loads
+// stay inside their x row (iw0 >= 0, iw0 * C + 16 <= W * C); false for the others, which
+// take patch_row. patch_row's masked copies of 7 elements were the stem's main cost.
+inline bool patch_row_short(const ConvGeom& q, const bf16* x, int64_t n, int64_t oh, int64_t ow, uint16_t* d) {
+  const int64_t C = q.C, seg = q.KW * C, iw0 = ow * q.sw - q.pw;
+  if (iw0 < 0 || iw0 * C + 16 > q.W * C) return false;
+  const bf16* xr = x + (n * q.H * q.W + iw0) * C;
+  for (int64_t kh = 0; kh < q.KH; ++kh) {
+    const int64_t ih = oh * q.sh + kh * q.rdh - q.ph;
+    const __m256i v = ih < 0 || ih >= q.H ? _mm256_setzero_si256()
+                                          : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + ih * q.W * C));
+    if (kh + 1 < q.KH) _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + kh * seg), v);
+    else _mm256_mask_storeu_epi16(d + kh * seg, tail16(seg), v);
+  }
+  return true;
+}
+
 // An output pixel (n, oh, ow), stepped in row-major order without divisions.
 struct Pixel {
   int64_t n, oh, ow;
@@ -192,8 +212,16 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
     auto pack = [&](int64_t mm, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
       const int64_t k0 = q0 * Kind::kstep, k1 = imin(K, k0 + nq * Kind::kstep);
       Pixel px(q, mm);
+      const bool short_rows = std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16> && G == 1 && q.rdw == 1 &&
+                              q.KW * Cg <= 16 && k0 == 0 && k1 == K;
       for (int64_t i = 0; i < rows; ++i, px.next(q)) {
         Elem<Kind>* d = row_of<Kind>(dst, i, nq);
+        if constexpr (std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16>) {
+          if (short_rows && patch_row_short(q, x, px.n, px.oh, px.ow, d)) {
+            zero_elems(d + K, nq * Kind::kstep - K);
+            continue;
+          }
+        }
         patch_row(q, x, gi, px.n, px.oh, px.ow, k0, k1, d);
         zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
       }
