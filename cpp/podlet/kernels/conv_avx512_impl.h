@@ -75,17 +75,17 @@ void patch_row(const ConvGeom& q, const TX* x, int64_t gi, int64_t n, int64_t oh
 // The whole patch row (K = KH * KW * C, G == 1, rdw == 1) of a bf16 pixel whose kh
 // pieces are short (KW * C <= 16: the 1- and 3-channel stems, 7 and 21 > 16 stay out):
 // one 16-element load and store per kh, each store running over the start of the next
-// piece, which overwrites it (the last store is masked). Only for pixels whose loads
-// stay inside their x row (iw0 >= 0, iw0 * C + 16 <= W * C); false for the others, which
-// take patch_row. patch_row's masked copies of 7 elements were the stem's main cost.
+// piece, which overwrites it (the last store is masked). Only for pixels whose taps are
+// all inside their x row (iw0 >= 0, iw0 + KW <= W); false for the others, which take
+// patch_row. patch_row's masked copies of 7 elements were the stem's main cost.
 inline bool patch_row_short(const ConvGeom& q, const bf16* x, int64_t n, int64_t oh, int64_t ow, uint16_t* d) {
   const int64_t C = q.C, seg = q.KW * C, iw0 = ow * q.sw - q.pw;
-  if (iw0 < 0 || iw0 * C + 16 > q.W * C) return false;
+  if (iw0 < 0 || iw0 + q.KW > q.W) return false;
   const bf16* xr = x + (n * q.H * q.W + iw0) * C;
+  const __mmask16 m = tail16(seg);
   for (int64_t kh = 0; kh < q.KH; ++kh) {
     const int64_t ih = oh * q.sh + kh * q.rdh - q.ph;
-    const __m256i v = ih < 0 || ih >= q.H ? _mm256_setzero_si256()
-                                          : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + ih * q.W * C));
+    const __m256i v = ih < 0 || ih >= q.H ? _mm256_setzero_si256() : _mm256_maskz_loadu_epi16(m, xr + ih * q.W * C);
     if (kh + 1 < q.KH) _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + kh * seg), v);
     else _mm256_mask_storeu_epi16(d + kh * seg, tail16(seg), v);
   }
@@ -107,10 +107,48 @@ struct Pixel {
 // dst[((c - n0) / NR) * pstride + (c - n0) % NR]. Columns past nb are not written.
 // When G == 1 and rdw == 1 each kh row of taps is a contiguous slice of x, and the
 // words are formed straight from x (no temporary rows); otherwise through patch_row.
+// Short kh pieces (KW * C <= 16, G == 1, rdw == 1) of a bf16 pixel pair whose taps are
+// all inside their x rows: per kh one masked load per pixel, one vpermt2w into 16
+// words, and masked stores into the (at most two) panels the piece falls in. False
+// when a pixel is missing or near the edge (patch_step's general path).
+inline bool patch_step_short(const ConvGeom& q, const bf16* x, const Pixel* px, int npx, int64_t n0, int64_t nb,
+                             uint32_t* dst, int64_t pstride) {
+  const int64_t C = q.C, seg = q.KW * C, n1 = n0 + nb;
+  if (npx != 2) return false;
+  const bf16* xr[2];
+  for (int j = 0; j < 2; ++j) {
+    const int64_t iw0 = px[j].ow * q.sw - q.pw;
+    if (iw0 < 0 || iw0 + q.KW > q.W) return false;
+    xr[j] = x + (px[j].n * q.H * q.W + iw0) * C;
+  }
+  const __m512i lo16 = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  for (int64_t kh = n0 / seg; kh * seg < n1; ++kh) {
+    const int64_t lo = imax(n0, kh * seg), hi = imin(n1, (kh + 1) * seg), o = lo - kh * seg;
+    const __mmask16 m = tail16(hi - lo);
+    __m256i v[2];
+    for (int j = 0; j < 2; ++j) {
+      const int64_t ih = px[j].oh * q.sh + kh * q.rdh - q.ph;
+      v[j] = ih < 0 || ih >= q.H ? _mm256_setzero_si256() : _mm256_maskz_loadu_epi16(m, xr[j] + ih * q.W * C + o);
+    }
+    const __m512i w = _mm512_permutex2var_epi16(_mm512_castsi256_si512(v[0]), lo16, _mm512_castsi256_si512(v[1]));
+    const int64_t c = lo - n0, first = imin(hi - lo, NR - c % NR);  // words before the panel ends
+    _mm512_mask_storeu_epi32(dst + (c / NR) * pstride + c % NR, tail16(first), w);
+    if (first < hi - lo) {  // the rest starts the next panel
+      const __m512i sh = _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                                   _mm512_set1_epi32(int(first))), w);
+      _mm512_mask_storeu_epi32(dst + (c / NR + 1) * pstride, tail16(hi - lo - first), sh);
+    }
+  }
+  return true;
+}
+
 template <class Kind, class TX>
 void patch_step(const ConvGeom& q, const TX* x, int64_t gi, const Pixel* px, int npx, int64_t n0, int64_t nb,
                 uint32_t* dst, int64_t pstride, Elem<Kind>* tmp) {
   using E = Elem<Kind>;
+  if constexpr (std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16>)
+    if (q.G == 1 && q.rdw == 1 && q.KW * q.C <= 16 && patch_step_short(q, x, px, npx, n0, nb, dst, pstride)) return;
   auto put = [&](int64_t k, int64_t e, const TX* s0, const TX* s1) {  // columns [k, e) in one panel
     uint32_t* d = dst + ((k - n0) / NR) * pstride + (k - n0) % NR;
     if constexpr (std::is_same_v<Kind, F32Kind>) {
@@ -387,48 +425,51 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
   while (nc > NR && G * cdiv(Kx, nc) * imin(imax(nch, 1), win) < 4 * int64_t(num_threads())) nc -= NR;
   const int64_t nt = cdiv(Kx, nc), ntiles = G * nt, tile_size = Mp * nc;
   const int64_t npan = nc / NR;
-  WBuf ap(G * Mp * imin(win * CQ, imax(Pq, 1)));
+  // One column tile per group (the stems: Kx <= nc): A is used by one task per chunk, so
+  // the task packs it per K block into L2-sized scratch; a shared window of A would be a
+  // write and re-read of all of g through memory (51 MB for the 224x224 stem at batch 32).
+  const bool a_in_task = nt == 1;
+  WBuf ap(a_in_task ? 1 : G * Mp * imin(win * CQ, imax(Pq, 1)));
   WBuf part(imin(win, imax(nch, 1)) * ntiles * tile_size);  // a window's partial tiles
   WBuf acc(ntiles * tile_size);  // tiles [o][(kh, kw, ci)], row stride nc
+  // A for steps [s0, s1) of group gi: step st's mr words of row group i at
+  // dst + i * stride + (st - s0) * mr. `row` holds Mp words (Bf16Kind): a whole step's
+  // words at once, then mr-word pieces to the groups (per-group interleaves of 8 or 12
+  // columns were mostly masks and call overhead).
+  auto pack_a = [&](int64_t gi, int64_t s0, int64_t s1, uint32_t* dst, int64_t stride, uint32_t* row) {
+    for (int64_t st = s0; st < s1; ++st) {
+      const int64_t p = st * Kind::kstep;
+      const TG* g0 = gr + p * O + gi * Og;
+      uint32_t* d = dst + (st - s0) * mr;
+      if constexpr (std::is_same_v<Kind, Bf16Kind>) {
+        interleave_rows(reinterpret_cast<const bf16*>(g0), p + 1 < P ? reinterpret_cast<const bf16*>(g0 + O) : nullptr,
+                        Og, row);
+        zero_words(row + Og, Mp - Og);
+        if (mr == 8) {
+          for (int64_t i = 0; i < Mp; i += 8)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i * stride), _mm256_load_si256(reinterpret_cast<const __m256i*>(row + i)));
+        } else {
+          for (int64_t i = 0; i < Mp; i += mr)
+            _mm512_mask_storeu_epi32(d + i * stride, 0x0fff, _mm512_maskz_loadu_epi32(0x0fff, row + i));
+        }
+      } else {
+        for (int64_t i = 0; i < Mp; i += mr) {
+          const int64_t rr = imin(mr, Og - i);
+          copy_row(g0 + i, rr, reinterpret_cast<float*>(d + i * stride));
+          zero_words(d + i * stride + rr, mr - rr);
+        }
+      }
+    }
+  };
   for (int64_t w0 = 0; w0 < nch; w0 += win) {
     const int64_t w1 = imin(nch, w0 + win), qa = w0 * CQ, qb = imin(Pq, w1 * CQ), wq = qb - qa;
     // A[g][row group][step][mr o] for the window: one unit per (group, range of steps).
-    const int64_t unit_q = 64, units = cdiv(wq, unit_q);
+    // With one column tile per group each task packs its own A instead (pack_a below).
+    const int64_t unit_q = 64, units = a_in_task ? 0 : cdiv(wq, unit_q);
     run_units(G * units, double(wq) * double(Og) * double(G), [&](int64_t u) {
       const int64_t gi = u / units, s0 = qa + (u % units) * unit_q, s1 = imin(qb, s0 + unit_q);
-      uint32_t* ag = ap.p + gi * Mp * wq;
-      // A whole step's words at once (row: Mp words), then mr-word pieces to the groups:
-      // per-group interleaves of 8 or 12 columns were mostly masks and call overhead.
       WBuf row(Kind::kstep == 2 ? Mp : 1);
-      for (int64_t st = s0; st < s1; ++st) {
-        const int64_t p = st * Kind::kstep;
-        const TG* g0 = gr + p * O + gi * Og;
-        if constexpr (std::is_same_v<Kind, Bf16Kind>) {
-          interleave_rows(reinterpret_cast<const bf16*>(g0), p + 1 < P ? reinterpret_cast<const bf16*>(g0 + O) : nullptr,
-                          Og, row.p);
-          zero_words(row.p + Og, Mp - Og);
-          uint32_t* d = ag + (st - qa) * mr;
-          if (mr == 8) {
-            for (int64_t i = 0; i < Mp; i += 8)
-              _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i * wq), _mm256_load_si256(reinterpret_cast<const __m256i*>(row.p + i)));
-          } else {
-            for (int64_t i = 0; i < Mp; i += mr)
-              _mm512_mask_storeu_epi32(d + i * wq, 0x0fff, _mm512_maskz_loadu_epi32(0x0fff, row.p + i));
-          }
-          continue;
-        }
-        for (int64_t i = 0; i < Mp; i += mr) {
-          const int64_t rr = imin(mr, Og - i);
-          uint32_t* d = ag + i * wq + (st - qa) * mr;
-          if constexpr (std::is_same_v<Kind, F32Kind>) {
-            copy_row(g0 + i, rr, reinterpret_cast<float*>(d));
-          } else {
-            interleave_rows(reinterpret_cast<const bf16*>(g0 + i),
-                            p + 1 < P ? reinterpret_cast<const bf16*>(g0 + O + i) : nullptr, rr, d);
-          }
-          zero_words(d + rr, mr - rr);
-        }
-      }
+      pack_a(gi, s0, s1, ap.p + gi * Mp * wq + (s0 - qa) * mr, wq, row.p);
     });
     const double flops = 2.0 * double(Og * G) * double(wq * Kind::kstep) * double(Kx);
     run_tasks((w1 - w0) * ntiles, flops, [&](int64_t task, Scratch& s) {
@@ -441,6 +482,7 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
       // s.a when patch_step needs them).
       s.b.reserve(npan * KQ * NR);
       s.a.reserve(2 * nc);
+      if (a_in_task) s.c.reserve(Mp * KQ + round_up(Mp, 16));  // A block, then one step's row
       Pixel px[2] = {Pixel(q, c0 * Kind::kstep), Pixel(q, 0)};
       const int64_t bl = block_len(c0, c1);
       for (int64_t q0 = c0; q0 < c1; q0 += bl) {
@@ -456,10 +498,16 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
           px[0] = px[npx - 1];
           px[0].next(q);
         }
-        const int64_t off = q0 - qa;
+        const uint32_t* ab = ag + (q0 - qa) * mr;  // group i at ab + i * astride
+        int64_t astride = wq;
+        if (a_in_task) {
+          pack_a(gi, q0, q0 + nq, s.c.p, nq, s.c.p + Mp * nq);
+          ab = s.c.p;
+          astride = nq;
+        }
         for (int64_t j = 0; j < nb; j += NR)
           for (int64_t i = 0; i < Mp; i += mr) {
-            const uint32_t* a = ag + i * wq + off * mr;
+            const uint32_t* a = ab + i * astride;
             const uint32_t* b = s.b.p + (j / NR) * nq * NR;
             if (mr == 8) ukernel_x32<Kind, true, 8>(nq, a, 0, b, ct + i * nc + j, nc, q0 > c0);
             else ukernel_x32<Kind, true>(nq, a, 0, b, ct + i * nc + j, nc, q0 > c0);
