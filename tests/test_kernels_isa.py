@@ -206,6 +206,7 @@ CONV_CASES = {
     "mammogram_stem_1_channel": ((2, 22, 19, 1), (7, 7, 1, 64), conv_attrs((2, 2), (3, 3, 3, 3))),
     "narrow_dilated_odd_padding": ((2, 11, 13, 2), (3, 4, 2, 24), conv_attrs((2, 1), (-1, 2, 3, 0), rd=(2, 1))),
     "narrow_kernel_wider_than_padded_row": ((1, 5, 3, 3), (2, 6, 3, 16), conv_attrs((1, 3), (0, 1, 4, 2))),
+    "narrow_3x3_1_channel": ((3, 9, 12, 1), (3, 3, 1, 32), conv_attrs((1, 1), (1, 1, 1, 1))),  # kh pieces of 3
     # Kept on the reference by the dispatcher (depthwise, lhs dilation): must still agree.
     "depthwise": ((2, 8, 7, 16), (3, 3, 1, 16), conv_attrs((1, 1), (1, 1, 1, 1), groups=16)),
     "lhs_dilation": ((1, 5, 6, 16), (3, 3, 16, 16), conv_attrs((1, 1), (1, 1, 2, 1), ld=(2, 2))),

@@ -73,21 +73,21 @@ void patch_row(const ConvGeom& q, const TX* x, int64_t gi, int64_t n, int64_t oh
 }
 
 // The whole patch row (K = KH * KW * C, G == 1, rdw == 1) of a bf16 pixel whose kh
-// pieces are short (KW * C <= 16: the 1- and 3-channel stems, 7 and 21 > 16 stay out):
-// one 16-element load and store per kh, each store running over the start of the next
-// piece, which overwrites it (the last store is masked). Only for pixels whose taps are
-// all inside their x row (iw0 >= 0, iw0 + KW <= W); false for the others, which take
-// patch_row. patch_row's masked copies of 7 elements were the stem's main cost.
+// pieces are short (KW * C <= 16: the 1-channel 7x7 stem's 7; an RGB stem's 21 stays on
+// patch_row): one 16-element load and store per kh, each store running over the start
+// of the next piece, which overwrites it; stores are masked at K, so nothing lands past
+// the row. Only for pixels whose taps are all inside their x row (iw0 >= 0,
+// iw0 + KW <= W); false for the others, which take patch_row. patch_row's masked copies
+// of 7 elements were the stem's main cost.
 inline bool patch_row_short(const ConvGeom& q, const bf16* x, int64_t n, int64_t oh, int64_t ow, uint16_t* d) {
-  const int64_t C = q.C, seg = q.KW * C, iw0 = ow * q.sw - q.pw;
+  const int64_t C = q.C, seg = q.KW * C, K = q.KH * seg, iw0 = ow * q.sw - q.pw;
   if (iw0 < 0 || iw0 + q.KW > q.W) return false;
   const bf16* xr = x + (n * q.H * q.W + iw0) * C;
   const __mmask16 m = tail16(seg);
   for (int64_t kh = 0; kh < q.KH; ++kh) {
     const int64_t ih = oh * q.sh + kh * q.rdh - q.ph;
     const __m256i v = ih < 0 || ih >= q.H ? _mm256_setzero_si256() : _mm256_maskz_loadu_epi16(m, xr + ih * q.W * C);
-    if (kh + 1 < q.KH) _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + kh * seg), v);
-    else _mm256_mask_storeu_epi16(d + kh * seg, tail16(seg), v);
+    _mm256_mask_storeu_epi16(d + kh * seg, tail16(imin(16, K - kh * seg)), v);
   }
   return true;
 }
@@ -101,12 +101,6 @@ struct Pixel {
   }
 };
 
-// The B words of one K step of backward-filter: the patch rows of the step's pixel
-// (F32Kind, widened) or pixel pair (Bf16Kind, interleaved into words; npx = 1 pairs the
-// last pixel with zeros) over columns [n0, n0 + nb), into panels: column c goes to
-// dst[((c - n0) / NR) * pstride + (c - n0) % NR]. Columns past nb are not written.
-// When G == 1 and rdw == 1 each kh row of taps is a contiguous slice of x, and the
-// words are formed straight from x (no temporary rows); otherwise through patch_row.
 // Short kh pieces (KW * C <= 16, G == 1, rdw == 1) of a bf16 pixel pair whose taps are
 // all inside their x rows: per kh one masked load per pixel, one vpermt2w into 16
 // words, and masked stores into the (at most two) panels the piece falls in. False
@@ -143,6 +137,12 @@ inline bool patch_step_short(const ConvGeom& q, const bf16* x, const Pixel* px, 
   return true;
 }
 
+// The B words of one K step of backward-filter: the patch rows of the step's pixel
+// (F32Kind, widened) or pixel pair (Bf16Kind, interleaved into words; npx = 1 pairs the
+// last pixel with zeros) over columns [n0, n0 + nb), into panels: column c goes to
+// dst[((c - n0) / NR) * pstride + (c - n0) % NR]. Columns past nb are not written.
+// When G == 1 and rdw == 1 each kh row of taps is a contiguous slice of x, and the
+// words are formed straight from x (no temporary rows); otherwise through patch_row.
 template <class Kind, class TX>
 void patch_step(const ConvGeom& q, const TX* x, int64_t gi, const Pixel* px, int npx, int64_t n0, int64_t nb,
                 uint32_t* dst, int64_t pstride, Elem<Kind>* tmp) {
