@@ -206,6 +206,10 @@ CONV_CASES = {
     "mammogram_stem_1_channel": ((2, 22, 19, 1), (7, 7, 1, 64), conv_attrs((2, 2), (3, 3, 3, 3))),
     "narrow_dilated_odd_padding": ((2, 11, 13, 2), (3, 4, 2, 24), conv_attrs((2, 1), (-1, 2, 3, 0), rd=(2, 1))),
     "narrow_kernel_wider_than_padded_row": ((1, 5, 3, 3), (2, 6, 3, 16), conv_attrs((1, 3), (0, 1, 4, 2))),
+    # 32-channel panels built inside the backward-filter microkernel: odd pixel count
+    # (the last step pairs a pixel with zeros), padding rows, dilation.
+    "odd_pixels_32_channels": ((1, 7, 9, 32), (3, 3, 32, 32), conv_attrs((1, 1), (1, 1, 1, 1))),
+    "dilated_strided_64_channels": ((1, 9, 11, 64), (3, 3, 64, 24), conv_attrs((2, 1), (2, 1, 0, 2), rd=(2, 2))),
     "narrow_3x3_1_channel": ((3, 9, 12, 1), (3, 3, 1, 32), conv_attrs((1, 1), (1, 1, 1, 1))),  # kh pieces of 3
     # Kept on the reference by the dispatcher (depthwise, lhs dilation): must still agree.
     "depthwise": ((2, 8, 7, 16), (3, 3, 1, 16), conv_attrs((1, 1), (1, 1, 1, 1), groups=16)),
@@ -295,14 +299,16 @@ def test_conv_bits_do_not_depend_on_thread_count(isa, dtype):
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
-def test_conv_bwd_filter_over_many_pixel_chunks(isa, dtype):
+@pytest.mark.parametrize("cin", [16, 32])
+def test_conv_bwd_filter_over_many_pixel_chunks(isa, dtype, cin):
     """Backward-filter sums pixels in fixed chunks (4096 K steps) computed as separate
     tasks and added in chunk order: several chunks and a partial one, against the
-    reference, and bit-identical on 1 and 2 threads."""
+    reference, and bit-identical on 1 and 2 threads (16 channels: one column tile, A
+    packed per task; 32: panels built by the microkernel)."""
     rng = np.random.default_rng(9)
-    x = rand(rng, (3, 75, 61, 16), dtype)  # 13725 pixels: 4 chunks in f32, 2 in bf16 pairs
+    x = rand(rng, (3, 75, 61, cin), dtype)  # 13725 pixels: 4 chunks in f32, 2 in bf16 pairs
     g = rand(rng, (3, 75, 61, 64), dtype)
-    attrs = dict(conv_attrs((1, 1), (1, 1, 1, 1)), rhs_shape=[3, 3, 16, 64])
+    attrs = dict(conv_attrs((1, 1), (1, 1, 1, 1)), rhs_shape=[3, 3, cin, 64])
     check_fast_vs_ref(isa, "conv_bwd_filter", [x, g], attrs)
     one = run(isa, "conv_bwd_filter", [x, g], attrs, threads=1)
     two = run(isa, "conv_bwd_filter", [x, g], attrs, threads=2)

@@ -249,6 +249,21 @@ template <> inline __m512 madd<Bf16Kind>(__m512 acc, uint32_t aw, __m512 b) {
 }
 #endif
 
+// C[R, 32] = (add ? C + : ) the accumulators: the one addition to C a block makes.
+template <int R> inline void store_block(const __m512 (&acc)[R][2], float* c, int64_t ldc, bool add) {
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    float* p = c + r * ldc;
+    __m512 v0 = acc[r][0], v1 = acc[r][1];
+    if (add) {
+      v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
+      v1 = _mm512_add_ps(_mm512_loadu_ps(p + 16), v1);
+    }
+    _mm512_storeu_ps(p, v0);
+    _mm512_storeu_ps(p + 16, v1);
+  }
+}
+
 // R rows: 12 (24 accumulators) everywhere; 8 (16 accumulators, still more chains than
 // the dot's latency x 2 pipes) for k-major A when the rows are a multiple of 8 but not
 // of 12 (64 output channels in backward-filter: 8 groups instead of 6 with 8 rows idle).
@@ -291,17 +306,7 @@ __attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_
       }
     }
   }
-#pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) {
-    float* p = c + r * ldc;
-    __m512 v0 = acc[r][0], v1 = acc[r][1];
-    if (add) {
-      v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
-      v1 = _mm512_add_ps(_mm512_loadu_ps(p + 16), v1);
-    }
-    _mm512_storeu_ps(p, v0);
-    _mm512_storeu_ps(p + 16, v1);
-  }
+  store_block<R>(acc, c, ldc, add);
 }
 
 // ---- tiling and tasks ----

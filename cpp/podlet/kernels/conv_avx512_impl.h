@@ -137,6 +137,64 @@ inline bool patch_step_short(const ConvGeom& q, const bf16* x, const Pixel* px, 
   return true;
 }
 
+#ifdef __AVX512BF16__
+// Backward-filter with whole 32-channel panels (Bf16Kind, C % 32 == 0, one group): the
+// microkernel of a panel's first row group builds the panel itself. Step q's words are
+// the pair (x row src[q * sstride][ci0..], x row src[q * sstride + 1][ci0..]) (a row of
+// zeros for padding or a missing pixel) through two vpermt2w; they go to b (for the
+// panel's other row groups, from L1) and straight into the dot products. On this core
+// a vdpbf16ps zmm issues once a cycle and the loads and permutes of a step fit beside
+// its 16-24 of them (measured: 16 dp with 2 permutes and 2 loads run in the time of 16
+// dp alone), so the pack that was 20-30% of the call hides under the arithmetic.
+template <int R>
+__attribute__((noinline)) void ukernel_x32_xpack(int64_t kq, const uint32_t* a, const bf16* const* src, int64_t sstride,
+                                                 int64_t ci0, uint32_t* b, float* c, int64_t ldc, bool add) {
+  __m512 acc[R][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
+                                      36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int64_t q = 0; q < kq; ++q, src += sstride, b += NR, a += R) {
+    const __m512i x0 = _mm512_loadu_si512(src[0] + ci0), x1 = _mm512_loadu_si512(src[1] + ci0);
+    const __m512i w0 = _mm512_permutex2var_epi16(x0, lo, x1), w1 = _mm512_permutex2var_epi16(x0, hi, x1);
+    _mm512_store_si512(b, w0);
+    _mm512_store_si512(b + 16, w1);
+    const __m512 b0 = _mm512_castsi512_ps(w0), b1 = _mm512_castsi512_ps(w1);
+#pragma GCC unroll 12
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = madd<Bf16Kind>(acc[r][0], a[r], b0);
+      acc[r][1] = madd<Bf16Kind>(acc[r][1], a[r], b1);
+    }
+  }
+  store_block<R>(acc, c, ldc, add);
+}
+#endif
+
+// src[(st * ntap + t) * 2 + j] for steps [0, nq) from pixel px (stepped), taps
+// [t0, t0 + ntap) (t = kh * KW + kw) and the step's pixels j = 0, 1: the x row that pixel
+// reads through the tap, or `zeros` (C elements) in the padding or for a missing pixel.
+inline void tap_rows(const ConvGeom& q, const bf16* x, const bf16* zeros, Pixel& px, int64_t p, int64_t P, int64_t nq,
+                     int64_t t0, int64_t ntap, const bf16** src) {
+  for (int64_t st = 0; st < nq; ++st) {
+    for (int j = 0; j < 2; ++j, ++p) {
+      const bf16** d = src + st * ntap * 2 + j;
+      if (p >= P) {
+        for (int64_t t = 0; t < ntap; ++t) d[t * 2] = zeros;
+        continue;
+      }
+      const int64_t ih0 = px.oh * q.sh - q.ph, iw0 = px.ow * q.sw - q.pw;
+      const bf16* base = x + ((px.n * q.H + ih0) * q.W + iw0) * q.C;  // only offset by valid taps
+      for (int64_t t = 0; t < ntap; ++t) {
+        const int64_t kh = (t0 + t) / q.KW, kw = (t0 + t) % q.KW;
+        const int64_t ih = ih0 + kh * q.rdh, iw = iw0 + kw * q.rdw;
+        d[t * 2] = ih >= 0 && ih < q.H && iw >= 0 && iw < q.W ? base + (kh * q.rdh * q.W + kw * q.rdw) * q.C : zeros;
+      }
+      px.next(q);
+    }
+  }
+}
+
 // The B words of one K step of backward-filter: the patch rows of the step's pixel
 // (F32Kind, widened) or pixel pair (Bf16Kind, interleaved into words; npx = 1 pairs the
 // last pixel with zeros) over columns [n0, n0 + nb), into panels: column c goes to
@@ -429,6 +487,11 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
   // the task packs it per K block into L2-sized scratch; a shared window of A would be a
   // write and re-read of all of g through memory (51 MB for the 224x224 stem at batch 32).
   const bool a_in_task = nt == 1;
+  // Whole 32-channel panels straight from x rows (see ukernel_x32_xpack); `zeros` stands
+  // for x rows in the padding.
+  const bool xpack = std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16> && G == 1 && Cg % NR == 0;
+  WBuf zeros(xpack ? Cg / 2 : 0);
+  if (xpack) zeros.zero(Cg / 2);
   WBuf ap(a_in_task ? 1 : G * Mp * imin(win * CQ, imax(Pq, 1)));
   WBuf part(imin(win, imax(nch, 1)) * ntiles * tile_size);  // a window's partial tiles
   WBuf acc(ntiles * tile_size);  // tiles [o][(kh, kw, ci)], row stride nc
@@ -485,6 +548,41 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
       if (a_in_task) s.c.reserve(Mp * KQ + round_up(Mp, 16));  // A block, then one step's row
       Pixel px[2] = {Pixel(q, c0 * Kind::kstep), Pixel(q, 0)};
       const int64_t bl = block_len(c0, c1);
+#ifdef __AVX512BF16__
+      if constexpr (std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16>) {
+        if (xpack) {
+          // Whole panels from x (ukernel_x32_xpack): the task's taps [t0, t0 + ntap).
+          const int64_t t0 = n0 / Cg, ntap = cdiv(n0 + nb, Cg) - t0;
+          s.a.reserve(bl * ntap * 2 * 2);  // pointers
+          s.b.reserve(KQ * NR);            // one panel
+          const bf16** src = reinterpret_cast<const bf16**>(s.a.p);
+          Pixel pxs = px[0];
+          for (int64_t q0 = c0; q0 < c1; q0 += bl) {
+            const int64_t nq = imin(bl, c1 - q0);
+            tap_rows(q, x, zeros.p ? reinterpret_cast<const bf16*>(zeros.p) : nullptr, pxs, q0 * 2, P, nq, t0, ntap, src);
+            const uint32_t* ab = ag + (q0 - qa) * mr;  // group i at ab + i * astride
+            int64_t astride = wq;
+            if (a_in_task) {
+              pack_a(gi, q0, q0 + nq, s.c.p, nq, s.c.p + Mp * nq);
+              ab = s.c.p;
+              astride = nq;
+            }
+            for (int64_t j = 0; j < nb; j += NR) {
+              const int64_t col = n0 + j, tap = col / Cg, ci0 = col % Cg;
+              const bf16* const* ps = src + (tap - t0) * 2;
+              if (mr == 8) ukernel_x32_xpack<8>(nq, ab, ps, ntap * 2, ci0, s.b.p, ct + j, nc, q0 > c0);
+              else ukernel_x32_xpack<12>(nq, ab, ps, ntap * 2, ci0, s.b.p, ct + j, nc, q0 > c0);
+              for (int64_t i = mr; i < Mp; i += mr) {
+                const uint32_t* a = ab + i * astride;
+                if (mr == 8) ukernel_x32<Kind, true, 8>(nq, a, 0, s.b.p, ct + i * nc + j, nc, q0 > c0);
+                else ukernel_x32<Kind, true>(nq, a, 0, s.b.p, ct + i * nc + j, nc, q0 > c0);
+              }
+            }
+          }
+          return;
+        }
+      }
+#endif
       for (int64_t q0 = c0; q0 < c1; q0 += bl) {
         const int64_t nq = imin(bl, c1 - q0);
         for (int64_t st = 0; st < nq; ++st) {
