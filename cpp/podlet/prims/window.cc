@@ -118,6 +118,25 @@ int64_t grain_for(const WinGeom& q, int64_t work_per_item) {
   return std::max<int64_t>(1, kGrain / std::max<int64_t>(1, q.inner * work_per_item));
 }
 
+// Image pooling (NHWC, window (1, KH, KW, 1) with the batch dim untouched): the loops
+// below walk output rows and input rows directly. The generic walkers (for_window,
+// for_covering) spend more on their per-position index arithmetic (divisions over
+// every windowed dim, a call per position) than on the 64-channel vectors they feed:
+// the 3x3/2 max-pool gradient of the 224x224 stem took ~36 ms at batch 32. Same
+// positions in the same order, so the same bits.
+bool is_pool2d(const WinGeom& q) {
+  return q.ro == 3 && q.win[0] == 1 && q.str[0] == 1 && q.lo[0] == 0 && q.hi[0] == 0;
+}
+// The output positions o (ascending) along one dim whose window covers input index i,
+// with i's offset k = i + lo - o * s in that window: pairs (o, k).
+inline int covering(int64_t i, int64_t lo, int64_t win, int64_t str, int64_t nout, int64_t* o, int64_t* k) {
+  const int64_t first = std::max<int64_t>(0, floor_div(i + lo - win, str) + 1);
+  const int64_t last = std::min<int64_t>(nout - 1, floor_div(i + lo, str));
+  int c = 0;
+  for (int64_t v = first; v <= last; ++v, ++c) { o[c] = v; k[c] = i + lo - v * str; }
+  return c;
+}
+
 // Calls f(tag) with tag of the storage type of d; bool is rejected.
 template <class F> void float_or_int_switch(DType d, F&& f) {
   switch (d) {
@@ -136,6 +155,33 @@ template <class F> void float_or_int_switch(DType d, F&& f) {
 template <class T, class Acc, class Comb>
 void reduce_window_loop(const WinGeom& q, const T* x, T* y, Acc init, Comb comb) {
   const int64_t I = q.inner;
+  if (is_pool2d(q)) {  // per output row (n, oh): its KH input rows, window order (kh, kw)
+    const int64_t H = q.in[1], W = q.in[2], Ho = q.out[1], Wo = q.out[2], KH = q.win[1], KW = q.win[2];
+    parallel_for(q.out[0] * Ho, std::max<int64_t>(1, grain_for(q, q.win_size()) / std::max<int64_t>(1, Wo)),
+                 [&](int64_t r0, int64_t r1) {
+      std::vector<Acc> acc(I);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = r / Ho, oh = r % Ho;
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          std::fill(acc.begin(), acc.end(), init);
+          Acc* __restrict ac = acc.data();
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t ih = oh * q.str[1] + kh - q.lo[1];
+            if (ih < 0 || ih >= H) continue;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const int64_t iw = ow * q.str[2] + kw - q.lo[2];
+              if (iw < 0 || iw >= W) continue;
+              const T* __restrict p = x + ((n * H + ih) * W + iw) * I;
+              for (int64_t i = 0; i < I; ++i) ac[i] = comb(ac[i], Acc(p[i]));
+            }
+          }
+          T* out = y + (r * Wo + ow) * I;
+          for (int64_t i = 0; i < I; ++i) out[i] = from_acc<T>(ac[i]);
+        }
+      }
+    });
+    return;
+  }
   parallel_for(q.out_outer(), grain_for(q, q.win_size()), [&](int64_t o0, int64_t o1) {
     std::vector<Acc> acc(I);
     std::vector<int64_t> oidx(q.ro);
@@ -231,24 +277,46 @@ void select_first_max(const WinGeom& q, const T* x, std::vector<int32_t>& sel) {
   using A = acc_t<T>;
   const int64_t I = q.inner;
   sel.assign(q.out_outer() * I, -1);
+  auto pick = [I](int32_t* __restrict s, A* __restrict bst, const T* __restrict p, int32_t w32) {
+    // Branch-free (vectorises; random data would mispredict a branch half the time).
+    for (int64_t i = 0; i < I; ++i) {
+      const A v = A(p[i]), b = bst[i];
+      bool take = (s[i] < 0) | (v > b);
+      if constexpr (std::is_floating_point_v<A>) take = take | ((v != v) & (b == b));
+      bst[i] = take ? v : b;
+      s[i] = take ? w32 : s[i];
+    }
+  };
+  if (is_pool2d(q)) {  // per output row (n, oh), window order (kh, kw)
+    const int64_t H = q.in[1], W = q.in[2], Ho = q.out[1], Wo = q.out[2], KH = q.win[1], KW = q.win[2];
+    parallel_for(q.out[0] * Ho, std::max<int64_t>(1, grain_for(q, q.win_size()) / std::max<int64_t>(1, Wo)),
+                 [&](int64_t r0, int64_t r1) {
+      std::vector<A> best(I);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = r / Ho, oh = r % Ho;
+        for (int64_t ow = 0; ow < Wo; ++ow) {
+          int32_t* s = sel.data() + (r * Wo + ow) * I;
+          for (int64_t kh = 0; kh < KH; ++kh) {
+            const int64_t ih = oh * q.str[1] + kh - q.lo[1];
+            if (ih < 0 || ih >= H) continue;
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              const int64_t iw = ow * q.str[2] + kw - q.lo[2];
+              if (iw < 0 || iw >= W) continue;
+              pick(s, best.data(), x + ((n * H + ih) * W + iw) * I, int32_t(kh * KW + kw));
+            }
+          }
+        }
+      }
+    });
+    return;
+  }
   parallel_for(q.out_outer(), grain_for(q, q.win_size()), [&](int64_t o0, int64_t o1) {
     std::vector<A> best(I);
     std::vector<int64_t> oidx(q.ro);
     for (int64_t o = o0; o < o1; ++o) {
       int32_t* __restrict s = sel.data() + o * I;
       A* __restrict bst = best.data();
-      for_window(q, o, oidx, [&](int64_t off, int64_t, int64_t w) {
-        const T* __restrict p = x + off;
-        const int32_t w32 = int32_t(w);
-        // Branch-free (vectorises; random data would mispredict a branch half the time).
-        for (int64_t i = 0; i < I; ++i) {
-          const A v = A(p[i]), b = bst[i];
-          bool take = (s[i] < 0) | (v > b);
-          if constexpr (std::is_floating_point_v<A>) take = take | ((v != v) & (b == b));
-          bst[i] = take ? v : b;
-          s[i] = take ? w32 : s[i];
-        }
-      });
+      for_window(q, o, oidx, [&](int64_t off, int64_t, int64_t w) { pick(s, bst, x + off, int32_t(w)); });
     }
   });
 }
@@ -263,6 +331,37 @@ void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const
     using T = decltype(tag);
     using A = acc_t<T>;
     const T* src = in[0].data<T>(); T* y = out[0].data<T>();
+    if (is_pool2d(q)) {  // per input row (n, ih): covering windows in row-major output order
+      const int64_t H = q.in[1], W = q.in[2], Ho = q.out[1], Wo = q.out[2], KW = q.win[2];
+      parallel_for(q.out[0] * H, std::max<int64_t>(1, grain_for(q, q.win_size()) / std::max<int64_t>(1, W)),
+                   [&](int64_t r0, int64_t r1) {
+        std::vector<A> acc(I);
+        std::vector<int64_t> oh(q.win[1]), kh(q.win[1]), ow(KW), kw(KW);
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t n = r / H, ih = r % H;
+          const int nh = covering(ih, q.lo[1], q.win[1], q.str[1], Ho, oh.data(), kh.data());
+          for (int64_t iw = 0; iw < W; ++iw) {
+            const int nw = nh ? covering(iw, q.lo[2], KW, q.str[2], Wo, ow.data(), kw.data()) : 0;
+            A* __restrict ac = acc.data();
+            std::fill(acc.begin(), acc.end(), A(0));
+            for (int a = 0; a < nh; ++a)
+              for (int b = 0; b < nw; ++b) {
+                const int64_t o = (n * Ho + oh[a]) * Wo + ow[b];
+                const int32_t* __restrict s = sel.data() + o * I;
+                const T* __restrict p = src + o * I;
+                const int32_t w32 = int32_t(kh[a] * KW + kw[b]);
+                for (int64_t i = 0; i < I; ++i) {
+                  const A v = A(p[i]);  // read unconditionally, so the loop vectorises
+                  ac[i] += s[i] == w32 ? v : A(0);
+                }
+              }
+            T* yo = y + (r * W + iw) * I;
+            for (int64_t i = 0; i < I; ++i) yo[i] = from_acc<T>(ac[i]);
+          }
+        }
+      });
+      return;
+    }
     parallel_for(q.in_outer(), grain_for(q, q.win_size()), [&](int64_t j0, int64_t j1) {
       std::vector<A> acc(I);
       std::vector<int64_t> lo(q.ro), hi(q.ro), cur(q.ro), pos(q.ro);
