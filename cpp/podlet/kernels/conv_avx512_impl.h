@@ -176,6 +176,14 @@ __attribute__((noinline)) void ukernel_x32_xpack(int64_t kq, const uint32_t* a, 
 // reads through the tap, or `zeros` (C elements) in the padding or for a missing pixel.
 inline void tap_rows(const ConvGeom& q, const bf16* x, const bf16* zeros, Pixel& px, int64_t p, int64_t P, int64_t nq,
                      int64_t t0, int64_t ntap, const bf16** src) {
+  // Per tap: its row and column offsets and its offset in x (no divisions per pixel).
+  int64_t dh[64], dw[64], off[64];
+  for (int64_t t = 0; t < ntap; ++t) {
+    const int64_t kh = (t0 + t) / q.KW, kw = (t0 + t) % q.KW;
+    dh[t] = kh * q.rdh;
+    dw[t] = kw * q.rdw;
+    off[t] = (dh[t] * q.W + dw[t]) * q.C;
+  }
   for (int64_t st = 0; st < nq; ++st) {
     for (int j = 0; j < 2; ++j, ++p) {
       const bf16** d = src + st * ntap * 2 + j;
@@ -186,9 +194,8 @@ inline void tap_rows(const ConvGeom& q, const bf16* x, const bf16* zeros, Pixel&
       const int64_t ih0 = px.oh * q.sh - q.ph, iw0 = px.ow * q.sw - q.pw;
       const bf16* base = x + ((px.n * q.H + ih0) * q.W + iw0) * q.C;  // only offset by valid taps
       for (int64_t t = 0; t < ntap; ++t) {
-        const int64_t kh = (t0 + t) / q.KW, kw = (t0 + t) % q.KW;
-        const int64_t ih = ih0 + kh * q.rdh, iw = iw0 + kw * q.rdw;
-        d[t * 2] = ih >= 0 && ih < q.H && iw >= 0 && iw < q.W ? base + (kh * q.rdh * q.W + kw * q.rdw) * q.C : zeros;
+        const int64_t ih = ih0 + dh[t], iw = iw0 + dw[t];
+        d[t * 2] = uint64_t(ih) < uint64_t(q.H) && uint64_t(iw) < uint64_t(q.W) ? base + off[t] : zeros;
       }
       px.next(q);
     }
@@ -489,7 +496,8 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
   const bool a_in_task = nt == 1;
   // Whole 32-channel panels straight from x rows (see ukernel_x32_xpack); `zeros` stands
   // for x rows in the padding.
-  const bool xpack = std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16> && G == 1 && Cg % NR == 0;
+  const bool xpack = std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16> && G == 1 && Cg % NR == 0 &&
+                     cdiv(nc, Cg) + 1 <= 64;  // tap_rows' tables
   WBuf zeros(xpack ? Cg / 2 : 0);
   if (xpack) zeros.zero(Cg / 2);
   WBuf ap(a_in_task ? 1 : G * Mp * imin(win * CQ, imax(Pq, 1)));
@@ -559,7 +567,7 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
           Pixel pxs = px[0];
           for (int64_t q0 = c0; q0 < c1; q0 += bl) {
             const int64_t nq = imin(bl, c1 - q0);
-            tap_rows(q, x, zeros.p ? reinterpret_cast<const bf16*>(zeros.p) : nullptr, pxs, q0 * 2, P, nq, t0, ntap, src);
+            tap_rows(q, x, reinterpret_cast<const bf16*>(zeros.p), pxs, q0 * 2, P, nq, t0, ntap, src);
             const uint32_t* ab = ag + (q0 - qa) * mr;  // group i at ab + i * astride
             int64_t astride = wq;
             if (a_in_task) {
