@@ -171,6 +171,13 @@ __attribute__((noinline)) void ukernel_x32_xpack(int64_t kq, const uint32_t* a, 
 }
 #endif
 
+// Where a K block of backward-filter's A is: row group i at p + i * stride (a local type,
+// not std::pair: see the ODR note in avx512_engine.h).
+struct ABlock {
+  const uint32_t* p;
+  int64_t stride;
+};
+
 // src[(st * ntap + t) * 2 + j] for steps [0, nq) from pixel px (stepped), taps
 // [t0, t0 + ntap) (t = kh * KW + kw) and the step's pixels j = 0, 1: the x row that pixel
 // reads through the tap, or `zeros` (C elements) in the padding or for a missing pixel.
@@ -556,6 +563,12 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
       if (a_in_task) s.c.reserve(Mp * KQ + round_up(Mp, 16));  // A block, then one step's row
       Pixel px[2] = {Pixel(q, c0 * Kind::kstep), Pixel(q, 0)};
       const int64_t bl = block_len(c0, c1);
+      // A of K block [q0, q0 + nq): (first word, row group stride); group i at first + i * stride.
+      auto a_block = [&](int64_t q0, int64_t nq) -> ABlock {
+        if (!a_in_task) return {ag + (q0 - qa) * mr, wq};
+        pack_a(gi, q0, q0 + nq, s.c.p, nq, s.c.p + Mp * nq);
+        return {s.c.p, nq};
+      };
 #ifdef __AVX512BF16__
       if constexpr (std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16>) {
         if (xpack) {
@@ -568,13 +581,7 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
           for (int64_t q0 = c0; q0 < c1; q0 += bl) {
             const int64_t nq = imin(bl, c1 - q0);
             tap_rows(q, x, reinterpret_cast<const bf16*>(zeros.p), pxs, q0 * 2, P, nq, t0, ntap, src);
-            const uint32_t* ab = ag + (q0 - qa) * mr;  // group i at ab + i * astride
-            int64_t astride = wq;
-            if (a_in_task) {
-              pack_a(gi, q0, q0 + nq, s.c.p, nq, s.c.p + Mp * nq);
-              ab = s.c.p;
-              astride = nq;
-            }
+            const auto [ab, astride] = a_block(q0, nq);
             for (int64_t j = 0; j < nb; j += NR) {
               const int64_t col = n0 + j, tap = col / Cg, ci0 = col % Cg;
               const bf16* const* ps = src + (tap - t0) * 2;
@@ -604,13 +611,7 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
           px[0] = px[npx - 1];
           px[0].next(q);
         }
-        const uint32_t* ab = ag + (q0 - qa) * mr;  // group i at ab + i * astride
-        int64_t astride = wq;
-        if (a_in_task) {
-          pack_a(gi, q0, q0 + nq, s.c.p, nq, s.c.p + Mp * nq);
-          ab = s.c.p;
-          astride = nq;
-        }
+        const auto [ab, astride] = a_block(q0, nq);
         for (int64_t j = 0; j < nb; j += NR)
           for (int64_t i = 0; i < Mp; i += mr) {
             const uint32_t* a = ab + i * astride;

@@ -127,6 +127,24 @@ int64_t grain_for(const WinGeom& q, int64_t work_per_item) {
 bool is_pool2d(const WinGeom& q) {
   return q.ro == 3 && q.win[0] == 1 && q.str[0] == 1 && q.lo[0] == 0 && q.hi[0] == 0;
 }
+// Calls f(input offset in elements, w) for each in-bounds position w = kh * KW + kw of
+// the window of image-pool output (row r = n * Ho + oh, column ow), in window order.
+template <class F> inline void for_pool_window(const WinGeom& q, int64_t r, int64_t ow, F&& f) {
+  const int64_t H = q.in[1], W = q.in[2], Ho = q.out[1], KH = q.win[1], KW = q.win[2], n = r / Ho, oh = r % Ho;
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    const int64_t ih = oh * q.str[1] + kh - q.lo[1];
+    if (ih < 0 || ih >= H) continue;
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const int64_t iw = ow * q.str[2] + kw - q.lo[2];
+      if (iw >= 0 && iw < W) f(((n * H + ih) * W + iw) * q.inner, kh * KW + kw);
+    }
+  }
+}
+// Runs f(r0, r1) over the image-pool output rows (n, oh) in parallel chunks.
+template <class F> inline void for_pool_rows(const WinGeom& q, F&& f) {
+  parallel_for(q.out[0] * q.out[1], std::max<int64_t>(1, grain_for(q, q.win_size()) / std::max<int64_t>(1, q.out[2])), f);
+}
+
 // The output positions o (ascending) along one dim whose window covers input index i,
 // with i's offset k = i + lo - o * s in that window: pairs (o, k).
 inline int covering(int64_t i, int64_t lo, int64_t win, int64_t str, int64_t nout, int64_t* o, int64_t* k) {
@@ -155,30 +173,21 @@ template <class F> void float_or_int_switch(DType d, F&& f) {
 template <class T, class Acc, class Comb>
 void reduce_window_loop(const WinGeom& q, const T* x, T* y, Acc init, Comb comb) {
   const int64_t I = q.inner;
-  if (is_pool2d(q)) {  // per output row (n, oh): its KH input rows, window order (kh, kw)
-    const int64_t H = q.in[1], W = q.in[2], Ho = q.out[1], Wo = q.out[2], KH = q.win[1], KW = q.win[2];
-    parallel_for(q.out[0] * Ho, std::max<int64_t>(1, grain_for(q, q.win_size()) / std::max<int64_t>(1, Wo)),
-                 [&](int64_t r0, int64_t r1) {
+  if (is_pool2d(q)) {
+    const int64_t Wo = q.out[2];
+    for_pool_rows(q, [&](int64_t r0, int64_t r1) {
       std::vector<Acc> acc(I);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t n = r / Ho, oh = r % Ho;
+      for (int64_t r = r0; r < r1; ++r)
         for (int64_t ow = 0; ow < Wo; ++ow) {
           std::fill(acc.begin(), acc.end(), init);
           Acc* __restrict ac = acc.data();
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const int64_t ih = oh * q.str[1] + kh - q.lo[1];
-            if (ih < 0 || ih >= H) continue;
-            for (int64_t kw = 0; kw < KW; ++kw) {
-              const int64_t iw = ow * q.str[2] + kw - q.lo[2];
-              if (iw < 0 || iw >= W) continue;
-              const T* __restrict p = x + ((n * H + ih) * W + iw) * I;
-              for (int64_t i = 0; i < I; ++i) ac[i] = comb(ac[i], Acc(p[i]));
-            }
-          }
+          for_pool_window(q, r, ow, [&](int64_t off, int64_t) {
+            const T* __restrict p = x + off;
+            for (int64_t i = 0; i < I; ++i) ac[i] = comb(ac[i], Acc(p[i]));
+          });
           T* out = y + (r * Wo + ow) * I;
           for (int64_t i = 0; i < I; ++i) out[i] = from_acc<T>(ac[i]);
         }
-      }
     });
     return;
   }
@@ -287,26 +296,15 @@ void select_first_max(const WinGeom& q, const T* x, std::vector<int32_t>& sel) {
       s[i] = take ? w32 : s[i];
     }
   };
-  if (is_pool2d(q)) {  // per output row (n, oh), window order (kh, kw)
-    const int64_t H = q.in[1], W = q.in[2], Ho = q.out[1], Wo = q.out[2], KH = q.win[1], KW = q.win[2];
-    parallel_for(q.out[0] * Ho, std::max<int64_t>(1, grain_for(q, q.win_size()) / std::max<int64_t>(1, Wo)),
-                 [&](int64_t r0, int64_t r1) {
+  if (is_pool2d(q)) {
+    const int64_t Wo = q.out[2];
+    for_pool_rows(q, [&](int64_t r0, int64_t r1) {
       std::vector<A> best(I);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t n = r / Ho, oh = r % Ho;
+      for (int64_t r = r0; r < r1; ++r)
         for (int64_t ow = 0; ow < Wo; ++ow) {
           int32_t* s = sel.data() + (r * Wo + ow) * I;
-          for (int64_t kh = 0; kh < KH; ++kh) {
-            const int64_t ih = oh * q.str[1] + kh - q.lo[1];
-            if (ih < 0 || ih >= H) continue;
-            for (int64_t kw = 0; kw < KW; ++kw) {
-              const int64_t iw = ow * q.str[2] + kw - q.lo[2];
-              if (iw < 0 || iw >= W) continue;
-              pick(s, best.data(), x + ((n * H + ih) * W + iw) * I, int32_t(kh * KW + kw));
-            }
-          }
+          for_pool_window(q, r, ow, [&](int64_t off, int64_t w) { pick(s, best.data(), x + off, int32_t(w)); });
         }
-      }
     });
     return;
   }
