@@ -125,6 +125,14 @@ inline void copy_halves(const bf16* s, int64_t n, uint16_t* d) {
   }
 }
 
+// The vpermt2w index giving words 16h .. 16h + 15 of two interleaved 32-element rows
+// a, b (halves of words): element 2j = a[16h + j], element 2j + 1 = b[16h + j].
+inline __m512i interleave_index(int h) {
+  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
+                                      5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  return h ? _mm512_add_epi16(lo, _mm512_set1_epi16(16)) : lo;
+}
+
 // d[i] = (r1[i] << 16) | r0[i] for i < n: the k-step words of two consecutive K rows
 // (Bf16Kind B panels, k-major A). A null row is a row of zeros (odd K tail, padding).
 // Full 32-column pieces of two real rows take one vpermt2w per 16 words (2 loads, 2
@@ -132,9 +140,7 @@ inline void copy_halves(const bf16* s, int64_t n, uint16_t* d) {
 inline void interleave_rows(const bf16* r0, const bf16* r1, int64_t n, uint32_t* d) {
   int64_t i = 0;
   if (r0 && r1) {
-    const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-    const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+    const __m512i lo = interleave_index(0), hi = interleave_index(1);
     for (; i + 32 <= n; i += 32) {
       const __m512i a = _mm512_loadu_si512(r0 + i), b = _mm512_loadu_si512(r1 + i);
       _mm512_storeu_si512(d + i, _mm512_permutex2var_epi16(a, lo, b));

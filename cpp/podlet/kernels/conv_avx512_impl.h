@@ -115,8 +115,7 @@ inline bool patch_step_short(const ConvGeom& q, const bf16* x, const Pixel* px, 
     if (iw0 < 0 || iw0 + q.KW > q.W) return false;
     xr[j] = x + (px[j].n * q.H * q.W + iw0) * C;
   }
-  const __m512i lo16 = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37,
-                                        5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  const __m512i lo16 = interleave_index(0);
   for (int64_t kh = n0 / seg; kh * seg < n1; ++kh) {
     const int64_t lo = imax(n0, kh * seg), hi = imin(n1, (kh + 1) * seg), o = lo - kh * seg;
     const __mmask16 m = tail16(hi - lo);
@@ -152,9 +151,7 @@ __attribute__((noinline)) void ukernel_x32_xpack(int64_t kq, const uint32_t* a, 
   __m512 acc[R][2];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-  const __m512i lo = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7, 38, 6, 37, 5,
-                                      36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
-  const __m512i hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  const __m512i lo = interleave_index(0), hi = interleave_index(1);
   for (int64_t q = 0; q < kq; ++q, src += sstride, b += NR, a += R) {
     const __m512i x0 = _mm512_loadu_si512(src[0] + ci0), x1 = _mm512_loadu_si512(src[1] + ci0);
     const __m512i w0 = _mm512_permutex2var_epi16(x0, lo, x1), w1 = _mm512_permutex2var_epi16(x0, hi, x1);

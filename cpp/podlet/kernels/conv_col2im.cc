@@ -11,7 +11,6 @@
 // thread count. The order differs from the reference's single (kh, kw, o) chain, so the
 // two agree to rounding.
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <vector>
 #include "podlet/kernels/conv.h"
