@@ -246,6 +246,7 @@ void run_program(const Program& p, const std::vector<Array>& in, std::vector<Arr
               else { ptr[k] = bufp(buf[k]); tk.load(ins.d, src, t0, nullptr, ptr[k], m); }
               break;
             case kPeriodic: {  // contiguous runs of the period
+              if (home[k] == kDedicated) break;  // filled once per chunk, above
               ptr[k] = bufp(buf[k]);
               const size_t ps = phys_size(ins.d);
               int64_t o = t0 % l.period;
