@@ -145,6 +145,28 @@ def test_large_array_many_chunks():
         _assert_same_bits(ref, o)
 
 
+def test_streamed_outputs_of_every_layout():
+    # Outputs of 4 MiB and more leave the fused pass through non-temporal stores: whole
+    # 64-byte lines from a staged tile, the partial last tile (77 elements past a tile
+    # boundary) by plain stores. Every storage layout: f32 (computed straight into its
+    # output otherwise), bf16 and bool (converted from their registers), f64, an input
+    # passed through.
+    rng = np.random.default_rng(11)
+    n = 4 * 1024 * 1024 + 77
+    x = _special(rng, (n,))
+    b = rng.standard_normal((n,)).astype(np.float32)
+
+    def f(x, b):
+        h = x * 0.5 + b
+        return (h, h.astype(BF16), h > 0, h.astype(jnp.float64) * 3.0, jnp.where(h > 1, x, b),
+                jnp.maximum(h, 0.0).astype(jnp.int32))
+
+    g, fg, ref, outs = _run_both(f, x, b)
+    assert fg.prim_counts().get("fused_elementwise") == 1
+    for o in outs:
+        _assert_same_bits(ref, o)
+
+
 def test_bn_relu_residual_cast_is_one_node():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((4, 8, 8, 16)).astype(np.float32)

@@ -17,6 +17,9 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include "podlet/dtype.h"
 #include "podlet/ir/fusion.h"
 #include "podlet/kernels/fastmath.h"
@@ -228,6 +231,30 @@ void store_elems(DType dt, const void* reg, void* dst, int64_t base, int64_t m) 
   }
   const size_t isz = itemsize(dt);
   std::memcpy(static_cast<char*>(dst) + base * isz, reg, size_t(m) * isz);
+}
+
+// store_elems through `stage` (a tile in storage layout), the whole 64-byte lines written
+// with non-temporal stores: a large output is not read into the cache before it is
+// overwritten (write-allocate is a third of a copy pass's traffic) and does not evict
+// the operands. Without AVX-512 (the baseline build) a plain store.
+void store_elems_stream(DType dt, const void* reg, void* dst, int64_t base, int64_t m, void* stage) {
+#ifdef __AVX512F__
+  const size_t isz = itemsize(dt);
+  char* d = static_cast<char*>(dst) + base * isz;
+  const size_t bytes = size_t(m) * isz;
+  store_elems(dt, reg, stage, 0, m);
+  const char* s = static_cast<const char*>(stage);
+  size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
+  if (head > bytes) head = bytes;
+  std::memcpy(d, s, head);
+  size_t q = head;
+  for (; q + 64 <= bytes; q += 64)
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + q), _mm512_loadu_si512(s + q));
+  std::memcpy(d + q, s + q, bytes - q);
+#else
+  (void)stage;
+  store_elems(dt, reg, dst, base, m);
+#endif
 }
 
 // acc[0..w) = the column sums of p's nrows rows of w floats: reduce_ops.h's
