@@ -129,6 +129,31 @@ def test_random_chains_bit_identical(seed, dtype):
         _assert_same_bits(ref, o)
 
 
+def test_f32_results_cast_to_bf16_round_in_their_own_op():
+    # An f32 value read only by a cast to bf16 is rounded by the op that makes it (the
+    # cast becomes an alias): every op kind, special values, and a value that is also
+    # used elsewhere (so stays f32). Bits of the unfused graph, 1 and 2 threads.
+    rng = np.random.default_rng(5)
+    x, y = _special(rng, (5, 7, 64)), _special(rng, (5, 7, 64))
+    x16 = x.astype(BF16)
+
+    def f(x, y, x16):
+        outs = [getattr(lax, u)(x).astype(BF16) for u in UNARY]
+        outs += [getattr(lax, b)(x, y).astype(BF16) for b in BINARY]
+        outs += [lax.integer_pow(x, 3).astype(BF16), lax.integer_pow(x, -2).astype(BF16)]
+        outs.append(lax.select(x > y, x, y).astype(BF16))
+        outs.append(lax.clamp(jnp.float32(-1.0), x, jnp.float32(2.5)).astype(BF16))
+        h = x * y
+        outs += [h.astype(BF16), h]
+        outs.append((x16.astype(jnp.float32) * 3.0).astype(BF16))
+        return outs
+
+    g, fg, ref, outs = _run_both(f, x, y, x16)
+    assert "convert_element_type" not in fg.prim_counts()  # every cast is inside a fused pass
+    for o in outs:
+        _assert_same_bits(ref, o)
+
+
 def test_large_array_many_chunks():
     # More than one parallel chunk (8192 elements) so the 2-thread run really splits.
     rng = np.random.default_rng(7)

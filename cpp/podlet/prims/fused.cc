@@ -123,7 +123,33 @@ void repeat_fill(void* d, size_t unit, size_t total) {
   }
 }
 
-void run_program(const Program& p, const std::vector<Array>& in, std::vector<Array>& out) {
+// An f32 result read only by a convert to bf16 is rounded by its own instruction (every
+// op rounds a bf16 result the way the convert would: the f32 value, then round_bf16) and
+// the convert becomes an identity that aliases it: one pass fewer over the tile. BatchNorm
+// passes end in such a convert (relu's select, then the cast to the compute dtype).
+void fold_bf16_converts(Program& p) {
+  const int S = int(p.code.size());
+  auto nops = [](const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); };
+  std::vector<int> uses(S, 0);
+  for (const Instr& ins : p.code) {
+    if (ins.op == kLoad) continue;
+    const int64_t ops[3] = {ins.a, ins.b, ins.c};
+    for (int q = 0; q < nops(ins); ++q) ++uses[ops[q]];
+  }
+  for (const Out& o : p.outs) uses[o.slot] += 2;  // an output keeps its own dtype
+  for (Instr& cv : p.code) {
+    if (cv.op != kConvert || cv.d != DType::f32 || cv.rd != DType::bf16 || uses[cv.a] != 1) continue;
+    Instr& src = p.code[cv.a];
+    const bool rounds = (src.op >= kNeg && src.op <= kIntPow) || (src.op >= kAdd && src.op <= kPow) ||
+                        src.op == kSelect || src.op == kClamp;
+    if (!rounds || src.d != DType::f32 || src.rd != DType::f32) continue;
+    src.rd = DType::bf16;
+    cv.d = DType::bf16;  // bf16 -> bf16: an identity, aliased below
+  }
+}
+
+void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& out) {
+  fold_bf16_converts(p);
   const int S = int(p.code.size());
   // Where each slot lives: a pooled tile buffer, a dedicated (scalar) buffer, its input
   // in place, its output in place, or its operand's register (an alias, below).

@@ -292,6 +292,15 @@ void exec_instr(const Instr& ins, const void* a, const void* b, const void* c, v
         z[j] = (x[j] & mk) | (y[j] & ~mk);
       }
     };
+    if (ins.d == DType::f32 && ins.rd == DType::bf16) {  // an f32 select rounded (fused.cc's fold)
+      auto x = static_cast<const uint32_t*>(b), y = static_cast<const uint32_t*>(c);
+      auto z = static_cast<float*>(d);
+      for (int64_t j = 0; j < m; ++j) {
+        const uint32_t mk = 0u - pr[j];
+        z[j] = round_bf16(__builtin_bit_cast(float, (x[j] & mk) | (y[j] & ~mk)));
+      }
+      return;
+    }
     switch (phys_size(ins.rd)) {
       case 1: sel(uint8_t()); break;
       case 4: sel(uint32_t()); break;
