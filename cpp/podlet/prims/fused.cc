@@ -123,18 +123,20 @@ void repeat_fill(void* d, size_t unit, size_t total) {
   }
 }
 
+// Operands of a (non-load) instruction: a, then b, then c.
+int nops_of(const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); }
+
 // An f32 result read only by a convert to bf16 is rounded by its own instruction (every
 // op rounds a bf16 result the way the convert would: the f32 value, then round_bf16) and
 // the convert becomes an identity that aliases it: one pass fewer over the tile. BatchNorm
 // passes end in such a convert (relu's select, then the cast to the compute dtype).
 void fold_bf16_converts(Program& p) {
   const int S = int(p.code.size());
-  auto nops = [](const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); };
   std::vector<int> uses(S, 0);
   for (const Instr& ins : p.code) {
     if (ins.op == kLoad) continue;
     const int64_t ops[3] = {ins.a, ins.b, ins.c};
-    for (int q = 0; q < nops(ins); ++q) ++uses[ops[q]];
+    for (int q = 0; q < nops_of(ins); ++q) ++uses[ops[q]];
   }
   for (const Out& o : p.outs) uses[o.slot] += 2;  // an output keeps its own dtype
   for (Instr& cv : p.code) {
@@ -188,7 +190,6 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
     root[k] = identity && home[k] != kOutput ? root[ins.a] : k;
     if (root[k] != k) home[k] = kAlias;
   }
-  auto nops_of = [](const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); };
   std::vector<int> last_use(S, -1);
   for (int k = 0; k < S; ++k) {
     const Instr& ins = p.code[k];
