@@ -316,6 +316,23 @@ def test_conv_bwd_filter_over_many_pixel_chunks(isa, dtype, cin):
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_conv_bwd_filter_column_split_is_not_in_the_bits(isa, dtype):
+    """Backward-filter picks its tasks' column width by how evenly they share out over
+    the threads: 2304 columns (3x3x256) are 9 tiles of 256 on 1 thread but 12 of 192 on
+    2. Each sum runs over the pixels whatever the split: same bits, and the reference's
+    values (f32 results, so a changed summation order cannot hide in a bf16 rounding)."""
+    rng = np.random.default_rng(11)
+    x = rand(rng, (2, 7, 7, 256), dtype)
+    g = rand(rng, (2, 7, 7, 24), dtype)
+    attrs = dict(conv_attrs((1, 1), (1, 1, 1, 1)), rhs_shape=[3, 3, 256, 24], preferred_element_type="float32")
+    check_fast_vs_ref(isa, "conv_bwd_filter", [x, g], attrs)
+    one = run(isa, "conv_bwd_filter", [x, g], attrs, threads=1)
+    two = run(isa, "conv_bwd_filter", [x, g], attrs, threads=2)
+    assert one.tobytes() == two.tobytes()
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
 def test_conv_grad_matches_ref(isa):
     """A whole conv VJP (forward, backward-data, backward-filter) on the fast path."""
     x, w, _, a = conv_args("resnet_3x3_s1", (np.float32, np.float32))

@@ -136,6 +136,39 @@ inline bool patch_step_short(const ConvGeom& q, const bf16* x, const Pixel* px, 
   return true;
 }
 
+// Columns of dw^T per backward-filter task (a multiple of NR, at most kNC): the one whose
+// tasks, handed out in order to whichever thread is free (the dynamic schedule), are
+// done soonest, counting a task's fixed cost as NR / 2 columns; the widest of equals.
+// Equal tiles that do not share out evenly idle a thread at the end: 9 tiles of
+// 14x14x256 on 2 threads left one idle for a ninth of the call. Only the speed depends
+// on this: every sum runs over the pixels, whatever the column split.
+inline int64_t bwd_filter_columns(int64_t Kx, int64_t G, int64_t Pq, int64_t CQ, int64_t win) {
+  const int64_t T = imin(num_threads(), 256), nch = imax(cdiv(Pq, CQ), 1);
+  double load[256];
+  int64_t best = NR;
+  double best_t = 0;
+  for (int64_t nc = imin(kNC, round_up(Kx, NR)); nc >= NR; nc -= NR) {
+    double total = 0;
+    for (int64_t w0 = 0; w0 < nch; w0 += win) {
+      for (int64_t t = 0; t < T; ++t) load[t] = 0;
+      for (int64_t c = w0; c < imin(nch, w0 + win); ++c) {
+        const double steps = double(imax(imin(CQ, Pq - c * CQ), 1));
+        for (int64_t tile = 0; tile < G * cdiv(Kx, nc); ++tile) {
+          const int64_t n0 = (tile % cdiv(Kx, nc)) * nc;
+          int64_t free = 0;
+          for (int64_t t = 1; t < T; ++t) if (load[t] < load[free]) free = t;
+          load[free] += steps * double(imin(nc, Kx - n0) + NR / 2);
+        }
+      }
+      double end = 0;
+      for (int64_t t = 0; t < T; ++t) end = end > load[t] ? end : load[t];
+      total += end;
+    }
+    if (nc == imin(kNC, round_up(Kx, NR)) || total < best_t * (1 - 1e-9)) { best = nc; best_t = total; }
+  }
+  return best;
+}
+
 #ifdef __AVX512BF16__
 // Backward-filter with whole 32-channel panels (Bf16Kind, C % 32 == 0, one group): the
 // microkernel of a panel's first row group builds the panel itself. Step q's words are
@@ -490,8 +523,7 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
   constexpr int64_t CQ = 4096;
   const int64_t nch = cdiv(Pq, CQ);
   const int64_t win = imax(1, (int64_t(1) << 21) / (G * Mp * CQ));  // chunks per window
-  int64_t nc = imin(kNC, round_up(Kx, NR));
-  while (nc > NR && G * cdiv(Kx, nc) * imin(imax(nch, 1), win) < 4 * int64_t(num_threads())) nc -= NR;
+  const int64_t nc = bwd_filter_columns(Kx, G, Pq, CQ, win);
   const int64_t nt = cdiv(Kx, nc), ntiles = G * nt, tile_size = Mp * nc;
   const int64_t npan = nc / NR;
   // One column tile per group (the stems: Kx <= nc): A is used by one task per chunk, so
