@@ -308,6 +308,37 @@ def test_register_aliases_and_one_pass_forms_keep_the_bits(shape):
         _assert_same_bits(ref, o)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_sibling_sums_read_their_shared_array_once(dtype):
+    """Two column sums over the same gradient g from separate chains (BatchNorm's backward
+    computes sum(g * c) and sum(g * xhat) so) run as one pass: g is loaded once. The small
+    node between them that reads the first sum moves after the merged pass; a third sum
+    that needs the first one's result stays its own pass. Bits as unfused, 1 and 2 threads."""
+    rng = np.random.default_rng(17)
+    shape = (4, 13, 11, 64)
+    g = _special(rng, shape)
+    x = _special(rng, shape, dtype)
+    m = rng.standard_normal(64).astype(np.float32)
+    axes = (0, 1, 2)
+
+    def f(g, x, m):
+        s1 = jnp.sum(-(g * 0.5), axes)
+        t = s1 * 3.0                                    # reads s1; sits between the passes
+        s2 = jnp.sum((x.astype(np.float32) - m) * g, axes)
+        s3 = jnp.sum((x.astype(np.float32) - t) * g, axes)  # needs s1: cannot join it
+        return s1, t, s2, s3
+
+    gr, fg, ref, outs = _run_both(f, g, x, m)
+    assert _core.fusion_stats(gr)["siblings_merged"] == 1, fg.dump()
+    assert "reduce_sum" not in fg.prim_counts(), fg.dump()
+    assert fg.flops() == gr.flops()
+    for o in outs:
+        _assert_same_bits(ref, o)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = ((x.astype(np.float64) - m) * g).sum(axis=axes)
+    np.testing.assert_allclose(np.asarray(outs[0][2]), want, rtol=1e-4, atol=0.05, equal_nan=True)
+
+
 def test_reductions_that_do_not_fit_stay_reductions():
     """Sums over trailing axes, over everything, or of a value outside any group keep their
     own reduce_sum node, and the results are unchanged."""
@@ -354,6 +385,7 @@ def test_resnet_train_step_bit_identical(dtype):
     fg = _core.fuse_elementwise(g)
     stats = _core.fusion_stats(g)
     assert stats["groups"] > 10 and fg.num_nodes < 0.7 * g.num_nodes, stats
+    assert stats["siblings_merged"] >= 4, stats  # BatchNorm backward's sums, per BN layer
     assert fg.flops() == g.flops()
 
 

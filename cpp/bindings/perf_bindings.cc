@@ -40,6 +40,7 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     fuse_elementwise(g, &s);
     py::dict d;
     d["groups"] = s.groups; d["nodes_fused"] = s.nodes_fused; d["broadcasts_absorbed"] = s.broadcasts_absorbed;
+    d["siblings_merged"] = s.siblings_merged;
     return d;
   }, py::arg("graph"));
   m.def("rematerialize", [](const Graph& g, int64_t min_elements) { return rematerialize(g, nullptr, min_elements); },

@@ -7,6 +7,7 @@
 // before that member, and no outside node reads a group value before the group is
 // sealed, so nothing that runs earlier needs a value the fused node computes.
 #include "podlet/ir/fusion.h"
+#include "podlet/ir/sibling_fusion.h"
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -347,6 +348,7 @@ Graph fuse_elementwise(const Graph& g, FusionStats* stats) {
   }
   for (size_t i = 0; i < out.nodes.size(); ++i) for (int v : out.nodes[i].out) out.producer[v] = int(i);
   out.dce();  // broadcasts and constants nobody reads any more
+  out = merge_sibling_sums(out, &st.siblings_merged);
   if (stats) *stats = st;
   return out;
 }

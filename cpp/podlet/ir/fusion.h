@@ -27,13 +27,15 @@ struct FusionStats {
   int groups = 0;        // fused_elementwise nodes created
   int nodes_fused = 0;   // primitives they replace (broadcasts absorbed not counted)
   int broadcasts_absorbed = 0;
+  int siblings_merged = 0;  // pairs of sum passes merged (sibling_fusion.h)
 };
 
 // Whether node n is one primitive the pass can fuse (a fusible primitive and dtype, one
 // output). The rematerialisation pass (remat.h) recomputes exactly these.
 bool fusible_elementwise(const Node& n, const Graph& g);
 
-// A copy of g with elementwise chains fused; g is unchanged. Value ids of g's inputs
+// A copy of g with elementwise chains fused, then sibling sum passes merged
+// (sibling_fusion.h); g is unchanged. Value ids of g's inputs
 // and outputs keep their meaning (same positions in inputs / outputs).
 Graph fuse_elementwise(const Graph& g, FusionStats* stats = nullptr);
 
@@ -68,6 +70,8 @@ enum Op : int64_t {
 constexpr int kInstrWidth = 7;
 // One decoded instruction (the kInstrWidth ints of `code`).
 struct Instr { int64_t op; DType d, rd; int64_t a, b, c, imm; };
+// Slot operands of a non-load instruction: a, then b, then c.
+inline int nops_of(const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); }
 // The loop of one instruction over one tile of m elements (prims/fused_ops.h): the
 // baseline build, or the AVX-512 one where the active ISA allows (same bits).
 using ExecFn = void (*)(const Instr&, const void* a, const void* b, const void* c, void* d, int64_t m);

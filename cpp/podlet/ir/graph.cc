@@ -270,7 +270,12 @@ std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     in.clear();
-    for (int v : n.in) in.push_back(slot[v]);
+    for (int v : n.in) {
+      // A graph pass that misordered nodes must not crash the interpreter.
+      if (!slot[v].defined() && g.avals[v].size() > 0)
+        throw ValueError(fmt("graph node ", i, " (", n.prim->name, ") reads value ", v, " before it is computed"));
+      in.push_back(slot[v]);
+    }
     std::vector<AVal> oa; oa.reserve(n.out.size());
     for (int v : n.out) oa.push_back(g.avals[v]);
     out.clear();

@@ -123,9 +123,6 @@ void repeat_fill(void* d, size_t unit, size_t total) {
   }
 }
 
-// Operands of a (non-load) instruction: a, then b, then c.
-int nops_of(const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); }
-
 // An f32 result read only by a convert to bf16 is rounded by its own instruction (every
 // op rounds a bf16 result the way the convert would: the f32 value, then round_bf16) and
 // the convert becomes an identity that aliases it: one pass fewer over the tile. BatchNorm
