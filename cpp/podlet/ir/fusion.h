@@ -70,6 +70,14 @@ enum Op : int64_t {
 constexpr int kInstrWidth = 7;
 // One decoded instruction (the kInstrWidth ints of `code`).
 struct Instr { int64_t op; DType d, rd; int64_t a, b, c, imm; };
+// The instructions of a `code` attr.
+inline std::vector<Instr> decode_code(const std::vector<int64_t>& code) {
+  std::vector<Instr> out;
+  for (size_t k = 0; k + kInstrWidth <= code.size(); k += kInstrWidth)
+    out.push_back(Instr{code[k], DType(code[k + 1]), DType(code[k + 2]), code[k + 3], code[k + 4], code[k + 5],
+                        code[k + 6]});
+  return out;
+}
 // Slot operands of a non-load instruction: a, then b, then c.
 inline int nops_of(const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); }
 // The loop of one instruction over one tile of m elements (prims/fused_ops.h): the

@@ -23,10 +23,7 @@ struct Prog {
 
 Prog decode(const Attrs& a) {
   Prog p;
-  const auto code = a.ints("code");
-  for (size_t k = 0; k + kInstrWidth <= code.size(); k += kInstrWidth)
-    p.code.push_back(Instr{code[k], DType(code[k + 1]), DType(code[k + 2]), code[k + 3], code[k + 4], code[k + 5],
-                           code[k + 6]});
+  p.code = decode_code(a.ints("code"));
   const auto loads = a.ints("loads");
   for (size_t k = 0; k < loads.size();) {
     const int64_t r = loads[k + 1];
