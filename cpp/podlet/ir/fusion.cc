@@ -7,6 +7,7 @@
 // before that member, and no outside node reads a group value before the group is
 // sealed, so nothing that runs earlier needs a value the fused node computes.
 #include "podlet/ir/fusion.h"
+#include "podlet/ir/fusion_order.h"
 #include "podlet/ir/sibling_fusion.h"
 #include <algorithm>
 #include <cstring>
@@ -98,7 +99,8 @@ struct Group {
 
 bool fusible_elementwise(const Node& n, const Graph& g) { return fused_op(n, g) >= 0; }
 
-Graph fuse_elementwise(const Graph& g, FusionStats* stats) {
+Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
+  const Graph g = sink_small_nodes(g_in);
   const int N = int(g.nodes.size());
   std::vector<int64_t> op(N, -1);
   for (int i = 0; i < N; ++i) op[i] = fused_op(g.nodes[i], g);

@@ -34,7 +34,8 @@ struct FusionStats {
 // output). The rematerialisation pass (remat.h) recomputes exactly these.
 bool fusible_elementwise(const Node& n, const Graph& g);
 
-// A copy of g with elementwise chains fused, then sibling sum passes merged
+// A copy of g with elementwise chains fused - in an order where small per-channel nodes
+// come just before their first use (fusion_order.h) - then sibling sum passes merged
 // (sibling_fusion.h); g is unchanged. Value ids of g's inputs
 // and outputs keep their meaning (same positions in inputs / outputs).
 Graph fuse_elementwise(const Graph& g, FusionStats* stats = nullptr);
