@@ -18,8 +18,6 @@ Graph sink_small_nodes(const Graph& g) {
   };
   std::vector<std::vector<int>> users(g.num_values());
   for (int i = 0; i < N; ++i) for (int v : g.nodes[i].in) users[v].push_back(i);
-  std::vector<char> is_out(g.num_values(), 0);
-  for (int v : g.outputs) is_out[v] = 1;
   // Sort key: (the position it runs before, 0 = sunk / 1 = in place, original index).
   // A sunk node runs just before its earliest consumer; sunk nodes bound for the same
   // consumer keep their original (topological) order.
@@ -28,11 +26,9 @@ Graph sink_small_nodes(const Graph& g) {
   for (int i = N - 1; i >= 0; --i) {
     key[i] = {i, 1, i};
     if (!small(g.nodes[i])) continue;
-    int target = N;
-    for (int v : g.nodes[i].out) {
-      if (is_out[v]) target = std::min(target, N);
+    int target = N;  // a graph output nobody reads runs last
+    for (int v : g.nodes[i].out)
       for (int u : users[v]) target = std::min(target, std::get<0>(key[u]));
-    }
     if (target > i + 1) { key[i] = {target, 0, i}; moved = true; }
   }
   if (!moved) return g;
