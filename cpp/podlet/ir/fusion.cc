@@ -260,10 +260,7 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
       int idx = int(std::find(ext.begin(), ext.end(), u) - ext.begin());
       if (idx == int(ext.size())) ext.push_back(u);
       const int64_t load_index = n_loads++;
-      loads.push_back(idx);
-      loads.push_back(int64_t(ms.size()));
-      loads.insert(loads.end(), ms.begin(), ms.end());
-      loads.insert(loads.end(), s.begin(), s.end());
+      append_load(loads, idx, ms, s);
       const DType d = g.aval(u).dtype;
       const int slot = emit(kLoad, d, d, load_index, 0, 0, 0);
       load_slot[lk] = slot;
@@ -303,10 +300,7 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
     fn.in = ext;
     auto add_out = [&](int slot, int v) {
       fn.out.push_back(v);
-      const Shape& vs = g.aval(v).shape;
-      outs.push_back(slot);
-      outs.push_back(int64_t(vs.size()));
-      outs.insert(outs.end(), vs.begin(), vs.end());
+      append_out(outs, slot, g.aval(v).shape);
     };
     for (int i : G.members) {
       const int v = g.nodes[i].out[0];

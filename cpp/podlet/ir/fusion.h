@@ -79,6 +79,35 @@ inline std::vector<Instr> decode_code(const std::vector<int64_t>& code) {
                         code[k + 6]});
   return out;
 }
+// One entry of `loads` (input index, dims, element strides) and of `outs` (slot, shape),
+// and their encodings.
+struct LoadSpec { int64_t input; Shape dims, st; };
+struct OutSpec { int64_t slot; Shape shape; };
+inline std::vector<LoadSpec> decode_loads(const std::vector<int64_t>& v) {
+  std::vector<LoadSpec> out;
+  for (size_t k = 0; k < v.size(); k += 2 + 2 * size_t(v[k + 1])) {
+    const auto d = v.begin() + k + 2, s = d + v[k + 1];
+    out.push_back({v[k], Shape(d, s), Shape(s, s + v[k + 1])});
+  }
+  return out;
+}
+inline std::vector<OutSpec> decode_outs(const std::vector<int64_t>& v) {
+  std::vector<OutSpec> out;
+  for (size_t k = 0; k < v.size(); k += 2 + size_t(v[k + 1]))
+    out.push_back({v[k], Shape(v.begin() + k + 2, v.begin() + k + 2 + v[k + 1])});
+  return out;
+}
+inline void append_load(std::vector<int64_t>& v, int64_t input, const Shape& dims, const Shape& st) {
+  v.push_back(input);
+  v.push_back(int64_t(dims.size()));
+  v.insert(v.end(), dims.begin(), dims.end());
+  v.insert(v.end(), st.begin(), st.end());
+}
+inline void append_out(std::vector<int64_t>& v, int64_t slot, const Shape& shape) {
+  v.push_back(slot);
+  v.push_back(int64_t(shape.size()));
+  v.insert(v.end(), shape.begin(), shape.end());
+}
 // Slot operands of a non-load instruction: a, then b, then c.
 inline int nops_of(const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); }
 // The loop of one instruction over one tile of m elements (prims/fused_ops.h): the

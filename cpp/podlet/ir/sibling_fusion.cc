@@ -13,48 +13,22 @@ using namespace fused;
 
 // A fused_elementwise node's program, decoded from its attrs (format in fusion.h).
 struct Prog {
-  struct Load { int64_t input; Shape dims, st; };
-  struct Out { int64_t slot; Shape shape; };
   std::vector<Instr> code;
-  std::vector<Load> loads;
-  std::vector<Out> outs;
+  std::vector<LoadSpec> loads;
+  std::vector<OutSpec> outs;
   std::vector<int64_t> reduced;
 };
 
 Prog decode(const Attrs& a) {
-  Prog p;
-  p.code = decode_code(a.ints("code"));
-  const auto loads = a.ints("loads");
-  for (size_t k = 0; k < loads.size();) {
-    const int64_t r = loads[k + 1];
-    p.loads.push_back({loads[k], Shape(loads.begin() + k + 2, loads.begin() + k + 2 + r),
-                       Shape(loads.begin() + k + 2 + r, loads.begin() + k + 2 + 2 * r)});
-    k += 2 + 2 * r;
-  }
-  const auto outs = a.ints("outs");
-  for (size_t k = 0; k < outs.size();) {
-    const int64_t r = outs[k + 1];
-    p.outs.push_back({outs[k], Shape(outs.begin() + k + 2, outs.begin() + k + 2 + r)});
-    k += 2 + r;
-  }
-  p.reduced = a.ints("reduced", {});
-  return p;
+  return Prog{decode_code(a.ints("code")), decode_loads(a.ints("loads")), decode_outs(a.ints("outs")),
+              a.ints("reduced", {})};
 }
 
 void encode(const Prog& p, Attrs& a) {
   std::vector<int64_t> code, loads, outs;
   for (const Instr& i : p.code) code.insert(code.end(), {i.op, int64_t(i.d), int64_t(i.rd), i.a, i.b, i.c, i.imm});
-  for (const auto& l : p.loads) {
-    loads.push_back(l.input);
-    loads.push_back(int64_t(l.dims.size()));
-    loads.insert(loads.end(), l.dims.begin(), l.dims.end());
-    loads.insert(loads.end(), l.st.begin(), l.st.end());
-  }
-  for (const auto& o : p.outs) {
-    outs.push_back(o.slot);
-    outs.push_back(int64_t(o.shape.size()));
-    outs.insert(outs.end(), o.shape.begin(), o.shape.end());
-  }
+  for (const auto& l : p.loads) append_load(loads, l.input, l.dims, l.st);
+  for (const auto& o : p.outs) append_out(outs, o.slot, o.shape);
   a.set("code", code);
   a.set("loads", loads);
   a.set("outs", outs);
@@ -87,29 +61,27 @@ Node merge(const Node& a, const Node& b) {
     in_of[k] = it - m.in.begin();
     if (it == m.in.end()) m.in.push_back(b.in[k]);
   }
-  std::map<std::pair<int64_t, Shape>, int64_t> load_slot;  // (input, dims + strides) -> slot
+  auto key_of = [](const LoadSpec& l) {  // (input, dims + strides)
+    Shape k = l.dims;
+    k.insert(k.end(), l.st.begin(), l.st.end());
+    return std::make_pair(l.input, k);
+  };
+  std::map<std::pair<int64_t, Shape>, int64_t> load_slot;  // load -> slot
   for (size_t k = 0; k < p.code.size(); ++k)
-    if (p.code[k].op == kLoad) {
-      const auto& l = p.loads[p.code[k].a];
-      Shape key = l.dims;
-      key.insert(key.end(), l.st.begin(), l.st.end());
-      load_slot[{l.input, key}] = int64_t(k);
-    }
+    if (p.code[k].op == kLoad) load_slot[key_of(p.loads[p.code[k].a])] = int64_t(k);
   std::vector<int64_t> slot_of(pb.code.size());  // b's slot -> merged slot
   for (size_t k = 0; k < pb.code.size(); ++k) {
     Instr ins = pb.code[k];
     if (ins.op == kLoad) {
       auto l = pb.loads[ins.a];
       l.input = in_of[l.input];
-      Shape key = l.dims;
-      key.insert(key.end(), l.st.begin(), l.st.end());
-      if (auto it = load_slot.find({l.input, key}); it != load_slot.end()) {
+      if (auto it = load_slot.find(key_of(l)); it != load_slot.end()) {
         slot_of[k] = it->second;
         continue;
       }
       ins.a = int64_t(p.loads.size());
       p.loads.push_back(l);
-      load_slot[{l.input, key}] = int64_t(p.code.size());
+      load_slot[key_of(l)] = int64_t(p.code.size());
     } else {
       int64_t* ops[3] = {&ins.a, &ins.b, &ins.c};
       for (int q = 0; q < nops_of(ins); ++q) *ops[q] = slot_of[*ops[q]];

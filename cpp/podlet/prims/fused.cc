@@ -84,21 +84,8 @@ Program parse(const Attrs& a) {
   Program p;
   p.n = a.i("n");
   p.code = decode_code(a.ints("code"));
-  const auto loads = a.ints("loads");
-  for (size_t k = 0; k < loads.size();) {
-    const int input = int(loads[k]);
-    const int64_t r = loads[k + 1];
-    Shape dims(loads.begin() + k + 2, loads.begin() + k + 2 + r);
-    Shape st(loads.begin() + k + 2 + r, loads.begin() + k + 2 + 2 * r);
-    p.loads.push_back(classify(input, dims, st));
-    k += 2 + 2 * r;
-  }
-  const auto outs = a.ints("outs");
-  for (size_t k = 0; k < outs.size();) {
-    const int64_t r = outs[k + 1];
-    p.outs.push_back(Out{int(outs[k]), Shape(outs.begin() + k + 2, outs.begin() + k + 2 + r)});
-    k += 2 + r;
-  }
+  for (const LoadSpec& l : decode_loads(a.ints("loads"))) p.loads.push_back(classify(int(l.input), l.dims, l.st));
+  for (const OutSpec& o : decode_outs(a.ints("outs"))) p.outs.push_back(Out{int(o.slot), o.shape});
   p.reduced.assign(p.outs.size(), 0);
   p.rinner = a.i("reduce_inner", 0);
   for (int64_t o : a.ints("reduced", {})) {
