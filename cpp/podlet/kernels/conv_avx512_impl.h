@@ -72,6 +72,45 @@ void patch_row(const ConvGeom& q, const TX* x, int64_t gi, int64_t n, int64_t oh
   }
 }
 
+// The pieces of a packed row for K indices [k0, k1) that are contiguous in the source
+// (x or g) when the pixel is interior: piece j goes to d + dst[j] from the pixel's
+// corner + off[j]; [lo_h, hi_h] x [lo_w, hi_w] bound the row / column offsets the
+// pieces read, so one test per pixel replaces the per-piece bounds of patch_row (whose
+// bookkeeping, with divisions, cost more than its copies at 64 channels).
+struct Pieces {
+  static constexpr int kMax = 16;
+  int n = 0;
+  int64_t lo_h = 0, hi_h = 0, lo_w = 0, hi_w = 0;
+  int64_t dst[kMax], len[kMax], off[kMax];
+  bool add(int64_t d, int64_t l, int64_t o) {
+    if (n > 0 && dst[n - 1] + len[n - 1] == d && off[n - 1] + len[n - 1] == o) {  // continues the last
+      len[n - 1] += l;
+      return true;
+    }
+    if (n == kMax) return false;
+    dst[n] = d; len[n] = l; off[n] = o; ++n;
+    return true;
+  }
+};
+// Forward, G == 1 and rdw == 1: one piece per kh (a row of taps is contiguous in x);
+// offsets from x[n, oh*sh - ph, ow*sw - pw, 0]. False when it does not apply.
+inline bool fwd_pieces(const ConvGeom& q, int64_t k0, int64_t k1, Pieces& pc) {
+  if (q.G != 1 || q.rdw != 1 || k1 <= k0) return false;
+  const int64_t seg = q.KW * q.C;
+  pc.lo_h = (k0 / seg) * q.rdh;
+  pc.hi_h = ((k1 - 1) / seg) * q.rdh;
+  pc.lo_w = 0;
+  pc.hi_w = q.KW - 1;
+  for (int64_t kh = k0 / seg; kh * seg < k1; ++kh) {
+    const int64_t lo = imax(k0, kh * seg), hi = imin(k1, (kh + 1) * seg);
+    if (!pc.add(lo - k0, hi - lo, kh * q.rdh * q.W * q.C + (lo - kh * seg))) return false;
+  }
+  return true;
+}
+template <class TX, class E> inline void copy_pieces(const Pieces& pc, const TX* corner, E* d) {
+  for (int j = 0; j < pc.n; ++j) copy_elems(corner + pc.off[j], pc.len[j], d + pc.dst[j]);
+}
+
 // The whole patch row (K = KH * KW * C, G == 1, rdw == 1) of a bf16 pixel whose kh
 // pieces are short (KW * C <= 16: the 1-channel 7x7 stem's 7; an RGB stem's 21 stays on
 // patch_row): one 16-element load and store per kh, each store running over the start
@@ -334,7 +373,7 @@ template <class Kind, class TX, class TW>
 void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, void* y) {
   const TX* x = static_cast<const TX*>(xv);
   const TW* w = static_cast<const TW*>(wv);
-  const int64_t G = q.G, Cg = q.Cg(), Og = q.Og(), O = q.O;
+  const int64_t G = q.G, Cg = q.Cg(), Og = q.Og(), O = q.O, C = q.C;
   const int64_t M = q.N * q.Ho * q.Wo, K = q.KH * q.KW * Cg, Kq = cdiv(K, Kind::kstep);
   const int64_t panels = cdiv(Og, NR), gsize = panels * Kq * NR;
   // B[g][(kh, kw, ci), o] = w[kh, kw, ci, g*Og + o]: rows contiguous in o.
@@ -354,8 +393,18 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
       Pixel px(q, mm);
       const bool short_rows = std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16> && G == 1 && q.rdw == 1 &&
                               q.KW * Cg <= 16 && k0 == 0 && k1 == K;
+      Pieces pc;
+      const bool pieces = !short_rows && fwd_pieces(q, k0, k1, pc);
       for (int64_t i = 0; i < rows; ++i, px.next(q)) {
         Elem<Kind>* d = row_of<Kind>(dst, i, nq);
+        if (pieces) {
+          const int64_t ih0 = px.oh * q.sh - q.ph, iw0 = px.ow * q.sw - q.pw;
+          if (ih0 + pc.lo_h >= 0 && ih0 + pc.hi_h < q.H && iw0 + pc.lo_w >= 0 && iw0 + pc.hi_w < q.W) {
+            copy_pieces(pc, x + ((px.n * q.H + ih0) * q.W + iw0) * C, d);
+            zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
+            continue;
+          }
+        }
         if constexpr (std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16>) {
           if (short_rows && patch_row_short(q, x, px.n, px.oh, px.ow, d)) {
             zero_elems(d + K, nq * Kind::kstep - K);
@@ -405,7 +454,9 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
         f.nw = f.iw0 < q.W ? cdiv(q.W - f.iw0, q.sw) : 0;
         for (int64_t kh = 0; kh < q.KH; ++kh)
           if (mod(kh * q.rdh, q.sh) == ch) f.th.push_back({kh, (f.ih0 + q.ph - kh * q.rdh) / q.sh});
-        for (int64_t kw = 0; kw < q.KW; ++kw)
+        // kw descending: the taps' g columns ascend, so a kh row of taps reads one
+        // contiguous piece of g (one copy per kh, as in the forward).
+        for (int64_t kw = q.KW - 1; kw >= 0; --kw)
           if (mod(kw * q.rdw, q.sw) == cw) f.tw.push_back({kw, (f.iw0 + q.pw - kw * q.rdw) / q.sw});
         f.M = q.N * f.nh * f.nw;
         f.K = int64_t(f.th.size() * f.tw.size()) * Og;
@@ -474,7 +525,26 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
     auto pack = [&](int64_t mm, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
       const int64_t k0 = q0 * Kind::kstep, k1 = imin(f.K, k0 + nq * Kind::kstep);
       Row r = row_of_m(mm);
+      // One piece per tap; offsets from g[n, jh, jw, gi*Og] (lo_h.. are the taps' off).
+      Pieces pc;
+      bool pieces = true;
+      pc.lo_h = pc.lo_w = INT64_MAX;
+      pc.hi_h = pc.hi_w = INT64_MIN;
+      for (int64_t tap = k0 / Og; pieces && tap * Og < k1; ++tap) {
+        const int64_t lo = imax(k0, tap * Og), hi = imin(k1, (tap + 1) * Og);
+        const int64_t dh = f.th[tap / ntw].off, dw = f.tw[tap % ntw].off;
+        pc.lo_h = imin(pc.lo_h, dh); pc.hi_h = imax(pc.hi_h, dh);
+        pc.lo_w = imin(pc.lo_w, dw); pc.hi_w = imax(pc.hi_w, dw);
+        pieces = pc.add(lo - k0, hi - lo, (dh * q.Wo + dw) * O + (lo - tap * Og));
+      }
+      pieces = pieces && pc.n > 0;
       for (int64_t i = 0; i < rows; ++i, r.next(f)) {
+        if (pieces && r.jh + pc.lo_h >= 0 && r.jh + pc.hi_h < q.Ho && r.jw + pc.lo_w >= 0 && r.jw + pc.hi_w < q.Wo) {
+          Elem<Kind>* d = row_of<Kind>(dst, i, nq);
+          copy_pieces(pc, gr + ((r.n * q.Ho + r.jh) * q.Wo + r.jw) * O + f.gi * Og, d);
+          zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
+          continue;
+        }
         Elem<Kind>* d = row_of<Kind>(dst, i, nq) - k0;
         for (int64_t tap = k0 / Og; tap * Og < k1; ++tap) {
           const int64_t lo = imax(k0, tap * Og), hi = imin(k1, (tap + 1) * Og);
