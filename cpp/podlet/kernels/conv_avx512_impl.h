@@ -456,7 +456,7 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
           if (mod(kh * q.rdh, q.sh) == ch) f.th.push_back({kh, (f.ih0 + q.ph - kh * q.rdh) / q.sh});
         // kw descending: the taps' g columns ascend, so a kh row of taps reads one
         // contiguous piece of g (one copy per kh, as in the forward).
-        for (int64_t kw = q.KW - 1; kw >= 0; --kw)
+        for (int64_t kw = 0; kw < q.KW; ++kw)
           if (mod(kw * q.rdw, q.sw) == cw) f.tw.push_back({kw, (f.iw0 + q.pw - kw * q.rdw) / q.sw});
         f.M = q.N * f.nh * f.nw;
         f.K = int64_t(f.th.size() * f.tw.size()) * Og;
