@@ -83,10 +83,6 @@ struct Pieces {
   int64_t lo_h = 0, hi_h = 0, lo_w = 0, hi_w = 0;
   int64_t dst[kMax], len[kMax], off[kMax];
   bool add(int64_t d, int64_t l, int64_t o) {
-    if (n > 0 && dst[n - 1] + len[n - 1] == d && off[n - 1] + len[n - 1] == o) {  // continues the last
-      len[n - 1] += l;
-      return true;
-    }
     if (n == kMax) return false;
     dst[n] = d; len[n] = l; off[n] = o; ++n;
     return true;
@@ -454,8 +450,6 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
         f.nw = f.iw0 < q.W ? cdiv(q.W - f.iw0, q.sw) : 0;
         for (int64_t kh = 0; kh < q.KH; ++kh)
           if (mod(kh * q.rdh, q.sh) == ch) f.th.push_back({kh, (f.ih0 + q.ph - kh * q.rdh) / q.sh});
-        // kw descending: the taps' g columns ascend, so a kh row of taps reads one
-        // contiguous piece of g (one copy per kh, as in the forward).
         for (int64_t kw = 0; kw < q.KW; ++kw)
           if (mod(kw * q.rdw, q.sw) == cw) f.tw.push_back({kw, (f.iw0 + q.pw - kw * q.rdw) / q.sw});
         f.M = q.N * f.nh * f.nw;
