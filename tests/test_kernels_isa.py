@@ -193,6 +193,8 @@ CONV_CASES = {
     "resnet_3x3_s2": ((2, 12, 12, 32), (3, 3, 32, 64), conv_attrs((2, 2), (0, 1, 0, 1))),
     "resnet_1x1_s2_projection": ((2, 11, 12, 32), (1, 1, 32, 64), conv_attrs((2, 2))),
     "tile_edges": ((2, 13, 11, 40), (3, 3, 40, 40), conv_attrs((1, 1), (1, 1, 1, 1))),  # K=360, N=40
+    # 36 output channels: backward-filter's 12-row groups (3 x 12 pads none, 8-row 4).
+    "output_channels_36": ((2, 7, 9, 32), (3, 3, 32, 36), conv_attrs((1, 1), (1, 1, 1, 1))),
     "asymmetric_pad_stride_1x2": ((1, 9, 10, 16), (3, 2, 16, 24), conv_attrs((1, 2), (0, 2, 1, 0))),
     "negative_padding": ((1, 9, 9, 16), (3, 3, 16, 20), conv_attrs((1, 1), (-1, 2, 1, -2))),
     "rhs_dilation_2": ((2, 11, 10, 16), (3, 3, 16, 24), conv_attrs((1, 1), (2, 2, 2, 2), rd=(2, 2))),
