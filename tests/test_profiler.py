@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import podlet
 import podlet.numpy as jnp
@@ -49,6 +50,23 @@ def test_counts_and_flops_match_the_graph():
         assert np.isclose(stats["flops"], steps * step.lower(*args).graph.flops(), rtol=1e-12)
         assert all(r["seconds"] >= 0 and r["bytes"] > 0 for r in stats["ops"])
         assert stats["op_seconds"] <= stats["wall_seconds"] * 1.01
+
+
+def test_rows_by_shape_split_each_primitive_by_its_operands(capsys):
+    step, args = _mlp_step()
+    counts = _executed_graph(step, args).prim_counts()
+    stats = profiler.run(step, args, by_shape=True)
+    out = capsys.readouterr().out
+    dots = [r for r in stats["ops"] if r["prim"].split(" ")[0] == "dot_general"]
+    # x @ w1 in the forward: its row names both operands, printed whole.
+    fwd = "dot_general float32[32,64] float32[64,128]"
+    assert fwd in [r["prim"] for r in dots] and fwd in out
+    assert len(dots) >= 3 and sum(r["calls"] for r in dots) == counts["dot_general"]
+    total = profiler.run(step, args, quiet=True)
+    assert np.isclose(sum(r["flops"] for r in stats["ops"]), total["flops"], rtol=1e-12)
+    # Off again after the run: the plain table has one row per primitive.
+    assert [r["calls"] for r in total["ops"] if r["prim"] == "dot_general"] == [counts["dot_general"]]
+    assert not _core.profiling()
 
 
 def test_bytes_are_inputs_plus_outputs():
@@ -100,11 +118,13 @@ def test_eager_ops_are_counted_too():
     assert d[("exp", "float32")][0] == 1
 
 
-def test_env_var_prints_table_at_exit():
+@pytest.mark.parametrize("value", ["1", "shapes"])
+def test_env_var_prints_table_at_exit(value):
     code = ("import numpy as np, podlet, podlet.numpy as jnp\n"
             "f = podlet.jit(lambda a: (a @ a).sum())\n"
             "f(jnp.asarray(np.ones((16, 16), np.float32)))\n")
-    env = dict(os.environ, PODLET_PROFILE="1")
+    env = dict(os.environ, PODLET_PROFILE=value)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert "dot_general" in r.stderr and "MFU" in r.stderr
+    assert ("dot_general float32[16,16] float32[16,16]" in r.stderr) == (value == "shapes")

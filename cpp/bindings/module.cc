@@ -195,7 +195,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("memory_stats", []() { auto& s = mem_stats(); return py::make_tuple(s.live, s.peak, s.pooled); },
         "(bytes of buffers in use, their peak since reset_peak_memory, bytes freed and pooled for reuse)");
   m.def("reset_peak_memory", &reset_peak_memory);
-  m.def("set_profiling", &set_profiling);
+  m.def("set_profiling", &set_profiling, py::arg("on"), py::arg("by_shape") = false);
   m.def("take_profile", []() {
     py::dict d;
     for (auto& [k, e] : take_profile()) d[py::str(k)] = py::make_tuple(e.calls, e.seconds, e.flops);

@@ -12,10 +12,13 @@ model-FLOP utilisation, MFU = FLOPs / (wall time x peak on the threads in use).
 Nodes of pmap'd functions are rows ``prim [how]``: ``once`` (a replicated value, computed
 a single time), ``merged`` (one kernel call over every replica's buffer),
 ``per-replica`` (one call per replica) or ``collective``.
-``profiler.run`` takes the same with options (steps, warmup, quiet).
+``profiler.run`` takes the same with options (steps, warmup, quiet, by_shape);
+``by_shape=True`` gives each (primitive, input dtypes and shapes) its own row, e.g. one
+per convolution layer shape: ``conv_bwd_filter bfloat16[32,56,56,64] bfloat16[...]``.
 
 ``PODLET_PROFILE=1`` in the environment turns the counters on at import and prints the
-table of everything the process ran (jit'd and eager) when it exits.
+table of everything the process ran (jit'd and eager) when it exits;
+``PODLET_PROFILE=shapes`` does the same with rows by shape.
 
 Peaks are measured once per process (``measured_peak``), not looked up: an f32 FMA loop
 (the widest FMA the active ISA has) and a bf16 dot loop (vdpbf16ps, on AVX512_BF16
@@ -86,11 +89,12 @@ def format_table(stats):
     """The printed form of a profile dict."""
     lines = []
     op_total = sum(r["seconds"] for r in stats["ops"]) or 1e-30
-    lines.append(f"{'primitive':26s} {'dtype':9s} {'calls':>6s} {'ms':>9s} {'%time':>6s} {'GFLOP/s':>8s} "
+    w = max([26] + [len(r["prim"]) for r in stats["ops"]])  # rows by shape are long
+    lines.append(f"{'primitive':{w}s} {'dtype':9s} {'calls':>6s} {'ms':>9s} {'%time':>6s} {'GFLOP/s':>8s} "
                  f"{'%peak':>6s} {'moved':>10s} {'GB/s':>6s}")
     for r in stats["ops"]:
         pct = f"{r['pct_peak']:5.1f}%" if r["pct_peak"] is not None else "     -"
-        lines.append(f"{r['prim'][:26]:26s} {r['dtype']:9s} {r['calls']:6d} {r['seconds'] * 1e3:9.2f} "
+        lines.append(f"{r['prim']:{w}s} {r['dtype']:9s} {r['calls']:6d} {r['seconds'] * 1e3:9.2f} "
                      f"{100 * r['seconds'] / op_total:5.1f}% {r['gflops_per_s']:8.1f} {pct:>6s} "
                      f"{_fmt_bytes(r['bytes']):>10s} {r['gb_per_s']:6.1f}")
     pk = stats["peak_gflops"]
@@ -124,26 +128,28 @@ def _mfu(flops, seconds, peaks, ops):
     return flops / seconds / 1e9 / pk, d
 
 
-def run(fn, args=(), kwargs=None, *, steps=1, warmup=1, quiet=False, file=None):
+def run(fn, args=(), kwargs=None, *, steps=1, warmup=1, quiet=False, file=None, by_shape=False):
     """Profiles `steps` calls of fn(*args, **kwargs) after `warmup` unprofiled calls;
-    returns the stats dict (and prints its table unless quiet)."""
+    returns the stats dict (and prints its table unless quiet). by_shape: one row per
+    primitive and input shapes instead of per primitive."""
     kwargs = kwargs or {}
     for _ in range(warmup):
         _block(fn(*args, **kwargs))
     peaks = measured_peak()
     was_on = _core.profiling()
+    was_by_shape = _at_exit_by_shape and was_on
     _core.set_profiling(False)
     _take_detail()  # drop whatever was counted before
     live_before = _core.memory_stats()[0]
     _core.reset_peak_memory()
-    _core.set_profiling(True)
+    _core.set_profiling(True, by_shape=bool(by_shape))
     t0 = time.perf_counter()
     try:
         for _ in range(steps):
             out = _block(fn(*args, **kwargs))
     finally:
         wall = time.perf_counter() - t0
-        _core.set_profiling(was_on)
+        _core.set_profiling(was_on, by_shape=was_by_shape)
     detail = _take_detail()
     peak_mem = _core.memory_stats()[1]
     ops = _rows(detail, peaks)
@@ -184,6 +190,7 @@ def _report_at_exit():
     print(format_table(stats), file=sys.stderr, flush=True)
 
 
-if os.environ.get("PODLET_PROFILE", "").lower() in ("1", "true", "yes"):
-    _core.set_profiling(True)
+_at_exit_by_shape = os.environ.get("PODLET_PROFILE", "").lower() == "shapes"
+if _at_exit_by_shape or os.environ.get("PODLET_PROFILE", "").lower() in ("1", "true", "yes"):
+    _core.set_profiling(True, by_shape=_at_exit_by_shape)
     atexit.register(_report_at_exit)

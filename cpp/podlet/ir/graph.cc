@@ -50,6 +50,7 @@ std::vector<AVal> infer_shapes(const PrimDef& p, const std::vector<AVal>& in, co
 }
 
 static bool g_profiling = false;
+static bool g_profile_shapes = false;  // key rows by the inputs' dtypes and shapes too
 static void record_profile(const PrimDef& p, const Attrs& attrs, const std::vector<Array>& in,
                            const std::vector<AVal>& oa, double seconds);
 
@@ -213,7 +214,10 @@ std::string Attrs::repr() const {
 // process in practice; the mutex only keeps a concurrent run from corrupting the map.
 static std::mutex g_profile_mu;
 static std::map<std::pair<std::string, std::string>, ProfileEntry> g_profile;
-void set_profiling(bool on) { g_profiling = on; }
+void set_profiling(bool on, bool by_shape) {
+  g_profiling = on;
+  g_profile_shapes = on && by_shape;
+}
 bool profiling() { return g_profiling; }
 std::map<std::pair<std::string, std::string>, ProfileEntry> take_profile_detailed() {
   std::lock_guard<std::mutex> lk(g_profile_mu);
@@ -239,7 +243,15 @@ static void record_profile(const PrimDef& p, const Attrs& attrs, const std::vect
   for (auto& a : oa) bytes += double(a.nbytes());
   if (p.flops) flops = p.flops(ia, oa, attrs);
   std::lock_guard<std::mutex> lk(g_profile_mu);
-  auto& e = g_profile[{p.name, oa.empty() ? "" : dtype_name(oa[0].dtype)}];
+  std::string key = p.name;
+  if (g_profile_shapes) {  // "conv_bwd_filter bf16[32,56,56,64] bf16[32,56,56,64]"
+    for (auto& a : ia) {
+      key += std::string(" ") + dtype_name(a.dtype) + "[";
+      for (size_t d = 0; d < a.shape.size(); ++d) key += (d ? "," : "") + std::to_string(a.shape[d]);
+      key += "]";
+    }
+  }
+  auto& e = g_profile[{key, oa.empty() ? "" : dtype_name(oa[0].dtype)}];
   e.calls += 1; e.seconds += seconds; e.flops += flops; e.bytes += bytes;
 }
 

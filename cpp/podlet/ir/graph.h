@@ -50,7 +50,9 @@ class Graph {
 // (primitive, dtype of its first output) in the detailed form. bytes = bytes of the
 // node's inputs + outputs (what it must move at least once).
 struct ProfileEntry { int64_t calls = 0; double seconds = 0, flops = 0, bytes = 0; };
-void set_profiling(bool on);
+// by_shape: rows per (primitive + its inputs' dtypes and shapes, dtype) instead, so that
+// e.g. each convolution layer of a network gets its own row.
+void set_profiling(bool on, bool by_shape = false);
 bool profiling();
 std::map<std::string, ProfileEntry> take_profile();  // by primitive; clears the counters
 std::map<std::pair<std::string, std::string>, ProfileEntry> take_profile_detailed();  // by (prim, dtype); clears
