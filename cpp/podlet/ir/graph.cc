@@ -244,7 +244,7 @@ static void record_profile(const PrimDef& p, const Attrs& attrs, const std::vect
   if (p.flops) flops = p.flops(ia, oa, attrs);
   std::lock_guard<std::mutex> lk(g_profile_mu);
   std::string key = p.name;
-  if (g_profile_shapes) {  // "conv_bwd_filter bf16[32,56,56,64] bf16[32,56,56,64]"
+  if (g_profile_shapes) {  // "conv_bwd_filter bfloat16[32,56,56,64] bfloat16[32,56,56,64]"
     for (auto& a : ia) {
       key += std::string(" ") + dtype_name(a.dtype) + "[";
       for (size_t d = 0; d < a.shape.size(); ++d) key += (d ? "," : "") + std::to_string(a.shape[d]);

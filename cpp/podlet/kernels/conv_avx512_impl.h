@@ -103,8 +103,10 @@ inline bool fwd_pieces(const ConvGeom& q, int64_t k0, int64_t k1, Pieces& pc) {
   }
   return true;
 }
-template <class TX, class E> inline void copy_pieces(const Pieces& pc, const TX* corner, E* d) {
-  for (int j = 0; j < pc.n; ++j) copy_elems(corner + pc.off[j], pc.len[j], d + pc.dst[j]);
+// The corner is an element offset, not a pointer: it may lie before the array (a forward
+// K block starting at kh = 1 of a pixel in the first row) while every piece is inside.
+template <class TX, class E> inline void copy_pieces(const Pieces& pc, const TX* src, int64_t corner, E* d) {
+  for (int j = 0; j < pc.n; ++j) copy_elems(src + (corner + pc.off[j]), pc.len[j], d + pc.dst[j]);
 }
 
 // The whole patch row (K = KH * KW * C, G == 1, rdw == 1) of a bf16 pixel whose kh
@@ -396,7 +398,7 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
         if (pieces) {
           const int64_t ih0 = px.oh * q.sh - q.ph, iw0 = px.ow * q.sw - q.pw;
           if (ih0 + pc.lo_h >= 0 && ih0 + pc.hi_h < q.H && iw0 + pc.lo_w >= 0 && iw0 + pc.hi_w < q.W) {
-            copy_pieces(pc, x + ((px.n * q.H + ih0) * q.W + iw0) * C, d);
+            copy_pieces(pc, x, ((px.n * q.H + ih0) * q.W + iw0) * C, d);
             zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
             continue;
           }
@@ -535,7 +537,7 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
       for (int64_t i = 0; i < rows; ++i, r.next(f)) {
         if (pieces && r.jh + pc.lo_h >= 0 && r.jh + pc.hi_h < q.Ho && r.jw + pc.lo_w >= 0 && r.jw + pc.hi_w < q.Wo) {
           Elem<Kind>* d = row_of<Kind>(dst, i, nq);
-          copy_pieces(pc, gr + ((r.n * q.Ho + r.jh) * q.Wo + r.jw) * O + f.gi * Og, d);
+          copy_pieces(pc, gr, ((r.n * q.Ho + r.jh) * q.Wo + r.jw) * O + f.gi * Og, d);
           zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
           continue;
         }
