@@ -321,8 +321,9 @@ def test_conv_bwd_filter_over_many_pixel_chunks(isa, dtype, cin):
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
 def test_conv_bwd_filter_column_split_is_not_in_the_bits(isa, dtype):
     """Backward-filter picks its tasks' column width by how evenly they share out over
-    the threads: 2304 columns (3x3x256) are 9 tiles of 256 on 1 thread but 12 of 192 on
-    2. Each sum runs over the pixels whatever the split: same bits, and the reference's
+    the threads: 2304 columns (3x3x256) are 9 tiles of 256 on 1 thread (bf16: one task of
+    all 2304, packing its own A) but 12 of 192 on 2. Each sum runs over the pixels
+    whatever the split: same bits, and the reference's
     values (f32 results, so a changed summation order cannot hide in a bf16 rounding)."""
     rng = np.random.default_rng(11)
     x = rand(rng, (2, 7, 7, 256), dtype)

@@ -173,35 +173,49 @@ inline bool patch_step_short(const ConvGeom& q, const bf16* x, const Pixel* px, 
   return true;
 }
 
-// Columns of dw^T per backward-filter task (a multiple of NR, at most kNC): the one whose
-// tasks, handed out in order to whichever thread is free (the dynamic schedule), are
-// done soonest, counting a task's fixed cost as NR / 2 columns; the widest of equals.
-// Equal tiles that do not share out evenly idle a thread at the end: 9 tiles of
-// 14x14x256 on 2 threads left one idle for a ninth of the call. Only the speed depends
-// on this: every sum runs over the pixels, whatever the column split.
-inline int64_t bwd_filter_columns(int64_t Kx, int64_t G, int64_t Pq, int64_t CQ, int64_t win) {
+// Columns of dw^T per backward-filter task (a multiple of NR, at most kNC; or all Kx
+// columns when `whole`): the one whose tasks, handed out in order to whichever thread is
+// free (the dynamic schedule), are done soonest, counting a task's fixed cost as NR / 2
+// columns; the widest of equals. Equal tiles that do not share out evenly idle a thread
+// at the end: 9 tiles of 14x14x256 on 2 threads left one idle for a ninth of the call.
+// Packing A (Mp words a step) counts as 2/3 of a column per word (measured at 64
+// channels): with several column tiles it is a pass over the window before its tasks,
+// shared by the threads; with one, each task packs its own A into L2 (a_in_task), which
+// also spares the pass its trip through memory. 56x56x64: 13 whole-width tasks beat 39
+// of 192 columns plus the pass (+6% paired); 28x28x128 (4 chunks) keeps its split.
+// Only the speed depends on this: every sum runs over the pixels, whatever the split.
+inline int64_t bwd_filter_columns(int64_t Kx, int64_t G, int64_t Pq, int64_t CQ, int64_t win, int64_t Mp, bool whole) {
   const int64_t T = imin(num_threads(), 256), nch = imax(cdiv(Pq, CQ), 1);
+  const double pack = double(Mp) * 2.0 / 3.0;  // per step
   double load[256];
-  int64_t best = NR;
-  double best_t = 0;
-  for (int64_t nc = imin(kNC, round_up(Kx, NR)); nc >= NR; nc -= NR) {
+  auto finish = [&](int64_t nc) {
+    const int64_t nt = cdiv(Kx, nc);
     double total = 0;
     for (int64_t w0 = 0; w0 < nch; w0 += win) {
+      double wsteps = 0;
       for (int64_t t = 0; t < T; ++t) load[t] = 0;
       for (int64_t c = w0; c < imin(nch, w0 + win); ++c) {
         const double steps = double(imax(imin(CQ, Pq - c * CQ), 1));
-        for (int64_t tile = 0; tile < G * cdiv(Kx, nc); ++tile) {
-          const int64_t n0 = (tile % cdiv(Kx, nc)) * nc;
+        wsteps += steps;
+        for (int64_t tile = 0; tile < G * nt; ++tile) {
+          const int64_t n0 = (tile % nt) * nc;
           int64_t free = 0;
           for (int64_t t = 1; t < T; ++t) if (load[t] < load[free]) free = t;
-          load[free] += steps * double(imin(nc, Kx - n0) + NR / 2);
+          load[free] += steps * (double(imin(nc, Kx - n0) + NR / 2) + (nt == 1 ? pack : 0.0));
         }
       }
       double end = 0;
       for (int64_t t = 0; t < T; ++t) end = end > load[t] ? end : load[t];
-      total += end;
+      total += end + (nt == 1 ? 0.0 : wsteps * double(G) * pack / double(T));
     }
-    if (nc == imin(kNC, round_up(Kx, NR)) || total < best_t * (1 - 1e-9)) { best = nc; best_t = total; }
+    return total;
+  };
+  int64_t best = 0;
+  double best_t = 0;
+  const int64_t widest = whole ? round_up(Kx, NR) : imin(kNC, round_up(Kx, NR));
+  for (int64_t nc = widest; nc >= NR; nc = nc > kNC ? imin(kNC, round_up(Kx, NR)) : nc - NR) {
+    const double t = finish(nc);
+    if (best == 0 || t < best_t * (1 - 1e-9)) { best = nc; best_t = t; }
   }
   return best;
 }
@@ -591,7 +605,10 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
   constexpr int64_t CQ = 4096;
   const int64_t nch = cdiv(Pq, CQ);
   const int64_t win = imax(1, (int64_t(1) << 21) / (G * Mp * CQ));  // chunks per window
-  const int64_t nc = bwd_filter_columns(Kx, G, Pq, CQ, win);
+  // Whole 32-channel panels straight from x rows (see ukernel_x32_xpack) allow a task of
+  // all Kx columns (tap_rows' tables hold KH * KW + 1 taps at most 64).
+  const bool panels32 = std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16> && G == 1 && Cg % NR == 0;
+  const int64_t nc = bwd_filter_columns(Kx, G, Pq, CQ, win, Mp, panels32 && q.KH * q.KW + 1 <= 64);
   const int64_t nt = cdiv(Kx, nc), ntiles = G * nt, tile_size = Mp * nc;
   const int64_t npan = nc / NR;
   // One column tile per group (the stems: Kx <= nc): A is used by one task per chunk, so
@@ -600,8 +617,7 @@ void conv_bwd_filter_run(const ConvGeom& q, const void* xv, const void* gv, DTyp
   const bool a_in_task = nt == 1;
   // Whole 32-channel panels straight from x rows (see ukernel_x32_xpack); `zeros` stands
   // for x rows in the padding.
-  const bool xpack = std::is_same_v<Kind, Bf16Kind> && std::is_same_v<TX, bf16> && G == 1 && Cg % NR == 0 &&
-                     cdiv(nc, Cg) + 1 <= 64;  // tap_rows' tables
+  const bool xpack = panels32 && cdiv(nc, Cg) + 1 <= 64;  // tap_rows' tables
   WBuf zeros(xpack ? Cg / 2 : 0);
   if (xpack) zeros.zero(Cg / 2);
   WBuf ap(a_in_task ? 1 : G * Mp * imin(win * CQ, imax(Pq, 1)));
