@@ -575,7 +575,7 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
   // Phases of one group and equal size: a task runs the same tile of every phase, so
   // the g rows the first phase brought into L1 / L2 serve the others (tasks of one phase
   // each read all of g from L3 per phase: stride-2 56->128 +7-10% paired).
-  bool same = true;
+  bool same = !phases.empty();
   for (const auto& f : phases) same = same && f.mt == phases[0].mt && f.gi == phases[0].gi;
   if (same) {
     run_tasks(phases[0].mt * t.nt, flops, [&](int64_t task, Scratch& s) {
