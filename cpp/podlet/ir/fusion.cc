@@ -226,7 +226,7 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
     double flops = 0;
     std::string names;
     auto emit = [&](int64_t o, DType d, DType rd, int64_t a, int64_t b, int64_t c, int64_t imm) {
-      code.insert(code.end(), {o, int64_t(d), int64_t(rd), a, b, c, imm});
+      append_instr(code, Instr{o, d, rd, a, b, c, imm});
       slot_dtype.push_back(rd);
       return int(slot_dtype.size()) - 1;
     };

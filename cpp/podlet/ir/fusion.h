@@ -71,13 +71,16 @@ enum Op : int64_t {
 constexpr int kInstrWidth = 7;
 // One decoded instruction (the kInstrWidth ints of `code`).
 struct Instr { int64_t op; DType d, rd; int64_t a, b, c, imm; };
-// The instructions of a `code` attr.
+// The instructions of a `code` attr, and the encoding of one.
 inline std::vector<Instr> decode_code(const std::vector<int64_t>& code) {
   std::vector<Instr> out;
   for (size_t k = 0; k + kInstrWidth <= code.size(); k += kInstrWidth)
     out.push_back(Instr{code[k], DType(code[k + 1]), DType(code[k + 2]), code[k + 3], code[k + 4], code[k + 5],
                         code[k + 6]});
   return out;
+}
+inline void append_instr(std::vector<int64_t>& code, const Instr& i) {
+  code.insert(code.end(), {i.op, int64_t(i.d), int64_t(i.rd), i.a, i.b, i.c, i.imm});
 }
 // One entry of `loads` (input index, dims, element strides) and of `outs` (slot, shape),
 // and their encodings.

@@ -26,7 +26,7 @@ Prog decode(const Attrs& a) {
 
 void encode(const Prog& p, Attrs& a) {
   std::vector<int64_t> code, loads, outs;
-  for (const Instr& i : p.code) code.insert(code.end(), {i.op, int64_t(i.d), int64_t(i.rd), i.a, i.b, i.c, i.imm});
+  for (const Instr& i : p.code) append_instr(code, i);
   for (const auto& l : p.loads) append_load(loads, l.input, l.dims, l.st);
   for (const auto& o : p.outs) append_out(outs, o.slot, o.shape);
   a.set("code", code);
