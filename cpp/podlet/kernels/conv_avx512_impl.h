@@ -87,6 +87,10 @@ struct Pieces {
     dst[n] = d; len[n] = l; off[n] = o; ++n;
     return true;
   }
+  // Whether every piece of the pixel whose corner is (h, w) lies inside an H x W image.
+  bool inside(int64_t h, int64_t w, int64_t H, int64_t W) const {
+    return h + lo_h >= 0 && h + hi_h < H && w + lo_w >= 0 && w + hi_w < W;
+  }
 };
 // Forward, G == 1 and rdw == 1: one piece per kh (a row of taps is contiguous in x);
 // offsets from x[n, oh*sh - ph, ow*sw - pw, 0]. False when it does not apply.
@@ -411,7 +415,7 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
         Elem<Kind>* d = row_of<Kind>(dst, i, nq);
         if (pieces) {
           const int64_t ih0 = px.oh * q.sh - q.ph, iw0 = px.ow * q.sw - q.pw;
-          if (ih0 + pc.lo_h >= 0 && ih0 + pc.hi_h < q.H && iw0 + pc.lo_w >= 0 && iw0 + pc.hi_w < q.W) {
+          if (pc.inside(ih0, iw0, q.H, q.W)) {
             copy_pieces(pc, x, ((px.n * q.H + ih0) * q.W + iw0) * C, d);
             zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
             continue;
@@ -547,7 +551,7 @@ void conv_bwd_data_run(const ConvGeom& q, const void* gv, const void* wv, DType 
       }
       pieces = pieces && pc.n > 0;
       for (int64_t i = 0; i < rows; ++i, r.next(f)) {
-        if (pieces && r.jh + pc.lo_h >= 0 && r.jh + pc.hi_h < q.Ho && r.jw + pc.lo_w >= 0 && r.jw + pc.hi_w < q.Wo) {
+        if (pieces && pc.inside(r.jh, r.jw, q.Ho, q.Wo)) {
           Elem<Kind>* d = row_of<Kind>(dst, i, nq);
           copy_pieces(pc, gr, ((r.n * q.Ho + r.jh) * q.Wo + r.jw) * O + f.gi * Og, d);
           zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
