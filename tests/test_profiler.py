@@ -67,6 +67,15 @@ def test_rows_by_shape_split_each_primitive_by_its_operands(capsys):
     # Off again after the run: the plain table has one row per primitive.
     assert [r["calls"] for r in total["ops"] if r["prim"] == "dot_general"] == [counts["dot_general"]]
     assert not _core.profiling()
+    # A run restores whatever was on before it, by-shape counting included.
+    _core.set_profiling(True, by_shape=True)
+    try:
+        profiler.run(step, args, quiet=True)
+        assert _core.profiling() and _core.profiling_by_shape()
+    finally:
+        _core.set_profiling(False)
+        _core.take_profile_detailed()
+    assert not _core.profiling_by_shape()
 
 
 def test_bytes_are_inputs_plus_outputs():

@@ -33,6 +33,7 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     return d;
   }, "{(prim, dtype): (calls, seconds, flops, bytes)} since the last take; clears the counters.");
   m.def("profiling", &profiling);
+  m.def("profiling_by_shape", &profiling_by_shape);
   m.def("fuse_elementwise", [](const Graph& g) { return fuse_elementwise(g); }, py::arg("graph"),
         "A copy of the graph with elementwise chains fused into fused_elementwise nodes (bit-identical results).");
   m.def("fusion_stats", [](const Graph& g) {

@@ -136,8 +136,7 @@ def run(fn, args=(), kwargs=None, *, steps=1, warmup=1, quiet=False, file=None, 
     for _ in range(warmup):
         _block(fn(*args, **kwargs))
     peaks = measured_peak()
-    was_on = _core.profiling()
-    was_by_shape = _at_exit_by_shape and was_on
+    was_on, was_by_shape = _core.profiling(), _core.profiling_by_shape()
     _core.set_profiling(False)
     _take_detail()  # drop whatever was counted before
     live_before = _core.memory_stats()[0]
@@ -190,7 +189,7 @@ def _report_at_exit():
     print(format_table(stats), file=sys.stderr, flush=True)
 
 
-_at_exit_by_shape = os.environ.get("PODLET_PROFILE", "").lower() == "shapes"
-if _at_exit_by_shape or os.environ.get("PODLET_PROFILE", "").lower() in ("1", "true", "yes"):
-    _core.set_profiling(True, by_shape=_at_exit_by_shape)
+_env = os.environ.get("PODLET_PROFILE", "").lower()
+if _env in ("1", "true", "yes", "shapes"):
+    _core.set_profiling(True, by_shape=_env == "shapes")
     atexit.register(_report_at_exit)

@@ -219,6 +219,7 @@ void set_profiling(bool on, bool by_shape) {
   g_profile_shapes = on && by_shape;
 }
 bool profiling() { return g_profiling; }
+bool profiling_by_shape() { return g_profile_shapes; }
 std::map<std::pair<std::string, std::string>, ProfileEntry> take_profile_detailed() {
   std::lock_guard<std::mutex> lk(g_profile_mu);
   auto r = std::move(g_profile);

@@ -54,6 +54,7 @@ struct ProfileEntry { int64_t calls = 0; double seconds = 0, flops = 0, bytes = 
 // e.g. each convolution layer of a network gets its own row.
 void set_profiling(bool on, bool by_shape = false);
 bool profiling();
+bool profiling_by_shape();
 std::map<std::string, ProfileEntry> take_profile();  // by primitive; clears the counters
 std::map<std::pair<std::string, std::string>, ProfileEntry> take_profile_detailed();  // by (prim, dtype); clears
 
