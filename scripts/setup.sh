@@ -35,7 +35,7 @@ hash_of() {  # hash of stdin
 # needed by `python3 -m venv` and the pybind11 build on a bare Debian 12.
 APT_PKGS=(
   build-essential zlib1g-dev
-  libeigen3-dev libtbb-dev libhdf5-dev libjpeg62-turbo-dev
+  libeigen3-dev libtbb-dev libhdf5-dev libjpeg62-turbo-dev libxbyak-dev
   openmpi-bin libopenmpi-dev
   dataset-fashion-mnist
 )

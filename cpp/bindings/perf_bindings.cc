@@ -1,6 +1,7 @@
 // podlet._core performance entry points: the measured FMA peak, the detailed profiling
 // counters, and the graph passes run on executed graphs: elementwise fusion (fusion.h)
 // and optimizer fusion (optim_fusion.h).
+#include "podlet/prims/fused_jit.h"
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include "podlet/ir/graph.h"
@@ -32,6 +33,16 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
       d[py::make_tuple(k.first, k.second)] = py::make_tuple(e.calls, e.seconds, e.flops, e.bytes);
     return d;
   }, "{(prim, dtype): (calls, seconds, flops, bytes)} since the last take; clears the counters.");
+  m.def("fused_jit_stats", []() {
+    const auto s = fused_jit::stats();
+    py::dict d;
+    d["compiled"] = s.compiled; d["refused"] = s.refused; d["runs"] = s.runs;
+    d["enabled"] = fused_jit::enabled();
+    return d;
+  }, "Fused programs compiled to AVX-512 code / left to the interpreter since start, chunks run compiled, "
+     "and whether compiling is on (prims/fused_jit.h).");
+  m.def("set_fused_jit", &fused_jit::set_enabled, py::arg("on"),
+        "Compile fused programs to AVX-512 code (default; PODLET_FUSED_JIT=0 turns it off) or interpret them.");
   m.def("profiling", &profiling);
   m.def("profiling_by_shape", &profiling_by_shape);
   m.def("fuse_elementwise", [](const Graph& g) { return fuse_elementwise(g); }, py::arg("graph"),

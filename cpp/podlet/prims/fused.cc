@@ -13,6 +13,7 @@
 // gives exactly the unfused graph's bits; elementwise, so any thread count gives the
 // same bits too.
 #include "podlet/prims/common.h"
+#include "podlet/prims/fused_jit.h"
 #include "podlet/prims/fused_ops.h"
 #include "podlet/prims/reduce_ops.h"
 #include "podlet/cpu/isa.h"
@@ -129,6 +130,33 @@ void fold_bf16_converts(Program& p) {
     src.rd = DType::bf16;
     cv.d = DType::bf16;  // bf16 -> bf16: an identity, aliased below
   }
+}
+
+// The program compiled to AVX-512 code (fused_jit.h), or null: the JIT is off, the
+// program has something it does not compile, or a periodic input could start inside a
+// vector (a chunk size that is not a multiple of 16).
+std::shared_ptr<const fused_jit::Kernel> jit_kernel(const Program& p, const std::vector<char>& stream,
+                                                    const std::vector<Array>& out, int64_t chunk) {
+  if (!fused_jit::enabled() || chunk % 16) return nullptr;
+  fused_jit::Spec spec;
+  spec.code = p.code;
+  for (const Load& l : p.loads) {
+    spec.load_kind.push_back(l.kind == kFull       ? fused_jit::LoadKind::kFull
+                             : l.kind == kScalar   ? fused_jit::LoadKind::kScalar
+                             : l.kind == kPeriodic ? fused_jit::LoadKind::kPeriodic
+                                                   : fused_jit::LoadKind::kOther);
+    spec.period.push_back(l.period);
+  }
+  for (size_t o = 0; o < p.outs.size(); ++o) {
+    // Non-temporal stores need every vector's destination aligned: a 64-byte base and
+    // chunks that start on a line.
+    const bool aligned = reinterpret_cast<uintptr_t>(out[o].raw()) % 64 == 0 &&
+                         (chunk * int64_t(itemsize(out[o].dtype()))) % 64 == 0;
+    spec.outs.push_back({p.outs[o].slot, p.reduced[o]           ? fused_jit::OutMode::kRows
+                                         : stream[o] && aligned ? fused_jit::OutMode::kStream
+                                                                : fused_jit::OutMode::kStore});
+  }
+  return fused_jit::compile(spec);
 }
 
 void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& out) {
@@ -333,8 +361,24 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
     if (any_stream) _mm_sfence();
   };
 
+  // Compiled code when the program allows it, else the interpreter above: same chunks,
+  // same bits.
+  const auto kern = jit_kernel(p, stream, out, chunk);
+  std::vector<const void*> load_src;
+  for (const Load& l : p.loads) load_src.push_back(in[l.input].raw());
+  auto range = [&](int64_t cb, int64_t ce, auto&& sum_rows) {
+    if (!kern) return run_range(cb, ce, sum_rows);
+    void* outp[64];
+    std::vector<void*> heap;
+    void** op = outp;
+    if (p.outs.size() > 64) { heap.resize(p.outs.size()); op = heap.data(); }
+    for (size_t o = 0; o < p.outs.size(); ++o)
+      op[o] = p.reduced[o] ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(sum_rows(int(o), cb)) - uintptr_t(cb) * 4)
+                           : out[o].raw();
+    fused_jit::run(*kern, cb, ce, load_src.data(), op);
+  };
   if (reduced_outs.empty()) {
-    parallel_for(n, chunk, [&](int64_t cb, int64_t ce) { run_range(cb, ce, [](int, int64_t) -> float* { return nullptr; }); });
+    parallel_for(n, chunk, [&](int64_t cb, int64_t ce) { range(cb, ce, [](int, int64_t) -> float* { return nullptr; }); });
     return;
   }
   // Each chunk's rows go to a scratch block per reduced output, summed by pairwise_rows
@@ -351,7 +395,7 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
     scratch.resize(size_t(scratch_levels(rpc)) * size_t(K));
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t cb = c * chunk, ce = std::min(n, cb + chunk);
-      run_range(cb, ce, [&](int o, int64_t t0) { return rows.data() + size_t(red_index[o]) * chunk + (t0 - cb); });
+      range(cb, ce, [&](int o, int64_t t0) { return rows.data() + size_t(red_index[o]) * chunk + (t0 - cb); });
       for (int r = 0; r < nred; ++r)
         tk.sum_rows(rows.data() + size_t(r) * chunk, (ce - cb) / K, K, part.data() + (size_t(r) * nch + c) * K,
                     scratch.data());

@@ -1,0 +1,521 @@
+// The code generator of fused_jit.h. One generated function per program:
+//
+//   for (i = begin; i + 16 <= end; i += 16) body(i)      -- zmm registers, no masks
+//   if (i < end) body(i) with k7 = the remaining lanes    -- masked loads and stores
+//
+// body(i) runs the instructions in program order. A slot's value lives in one zmm
+// register from its instruction to its last use (free registers are reused); scalar
+// inputs are broadcast once before the loop. bf16 values are held as f32 (already
+// rounded), bools as u32 0/1: the interpreter's register types, so every operation below
+// is the interpreter's per-element code (fused_ops.h) on 16 lanes at once.
+//
+// This file is compiled with the baseline flags: it only writes bytes, and runs them
+// only when the active ISA is AVX-512 (F, BW, VL, DQ; BMI2 comes with every such CPU).
+#include "podlet/prims/fused_jit.h"
+
+#include <xbyak/xbyak.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "podlet/cpu/isa.h"
+#include "podlet/error.h"
+
+namespace podlet::fused_jit {
+using namespace fused;
+
+namespace {
+std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0};
+std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
+
+// Why a program is not compiled (the generator throws it; compile() returns null).
+struct Refuse {};
+
+// 16-lane u32 constants, one 64-byte row each (read whole or as a {1to16} broadcast).
+enum Const { kOneU32, kRound, kHighHalf, kSignBit, kAbsMask, kQuietNaN, kOneF32, kNumConst };
+constexpr uint32_t kConstValue[kNumConst] = {1u, 0x7fffu, 0xffff0000u, 0x80000000u, 0x7fffffffu, 0x7fc00000u,
+                                             0x3f800000u};
+
+constexpr int kFirstReg = 3;   // zmm0-2 are scratch inside one instruction
+constexpr int kNumRegs = 32;
+constexpr int kMaxPeriods = 3;  // r8, r9, r10 count the lanes' offset within a period
+// Bytes ahead of the current vector at which each streamed input is prefetched into L2.
+constexpr int kPrefetchBytes = 4096;
+
+// args[] of the generated function (rdi): begin, end, then the base of every load, then
+// every output (for kRows outputs, already moved back by `begin` elements).
+constexpr int kArgBegin = 0, kArgEnd = 1, kArgFirst = 2;
+
+using Xbyak::Zmm;
+using Xbyak::Reg64;
+
+bool is_float_reg(DType d) { return d == DType::f32 || d == DType::bf16; }
+int storage_scale(DType d) { return d == DType::f32 ? 4 : d == DType::bf16 ? 2 : 1; }
+
+class Gen : public Xbyak::CodeGenerator {
+ public:
+  Gen(const Spec& s, size_t bytes) : Xbyak::CodeGenerator(bytes, Xbyak::DontSetProtectRWE), s_(s) {}
+
+  void generate() {
+    plan();
+    const int nl = int(s_.load_kind.size());
+    out_arg_ = kArgFirst + nl;
+    // Prologue: i (rcx), the end of the whole vectors (rsi), the period counters.
+    mov(rcx, ptr[rdi + 8 * kArgBegin]);
+    mov(rsi, ptr[rdi + 8 * kArgEnd]);
+    sub(rsi, rcx);
+    and_(rsi, ~int64_t(15));
+    add(rsi, rcx);
+    for (size_t q = 0; q < periods_.size(); ++q) {
+      mov(rax, rcx);
+      xor_(edx, edx);
+      mov(r11, periods_[q]);
+      div(r11);
+      mov(counter(int(q)), rdx);
+    }
+    // Scalars: broadcast once.
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      if (ins.op != kLoad || s_.load_kind[ins.a] != LoadKind::kScalar || root_[k] != k || last_use_[k] < 0) continue;
+      const Zmm z(reg_[k]);
+      mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
+      if (ins.d == DType::f32) {
+        vbroadcastss(z, ptr[rax]);
+      } else if (ins.d == DType::bf16) {
+        movzx(eax, word[rax]);
+        shl(eax, 16);
+        vpbroadcastd(z, eax);
+      } else {
+        movzx(eax, byte[rax]);
+        vpbroadcastd(z, eax);
+      }
+    }
+    Xbyak::Label loop, tail, done;
+    L(loop);
+    cmp(rcx, rsi);
+    jae(tail, T_NEAR);
+    body(false);
+    add(rcx, 16);
+    for (size_t q = 0; q < periods_.size(); ++q) {
+      add(counter(int(q)), 16);
+      cmp(counter(int(q)), periods_[q]);
+      mov(eax, 0);  // leaves the flags
+      cmove(counter(int(q)), rax);
+    }
+    jmp(loop, T_NEAR);
+    L(tail);
+    mov(rdx, ptr[rdi + 8 * kArgEnd]);
+    cmp(rcx, rdx);
+    jae(done, T_NEAR);
+    sub(rdx, rcx);
+    mov(eax, -1);
+    bzhi(eax, eax, edx);
+    kmovw(k7, eax);
+    body(true);
+    L(done);
+    if (any_stream_) sfence();  // non-temporal stores are weakly ordered
+    vzeroupper();
+    ret();
+    align(64);
+    L(consts_);
+    for (int c = 0; c < kNumConst; ++c)
+      for (int l = 0; l < 16; ++l) dd(kConstValue[c]);
+  }
+
+  const std::vector<int64_t>& periods() const { return periods_; }
+
+ private:
+  const Spec& s_;
+  int S_ = 0;
+  std::vector<int> root_, last_use_, reg_;
+  std::vector<std::vector<int>> outs_of_;
+  std::vector<int64_t> periods_;
+  std::vector<int> period_of_load_;  // index into periods_
+  bool any_stream_ = false;
+  int out_arg_ = 0;
+  Xbyak::Label consts_;
+
+  Reg64 counter(int q) const { return q == 0 ? r8 : q == 1 ? r9 : r10; }
+  Xbyak::Address cvec(Const c) { return ptr[rip + consts_ + 64 * int(c)]; }
+  Xbyak::Address cb(Const c) { return ptr_b[rip + consts_ + 64 * int(c)]; }
+
+  // Checks what the generator supports, resolves aliases, and assigns registers (the
+  // same assignment serves both bodies).
+  void plan() {
+    S_ = int(s_.code.size());
+    root_.assign(S_, 0);
+    last_use_.assign(S_, -1);
+    outs_of_.assign(S_, {});
+    period_of_load_.assign(s_.load_kind.size(), -1);
+    for (size_t o = 0; o < s_.outs.size(); ++o) {
+      const auto& out = s_.outs[o];
+      if (out.slot < 0 || out.slot >= S_) throw Refuse{};
+      const DType d = s_.code[out.slot].rd;
+      if (out.mode == OutMode::kRows ? !is_float_reg(d) : !(is_float_reg(d) || d == DType::boolean)) throw Refuse{};
+      outs_of_[out.slot].push_back(int(o));
+      any_stream_ |= out.mode == OutMode::kStream;
+    }
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      check(ins);
+      const bool identity = ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
+      root_[k] = identity ? root_[ins.a] : k;
+      if (ins.op == kLoad) {
+        if (s_.load_kind[ins.a] == LoadKind::kPeriodic) {
+          const int64_t p = s_.period[ins.a];
+          if (p <= 0 || p % 16) throw Refuse{};
+          int q = 0;
+          while (q < int(periods_.size()) && periods_[q] != p) ++q;
+          if (q == int(periods_.size())) {
+            if (q == kMaxPeriods) throw Refuse{};
+            periods_.push_back(p);
+          }
+          period_of_load_[ins.a] = q;
+        }
+        continue;
+      }
+      const int64_t ops[3] = {ins.a, ins.b, ins.c};
+      for (int q = 0; q < nops_of(ins); ++q) {
+        if (ops[q] < 0 || ops[q] >= k) throw Refuse{};
+        last_use_[root_[ops[q]]] = k;
+      }
+    }
+    for (int k = 0; k < S_; ++k)
+      if (!outs_of_[k].empty()) last_use_[root_[k]] = std::max(last_use_[root_[k]], k);
+    // Registers: scalars for the whole loop, every other value from its instruction to
+    // its last use. An instruction may write a register one of its operands frees.
+    reg_.assign(S_, -1);
+    std::vector<int> free_regs;
+    for (int r = kNumRegs - 1; r >= kFirstReg; --r) free_regs.push_back(r);
+    auto take = [&]() {
+      if (free_regs.empty()) throw Refuse{};
+      const int r = free_regs.back();
+      free_regs.pop_back();
+      return r;
+    };
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      if (ins.op == kLoad && s_.load_kind[ins.a] == LoadKind::kScalar && last_use_[k] >= 0) reg_[k] = take();
+    }
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      if (root_[k] != k) {  // an alias: its root's register (freed here if read no later)
+        reg_[k] = reg_[root_[k]];
+        const int r = root_[k];
+        const bool scalar = s_.code[r].op == kLoad && s_.load_kind[s_.code[r].a] == LoadKind::kScalar;
+        if (last_use_[r] == k && !scalar) free_regs.push_back(reg_[r]);
+        continue;
+      }
+      if (reg_[k] >= 0) continue;  // a scalar
+      if (ins.op != kLoad) {
+        const int64_t ops[3] = {ins.a, ins.b, ins.c};
+        for (int q = 0; q < nops_of(ins); ++q) {
+          const int s = root_[ops[q]];
+          bool dup = false;
+          for (int r = 0; r < q; ++r) dup |= root_[ops[r]] == s;
+          const bool scalar = s_.code[s].op == kLoad && s_.load_kind[s_.code[s].a] == LoadKind::kScalar;
+          if (!dup && !scalar && last_use_[s] == k) free_regs.push_back(reg_[s]);
+        }
+      }
+      reg_[k] = take();
+      if (last_use_[k] < 0 && outs_of_[k].empty()) free_regs.push_back(reg_[k]);
+      else if (last_use_[k] == k) free_regs.push_back(reg_[k]);  // only stored here
+    }
+  }
+
+  // Refuses what body() cannot emit with the interpreter's bits.
+  void check(const Instr& ins) {
+    const int64_t op = ins.op;
+    if (op == kLoad) {
+      if (ins.a < 0 || ins.a >= int64_t(s_.load_kind.size())) throw Refuse{};
+      const LoadKind lk = s_.load_kind[ins.a];
+      if (lk == LoadKind::kOther || !(is_float_reg(ins.d) || ins.d == DType::boolean)) throw Refuse{};
+      return;
+    }
+    if (op == kConvert) {
+      const bool identity = ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32);
+      if (identity && (is_float_reg(ins.d) || ins.d == DType::boolean)) return;
+      if (ins.d == DType::f32 && ins.rd == DType::bf16) return;
+      if (is_float_reg(ins.d) && ins.rd == DType::boolean) return;
+      if (ins.d == DType::boolean && is_float_reg(ins.rd)) return;
+      throw Refuse{};
+    }
+    if (op == kSelect) {
+      if (!(is_float_reg(ins.rd) || ins.rd == DType::boolean)) throw Refuse{};
+      return;
+    }
+    if (op == kNot || op == kAnd || op == kOr || op == kXor) {
+      if (ins.d != DType::boolean) throw Refuse{};
+      return;
+    }
+    if (op >= kEq && op <= kGe) {
+      if (!(is_float_reg(ins.d) || ins.d == DType::boolean)) throw Refuse{};
+      return;
+    }
+    if (!is_float_reg(ins.d)) throw Refuse{};
+    switch (op) {
+      case kNeg: case kAbs: case kSqrt: case kRsqrt: case kIntPow: case kIsFinite:
+      case kAdd: case kSub: case kMul: case kDiv: case kMax: case kMin: case kClamp:
+        return;
+      default:
+        throw Refuse{};
+    }
+  }
+
+  // dst = round_bf16(src) (fastmath.h): round to nearest even, NaN -> quiet NaN with the
+  // sign kept.
+  void round_bf16(const Zmm& dst, const Zmm& src) {
+    vpsrld(zmm0, src, 16);
+    vpandd(zmm0, zmm0, cb(kOneU32));
+    vpaddd(zmm0, zmm0, src);
+    vpaddd(zmm0, zmm0, cb(kRound));
+    vpandd(zmm0, zmm0, cb(kHighHalf));
+    vfpclassps(k1, src, 0x81);  // QNaN | SNaN
+    vpandd(zmm1, src, cb(kSignBit));
+    vpord(zmm0 | k1, zmm1, cb(kQuietNaN));
+    vmovaps(dst, zmm0);
+  }
+  // dst = k ? 1 : 0 (u32 lanes).
+  void bool_of(const Zmm& dst, const Xbyak::Opmask& k) { vmovdqa32(dst | k | T_z, cvec(kOneU32)); }
+  // dst = do_max / do_min (fused_ops.h): x86's max/min returns the second operand when
+  // either is NaN, so only x's NaN needs putting back.
+  void max_min(bool is_max, const Zmm& dst, const Zmm& x, const Zmm& y) {
+    if (is_max) vmaxps(zmm2, x, y); else vminps(zmm2, x, y);
+    vcmpps(k2, x, x, 3);  // unordered: x is NaN
+    vmovaps(zmm2 | k2, x);
+    vmovaps(dst, zmm2);
+  }
+
+  // The address of element i of a load or output; `pidx` is a period counter or rcx.
+  Xbyak::Address at(const Reg64& base, const Reg64& idx, int scale, int disp = 0) {
+    return ptr[base + idx * scale + disp];
+  }
+
+  void load(int k, bool masked) {
+    const Instr& ins = s_.code[k];
+    const LoadKind lk = s_.load_kind[ins.a];
+    if (lk == LoadKind::kScalar) return;
+    const Zmm z(reg_[k]);
+    const Reg64 idx = lk == LoadKind::kPeriodic ? counter(period_of_load_[ins.a]) : rcx;
+    const int sc = storage_scale(ins.d);
+    mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
+    if (lk == LoadKind::kFull) prefetcht1(at(rax, idx, sc, kPrefetchBytes));
+    const Zmm zt = masked ? (z | k7 | T_z) : z;
+    if (ins.d == DType::f32) vmovups(zt, at(rax, idx, sc));
+    else if (ins.d == DType::bf16) { vpmovzxwd(zt, at(rax, idx, sc)); vpslld(z, z, 16); }
+    else vpmovzxbd(zt, at(rax, idx, sc));
+  }
+
+  void store(int k, int o, bool masked) {
+    const auto& out = s_.outs[o];
+    const DType d = s_.code[out.slot].rd;
+    const Zmm v(reg_[k]);
+    mov(rax, ptr[rdi + 8 * (out_arg_ + o)]);
+    if (out.mode == OutMode::kRows) {
+      if (masked) vmovups(at(rax, rcx, 4) | k7, v); else vmovups(at(rax, rcx, 4), v);
+      return;
+    }
+    const bool nt = out.mode == OutMode::kStream && !masked;
+    const int sc = storage_scale(d);
+    if (d == DType::f32) {
+      if (nt) vmovntps(at(rax, rcx, 4), v);
+      else if (masked) vmovups(at(rax, rcx, 4) | k7, v);
+      else vmovups(at(rax, rcx, 4), v);
+    } else if (d == DType::bf16) {
+      vpsrld(zmm0, v, 16);  // the register holds an exact bf16: its top half
+      if (nt) { vpmovdw(ymm0, zmm0); vmovntdq(at(rax, rcx, sc), ymm0); }
+      else if (masked) vpmovdw(at(rax, rcx, sc) | k7, zmm0);
+      else vpmovdw(at(rax, rcx, sc), zmm0);
+    } else {
+      if (nt) { vpmovdb(xmm0, v); vmovntdq(at(rax, rcx, sc), xmm0); }
+      else if (masked) vpmovdb(at(rax, rcx, sc) | k7, v);
+      else vpmovdb(at(rax, rcx, sc), v);
+    }
+  }
+
+  void instr(int k) {
+    const Instr& ins = s_.code[k];
+    const Zmm d(reg_[k]);
+    const Zmm a(reg_[root_[ins.a]]);
+    const Zmm b(ins.op >= kAdd ? reg_[root_[ins.b]] : 0);
+    const Zmm c(ins.op == kSelect || ins.op == kClamp ? reg_[root_[ins.c]] : 0);
+    const bool rb = ins.rd == DType::bf16;
+    switch (ins.op) {
+      case kConvert:
+        if (ins.d == DType::boolean) {            // bool -> f32 / bf16: 0 or 1, exact in both
+          vcvtdq2ps(d, a);
+        } else if (ins.rd == DType::boolean) {    // float -> bool: x != 0 (NaN: true)
+          vpxord(zmm1, zmm1, zmm1);
+          vcmpps(k1, a, zmm1, 4);  // NEQ_UQ
+          bool_of(d, k1);
+        } else {                                  // f32 -> bf16
+          round_bf16(d, a);
+        }
+        return;
+      case kSelect:
+        vptestmd(k1, a, a);
+        vpblendmd(zmm2 | k1, c, b);
+        if (ins.d == DType::f32 && ins.rd == DType::bf16) round_bf16(d, zmm2); else vmovaps(d, zmm2);
+        return;
+      case kNot: vpxord(d, a, cb(kOneU32)); return;
+      case kAnd: vpandd(d, a, b); return;
+      case kOr: vpord(d, a, b); return;
+      case kXor: vpxord(d, a, b); return;
+      case kIsFinite:
+        vsubps(zmm2, a, a);
+        vcmpps(k1, zmm2, zmm2, 0);  // EQ_OQ
+        bool_of(d, k1);
+        return;
+      default: break;
+    }
+    if (ins.op >= kEq && ins.op <= kGe) {
+      if (ins.d == DType::boolean) {  // u32 0/1
+        static const uint8_t upred[] = {0, 4, 1, 2, 6, 5};  // eq ne lt le gt(nle) ge(nlt)
+        vpcmpud(k1, a, b, upred[ins.op - kEq]);
+      } else {
+        static const uint8_t fpred[] = {0x00, 0x04, 0x11, 0x12, 0x1e, 0x1d};  // EQ_OQ NEQ_UQ LT LE GT GE (quiet)
+        vcmpps(k1, a, b, fpred[ins.op - kEq]);
+      }
+      bool_of(d, k1);
+      return;
+    }
+    // Float arithmetic. x86's add / sub / mul / div return the first operand's NaN
+    // (quieted) when it is one and otherwise the second's: the interpreter's rule
+    // (`x != x ? x + 0 : x + y`), so the plain instruction with x first.
+    const Zmm r = rb ? zmm2 : d;
+    switch (ins.op) {
+      case kNeg: vpxord(r, a, cb(kSignBit)); break;
+      case kAbs: vpandd(r, a, cb(kAbsMask)); break;
+      case kSqrt: vsqrtps(r, a); break;
+      case kRsqrt:
+        vsqrtps(zmm1, a);
+        vmovaps(zmm2, cvec(kOneF32));
+        vdivps(r, zmm2, zmm1);
+        break;
+      case kIntPow: int_pow(r, a, ins.imm); break;
+      case kAdd: vaddps(r, a, b); break;
+      case kSub: vsubps(r, a, b); break;
+      case kMul: vmulps(r, a, b); break;
+      case kDiv: vdivps(r, a, b); break;
+      case kMax: max_min(true, r, a, b); break;
+      case kMin: max_min(false, r, a, b); break;
+      case kClamp:  // min(max(x, lo), hi)
+        max_min(true, zmm1, b, a);
+        max_min(false, r, zmm1, c);
+        break;
+      default: throw Refuse{};
+    }
+    if (rb) round_bf16(d, r);
+  }
+
+  // The interpreter's integer_pow: x^2 and x^3 as single products, otherwise repeated
+  // squaring from acc = 1 (same products in the same order).
+  void int_pow(const Zmm& r, const Zmm& x, int64_t imm) {
+    if (imm == 2) { vmulps(r, x, x); return; }
+    if (imm == 3) { vmulps(zmm1, x, x); vmulps(r, x, zmm1); return; }
+    const uint64_t e = uint64_t(imm < 0 ? -imm : imm);
+    vmovaps(zmm1, cvec(kOneF32));  // acc
+    vmovaps(zmm0, x);              // b
+    for (uint64_t k = e; k > 0;) {
+      if (k & 1) vmulps(zmm1, zmm1, zmm0);
+      k >>= 1;
+      if (k) vmulps(zmm0, zmm0, zmm0);
+    }
+    if (imm < 0) { vmovaps(zmm0, cvec(kOneF32)); vdivps(r, zmm0, zmm1); }
+    else vmovaps(r, zmm1);
+  }
+
+  void body(bool masked) {
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty())) {
+        if (ins.op == kLoad) load(k, masked);
+        else instr(k);
+      }
+      for (int o : outs_of_[k]) store(k, o, masked);
+    }
+  }
+};
+
+std::string key_of(const Spec& s) {
+  std::string key;
+  auto put = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(int64_t(s.code.size()));
+  for (const Instr& i : s.code) for (int64_t v : {i.op, int64_t(i.d), int64_t(i.rd), i.a, i.b, i.c, i.imm}) put(v);
+  put(int64_t(s.load_kind.size()));
+  for (size_t l = 0; l < s.load_kind.size(); ++l) { put(int64_t(s.load_kind[l])); put(s.period[l]); }
+  put(int64_t(s.outs.size()));
+  for (const auto& o : s.outs) { put(o.slot); put(int64_t(o.mode)); }
+  return key;
+}
+}  // namespace
+
+class Kernel {
+ public:
+  std::unique_ptr<Gen> gen;
+  void (*fn)(const uint64_t*) = nullptr;
+  std::vector<int64_t> periods;
+  size_t nloads = 0, nouts = 0;
+};
+
+std::shared_ptr<const Kernel> compile(const Spec& spec) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const Kernel>> cache;
+  const std::string key = key_of(spec);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  std::shared_ptr<Kernel> k;
+  try {
+    auto kern = std::make_shared<Kernel>();
+    const size_t bytes = (16384 + spec.code.size() * 2 * 256 + 4095) / 4096 * 4096;
+    kern->gen = std::make_unique<Gen>(spec, bytes);
+    kern->gen->generate();
+    kern->gen->setProtectModeRE();
+    kern->fn = kern->gen->getCode<void (*)(const uint64_t*)>();
+    kern->periods = kern->gen->periods();
+    kern->nloads = spec.load_kind.size();
+    kern->nouts = spec.outs.size();
+    k = kern;
+    ++g_compiled;
+  } catch (const Refuse&) {
+    ++g_refused;
+  } catch (const Xbyak::Error&) {
+    ++g_refused;
+  }
+  cache.emplace(key, k);
+  return k;
+}
+
+void run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out) {
+  for (int64_t p : k.periods)
+    if ((begin % p) % 16) throw ValueError("fused_jit: a chunk starts inside a 16-lane vector of a period");
+  uint64_t stack_args[64];
+  std::vector<uint64_t> heap_args;
+  const size_t na = kArgFirst + k.nloads + k.nouts;
+  uint64_t* args = stack_args;
+  if (na > 64) { heap_args.resize(na); args = heap_args.data(); }
+  args[kArgBegin] = uint64_t(begin);
+  args[kArgEnd] = uint64_t(end);
+  for (size_t l = 0; l < k.nloads; ++l) args[kArgFirst + l] = reinterpret_cast<uint64_t>(load_src[l]);
+  for (size_t o = 0; o < k.nouts; ++o) args[kArgFirst + k.nloads + o] = reinterpret_cast<uint64_t>(out[o]);
+  k.fn(args);
+  g_runs.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool enabled() {
+  int e = g_enabled.load();
+  if (e < 0) {
+    const char* v = std::getenv("PODLET_FUSED_JIT");
+    e = !(v && std::strcmp(v, "0") == 0);
+    g_enabled = e;
+  }
+  return e && int(cpu::active_isa()) >= int(cpu::Isa::avx512);
+}
+void set_enabled(bool on) { g_enabled = on ? 1 : 0; }
+Stats stats() { return Stats{g_compiled.load(), g_refused.load(), g_runs.load()}; }
+
+}  // namespace podlet::fused_jit

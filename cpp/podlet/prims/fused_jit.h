@@ -1,0 +1,51 @@
+// AVX-512 machine code for fused elementwise programs (prims/fused.cc), generated at run
+// time with Xbyak. The interpreter runs a program one instruction at a time over tiles
+// of 1024 elements held in L1: every instruction of every element loads its operands and
+// stores its result, and at two or three memory operations per vector the L1 ports, not
+// the arithmetic, set the pace (~1.2 ns per instruction per 16 elements measured, even
+// with the tiles cache-resident). Here the whole program runs per 16-element vector with
+// its values in zmm registers: a vector's memory traffic is its inputs and outputs.
+//
+// Bits: each instruction is emitted as the IEEE operation, NaN rule and bf16 rounding the
+// interpreter performs (fused_ops.h), lane by lane, so a program gives the interpreter's
+// (and the unfused graph's) bits. A program with anything not listed in fused_jit.cc
+// (transcendental functions, f64, integer arithmetic, gathers, more live values than
+// registers) is not compiled and the interpreter runs it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+#include "podlet/ir/fusion.h"
+
+namespace podlet::fused_jit {
+
+// A program as the code generator sees it: instructions after the interpreter's
+// bf16-convert folding, how each load reads its input, and where each output goes.
+enum class LoadKind { kFull, kScalar, kPeriodic, kOther };
+enum class OutMode { kStore, kStream, kRows };
+struct Spec {
+  std::vector<fused::Instr> code;
+  std::vector<LoadKind> load_kind;  // per load index
+  std::vector<int64_t> period;      // per load index (kPeriodic)
+  struct Out { int slot; OutMode mode; };
+  std::vector<Out> outs;
+};
+
+class Kernel;
+// The compiled program, or null when it has something the generator does not emit.
+// Cached by content: the generator runs once per distinct program.
+std::shared_ptr<const Kernel> compile(const Spec& spec);
+
+// Runs elements [begin, end): `load_src[l]` is load l's input base, `out[o]` output o's
+// base, and for a kRows output `out[o]` is where element `begin` goes (the chunk's row
+// block; element i at out[o] + (i - begin)).
+void run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out);
+
+// Whether fused programs may be compiled (the active ISA is AVX-512 and PODLET_FUSED_JIT
+// is not 0), and the number of programs compiled / refused since start (tests).
+bool enabled();
+void set_enabled(bool on);
+struct Stats { int64_t compiled = 0, refused = 0, runs = 0; };
+Stats stats();
+
+}  // namespace podlet::fused_jit

@@ -1,0 +1,216 @@
+"""Fused programs compiled to AVX-512 code (cpp/podlet/prims/fused_jit.cc): for every
+instruction the generator emits, the compiled program gives the interpreter's bits and
+the unfused graph's bits (special values: NaNs of both signs and with payloads, infinities,
+signed zeros, subnormals, values that round to infinity in bf16), on 1 and 2 threads, with
+periodic and scalar operands, partial last vectors, non-temporal outputs and fused sums.
+Each test checks that compiled code really ran (the JIT's run counter moved), so a
+program the generator refused cannot pass for one it compiled."""
+import numpy as np
+import pytest
+
+import podlet
+import podlet.numpy as jnp
+from podlet import _core, lax
+from podlet._src import dtypes
+
+BF16 = dtypes.bfloat16
+
+pytestmark = pytest.mark.skipif(not _core.fused_jit_stats()["enabled"],
+                                reason="needs an AVX-512 host (the JIT is off below it)")
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view({BF16: np.uint16, np.dtype(np.float32): np.uint32}.get(a.dtype, a.dtype)) if a.dtype != bool else a
+
+
+def _same_bits(xs, ys):
+    assert len(xs) == len(ys)
+    for i, (x, y) in enumerate(zip(xs, ys)):
+        x, y = np.asarray(x), np.asarray(y)
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(_bits(x), _bits(y), err_msg=f"output {i}")
+
+
+def _special(rng, shape, dtype=np.float32):
+    x = (rng.standard_normal(shape) * 3).astype(np.float32)
+    flat = x.reshape(-1)
+    bits = flat.view(np.uint32)
+    vals = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.4e38, -3.4e38, 1.0, -1.0, 0.5]
+    idx = rng.choice(flat.size, size=min(flat.size, 3 * len(vals)), replace=False)
+    for j, i in enumerate(idx):
+        flat[i] = vals[j % len(vals)]
+    # NaNs with payloads (quiet and signalling), both signs: the NaN rules pick operands.
+    for j, i in enumerate(rng.choice(flat.size, size=min(flat.size, 8), replace=False)):
+        bits[i] = [0x7fc01234, 0xffc00abc, 0x7f800001, 0xff812345][j % 4]
+    with np.errstate(invalid="ignore"):
+        return x.astype(dtype)
+
+
+def _run(fun, *args, expect_compiled=True):
+    """Unfused outputs, and the fused graph's outputs interpreted and compiled (1 and 2
+    threads). Asserts the compiled runs happened (or, expect_compiled=False, did not)."""
+    g = podlet.make_graph(fun, *args)
+    fg = _core.fuse_elementwise(g)
+    assert "fused_elementwise" in fg.prim_counts()
+    arrs = [podlet._src.core.to_array(a) for a in podlet.tree_util.tree_leaves(args)]
+    ref = g.run(arrs)
+    try:
+        _core.set_fused_jit(False)
+        interpreted = fg.run(arrs)
+        _core.set_fused_jit(True)
+        compiled = []
+        for n in (1, 2):
+            podlet.config.update("num_threads", n)
+            before = _core.fused_jit_stats()["runs"]
+            compiled.append(fg.run(arrs))
+            ran = _core.fused_jit_stats()["runs"] - before
+            assert (ran > 0) == expect_compiled, (ran, fg.dump())
+    finally:
+        _core.set_fused_jit(True)
+        podlet.config.update("num_threads", 2)
+    _same_bits(ref, interpreted)
+    for c in compiled:
+        _same_bits(ref, c)
+    return fg
+
+
+UNARY = ["neg", "abs", "sqrt", "rsqrt"]
+BINARY = ["add", "sub", "mul", "div", "max", "min"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+
+
+def _jit_chain(seed, n_ops=16):
+    """A random function of (x, y, z [full], c [per channel], s [0-d]) built only from
+    what the generator compiles."""
+    rng = np.random.default_rng(seed)
+    plan = [(rng.choice(["u", "b", "cmp_select", "bcast", "round", "ipow", "clamp", "logic", "finite", "boolcast"]),
+             int(rng.integers(0, 1 << 30))) for _ in range(n_ops)]
+
+    def fun(x, y, z, c, s):
+        vals = [x, y, z]
+        for kind, r in plan:
+            r = np.random.default_rng(r)
+            a = vals[r.integers(len(vals))]
+            b = vals[r.integers(len(vals))]
+            if kind == "u":
+                v = getattr(lax, UNARY[r.integers(len(UNARY))])(a)
+            elif kind == "b":
+                v = getattr(lax, BINARY[r.integers(len(BINARY))])(a, b)
+            elif kind == "cmp_select":
+                p = podlet._src.core.bind(COMPARE[r.integers(len(COMPARE))], a, b)
+                v = lax.select(p, a, b)
+            elif kind == "bcast":
+                w = r.integers(3)
+                if w == 0:
+                    v = a * lax.broadcast_in_dim(c, a.shape, (a.ndim - 1,)) + s
+                elif w == 1:
+                    v = lax.broadcast_in_dim(s, a.shape, ()) - a
+                else:
+                    v = jnp.maximum(a, c) / (s + 2.0)
+            elif kind == "round":  # f32 -> bf16 -> f32 (or bf16 arithmetic rounding)
+                v = lax.convert_element_type(lax.convert_element_type(a, BF16) * 1.5, a.dtype)
+            elif kind == "ipow":
+                v = lax.integer_pow(a, int(r.choice([-3, -2, -1, 0, 1, 2, 3, 5, 7])))
+            elif kind == "clamp":
+                v = lax.clamp(lax.convert_element_type(-1.0, a.dtype), a, lax.convert_element_type(2.0, a.dtype))
+            elif kind == "logic":
+                p, q = a > b, a <= 0.5
+                m = [p & q, p | q, p ^ q, ~p][r.integers(4)]
+                v = lax.select(m == (a != a), a, b)  # a bool compare too
+            elif kind == "finite":
+                v = lax.select(lax.is_finite(a), b, a)
+            else:  # float <-> bool converts
+                v = lax.convert_element_type(lax.convert_element_type(a, np.bool_), a.dtype) + b
+            vals.append(v.astype(a.dtype))
+        return vals[-1], vals[len(vals) // 2], vals[-2] > vals[-3]
+
+    return fun
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("seed", range(8))
+def test_compiled_random_chains_keep_the_bits(seed, dtype):
+    rng = np.random.default_rng(500 + seed)
+    shape = (3, 5, 7, 32)  # channels a multiple of 16: the per-channel operand compiles
+    x, y, z = (_special(rng, shape, dtype) for _ in range(3))
+    c = _special(rng, (32,), dtype)
+    s = np.asarray(rng.standard_normal(), dtype)
+    _run(_jit_chain(seed), x, y, z, c, s)
+
+
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 4 * 1024 * 1024 + 77])
+def test_partial_vectors_and_streamed_outputs(n):
+    # A last vector of 1-15 lanes runs masked; outputs of 4 MiB and more are written with
+    # non-temporal stores (f32, bf16 and bool layouts), the masked tail with plain ones.
+    rng = np.random.default_rng(n)
+    x = _special(rng, (n,))
+    y = _special(rng, (n,), BF16)
+
+    def f(x, y, s):
+        h = x * s + y.astype(np.float32)
+        return h, h.astype(BF16), h > 0, jnp.where(h > 1, x, 0.0), (y * y).astype(BF16)
+
+    _run(f, x, y, np.float32(0.75))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape", [(4, 37, 33, 64), (2, 9, 11, 512), (5, 300, 48)], ids=["64ch", "512ch", "48ch"])
+def test_fused_sums_come_out_of_compiled_passes(shape, dtype):
+    # BatchNorm's statistics: the compiled pass writes each chunk's rows, summed in
+    # reduce_sum's order.
+    rng = np.random.default_rng(17)
+    x = _special(rng, shape, dtype)
+    axes = tuple(range(len(shape) - 1))
+
+    def f(x):
+        xf = x.astype(np.float32) * 1.5
+        return jnp.sum(xf, axes), jnp.sum(lax.integer_pow(xf, 2), axes), (xf - 1.0).astype(dtype)
+
+    fg = _run(f, x)
+    assert "reduce_sum" not in fg.prim_counts()
+
+
+def test_batchnorm_train_pass_forward_and_backward():
+    # The ResNet BatchNorm passes (normalise, scale, shift, ReLU, residual; and their VJP
+    # with the statistics' gradients), the programs the JIT exists for.
+    rng = np.random.default_rng(3)
+    x = _special(rng, (8, 14, 14, 64), BF16)
+    r = _special(rng, (8, 14, 14, 64), BF16)
+    gamma = rng.standard_normal(64).astype(np.float32)
+    beta = rng.standard_normal(64).astype(np.float32)
+
+    def loss(x, r, gamma, beta):
+        xf = x.astype(np.float32)
+        mean = xf.mean((0, 1, 2))
+        var = (xf * xf).mean((0, 1, 2)) - mean * mean
+        y = (xf - mean) * lax.rsqrt(var + 1e-5) * gamma + beta
+        y = jnp.maximum(y.astype(BF16) + r, 0)
+        return (y.astype(np.float32) ** 2).sum()
+
+    _run(podlet.grad(loss, argnums=(0, 2, 3)), x, r, gamma, beta)
+
+
+def test_programs_it_cannot_compile_are_interpreted():
+    # exp has no compiled form: the interpreter runs the program, same bits.
+    rng = np.random.default_rng(5)
+    x = _special(rng, (64, 32))
+    before = _core.fused_jit_stats()["refused"]
+    fg = _run(lambda x: jnp.exp(x * 0.5) * x + 1.0, x, expect_compiled=False)
+    assert fg.prim_counts().get("fused_elementwise") == 1
+    assert _core.fused_jit_stats()["refused"] > before
+
+
+def test_off_below_avx512_and_by_switch():
+    isa = _core.active_isa() if hasattr(_core, "active_isa") else None
+    try:
+        _core.set_isa("avx2")
+        assert not _core.fused_jit_stats()["enabled"]
+    finally:
+        _core.set_isa(isa or "avx512bf16")
+    assert _core.fused_jit_stats()["enabled"]
+    _core.set_fused_jit(False)
+    try:
+        assert not _core.fused_jit_stats()["enabled"]
+    finally:
+        _core.set_fused_jit(True)
