@@ -3,6 +3,7 @@
 #include <pybind11/pybind11.h>
 
 #include "podlet/cpu/isa.h"
+#include "podlet/prims/fused_jit.h"
 
 namespace py = pybind11;
 
@@ -29,10 +30,12 @@ void bind_isa(py::module_& m) {
         d["best_isa"] = isa_name(f.best);
         d["available_isas"] = isas;
         d["active_isa"] = isa_name(active_isa());
+        d["fused_jit"] = podlet::fused_jit::enabled();
         return d;
       },
       "CPU features detected at start-up (cpuid), the ISAs the kernels can use on this host "
-      "(best last) and the active one.");
+      "(best last), the active one, and whether fused elementwise programs are compiled to "
+      "machine code (AVX-512 and PODLET_FUSED_JIT not 0).");
   m.def(
       "set_isa", [](const std::string& name) { set_isa(isa_from_name(name)); return std::string(isa_name(active_isa())); },
       py::arg("name"),

@@ -1,7 +1,6 @@
 // podlet._core performance entry points: the measured FMA peak, the detailed profiling
 // counters, and the graph passes run on executed graphs: elementwise fusion (fusion.h)
 // and optimizer fusion (optim_fusion.h).
-#include "podlet/prims/fused_jit.h"
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include "podlet/ir/graph.h"
@@ -9,6 +8,7 @@
 #include "podlet/ir/remat.h"
 #include "podlet/ir/memory_plan.h"
 #include "podlet/ir/optim_fusion.h"
+#include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/peak.h"
 #include "registry.h"
 

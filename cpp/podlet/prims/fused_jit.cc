@@ -456,7 +456,7 @@ std::string key_of(const Spec& s) {
 
 class Kernel {
  public:
-  std::unique_ptr<Gen> gen;
+  std::unique_ptr<Xbyak::CodeGenerator> gen;  // owns the code
   void (*fn)(const uint64_t*) = nullptr;
   std::vector<int64_t> periods;
   size_t nloads = 0, nouts = 0;
@@ -472,11 +472,12 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
   try {
     auto kern = std::make_shared<Kernel>();
     const size_t bytes = (16384 + spec.code.size() * 2 * 256 + 4095) / 4096 * 4096;
-    kern->gen = std::make_unique<Gen>(spec, bytes);
-    kern->gen->generate();
-    kern->gen->setProtectModeRE();
-    kern->fn = kern->gen->getCode<void (*)(const uint64_t*)>();
-    kern->periods = kern->gen->periods();
+    auto gen = std::make_unique<Gen>(spec, bytes);
+    gen->generate();
+    gen->setProtectModeRE();
+    kern->fn = gen->getCode<void (*)(const uint64_t*)>();
+    kern->periods = gen->periods();
+    kern->gen = std::move(gen);
     kern->nloads = spec.load_kind.size();
     kern->nouts = spec.outs.size();
     k = kern;
