@@ -1,7 +1,8 @@
 """Fused programs compiled to AVX-512 code (cpp/podlet/prims/fused_jit.cc): for every
 instruction the generator emits, the compiled program gives the interpreter's bits and
 the unfused graph's bits (special values: NaNs of both signs and with payloads, infinities,
-signed zeros, subnormals, values that round to infinity in bf16), on 1 and 2 threads, with
+signed zeros, subnormals, values that round to infinity in bf16, the branch points of
+exp / tanh / logistic), on 1 and 2 threads, with
 periodic and scalar operands, partial last vectors, non-temporal outputs and fused sums.
 Each test checks that compiled code really ran (the JIT's run counter moved), so a
 program the generator refused cannot pass for one it compiled."""
@@ -36,7 +37,10 @@ def _special(rng, shape, dtype=np.float32):
     x = (rng.standard_normal(shape) * 3).astype(np.float32)
     flat = x.reshape(-1)
     bits = flat.view(np.uint32)
-    vals = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.4e38, -3.4e38, 1.0, -1.0, 0.5]
+    # and the edges of exp / tanh / logistic: exp's clamps at -104 and 89, tanh's switch at
+    # |x| = 0.625 and e^2|x| overflowing, logistic's subnormal range
+    vals = [np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.4e38, -3.4e38, 1.0, -1.0, 0.5,
+            88.72, 89.5, -103.9, -104.5, 0.625, -0.6249, 44.5, -87.5, -100.0]
     idx = rng.choice(flat.size, size=min(flat.size, 3 * len(vals)), replace=False)
     for j, i in enumerate(idx):
         flat[i] = vals[j % len(vals)]
@@ -75,7 +79,7 @@ def _run(fun, *args, expect_compiled=True):
     return fg
 
 
-UNARY = ["neg", "abs", "sqrt", "rsqrt"]
+UNARY = ["neg", "abs", "sqrt", "rsqrt", "exp", "tanh", "logistic"]
 BINARY = ["add", "sub", "mul", "div", "max", "min"]
 COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
 
@@ -139,6 +143,20 @@ def test_compiled_random_chains_keep_the_bits(seed, dtype):
     _run(_jit_chain(seed), x, y, z, c, s)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+def test_exp_tanh_logistic_across_their_ranges(dtype):
+    # A dense sweep over every branch of the three (clamps, polynomial / rational switch,
+    # subnormal results, overflow) plus the special values.
+    rng = np.random.default_rng(9)
+    sweep = np.concatenate([np.linspace(-110, 95, 40000), np.linspace(-1, 1, 4000), np.geomspace(1e-30, 1, 2000)])
+    x = np.concatenate([sweep, -sweep, _special(rng, (4096,)).astype(np.float64)]).astype(np.float32).astype(dtype)
+
+    def f(x, s):
+        return jnp.exp(x) * s, jnp.tanh(x) * s, podlet.nn.sigmoid(x) * s, jnp.exp(jnp.tanh(x) * 3.0) + x
+
+    _run(f, x, np.asarray(1.0, dtype))
+
+
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 4 * 1024 * 1024 + 77])
 def test_partial_vectors_and_streamed_outputs(n):
     # A last vector of 1-15 lanes runs masked; outputs of 4 MiB and more are written with
@@ -192,11 +210,11 @@ def test_batchnorm_train_pass_forward_and_backward():
 
 
 def test_programs_it_cannot_compile_are_interpreted():
-    # exp has no compiled form: the interpreter runs the program, same bits.
+    # log has no compiled form: the interpreter runs the program, same bits.
     rng = np.random.default_rng(5)
     x = _special(rng, (64, 32))
     before = _core.fused_jit_stats()["refused"]
-    fg = _run(lambda x: jnp.exp(x * 0.5) * x + 1.0, x, expect_compiled=False)
+    fg = _run(lambda x: jnp.log(x * 0.5) * x + 1.0, x, expect_compiled=False)
     assert fg.prim_counts().get("fused_elementwise") == 1
     assert _core.fused_jit_stats()["refused"] > before
 

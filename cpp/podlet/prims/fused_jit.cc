@@ -35,12 +35,13 @@ std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
 // Why a program is not compiled (the generator throws it; compile() returns null).
 struct Refuse {};
 
-// 16-lane u32 constants, one 64-byte row each (read whole or as a {1to16} broadcast).
-enum Const { kOneU32, kRound, kHighHalf, kSignBit, kAbsMask, kQuietNaN, kOneF32, kNumConst };
-constexpr uint32_t kConstValue[kNumConst] = {1u, 0x7fffu, 0xffff0000u, 0x80000000u, 0x7fffffffu, 0x7fc00000u,
-                                             0x3f800000u};
+// Bit patterns the code reads from its constant pool (one 64-byte row of 16 copies per
+// distinct value: read whole or as a {1to16} broadcast).
+constexpr uint32_t kOneU32 = 1u, kRound = 0x7fffu, kHighHalf = 0xffff0000u, kSignBit = 0x80000000u,
+                   kAbsMask = 0x7fffffffu, kQuietNaN = 0x7fc00000u;
+uint32_t f32(float x) { return __builtin_bit_cast(uint32_t, x); }
 
-constexpr int kFirstReg = 3;   // zmm0-2 are scratch inside one instruction
+constexpr int kFirstReg = 8;   // zmm0-7 are scratch inside one instruction
 constexpr int kNumRegs = 32;
 constexpr int kMaxPeriods = 3;  // r8, r9, r10 count the lanes' offset within a period
 // Bytes ahead of the current vector at which each streamed input is prefetched into L2.
@@ -122,8 +123,8 @@ class Gen : public Xbyak::CodeGenerator {
     ret();
     align(64);
     L(consts_);
-    for (int c = 0; c < kNumConst; ++c)
-      for (int l = 0; l < 16; ++l) dd(kConstValue[c]);
+    for (uint32_t v : pool_)
+      for (int l = 0; l < 16; ++l) dd(v);
   }
 
   const std::vector<int64_t>& periods() const { return periods_; }
@@ -138,10 +139,17 @@ class Gen : public Xbyak::CodeGenerator {
   bool any_stream_ = false;
   int out_arg_ = 0;
   Xbyak::Label consts_;
+  std::vector<uint32_t> pool_;
 
   Reg64 counter(int q) const { return q == 0 ? r8 : q == 1 ? r9 : r10; }
-  Xbyak::Address cvec(Const c) { return ptr[rip + consts_ + 64 * int(c)]; }
-  Xbyak::Address cb(Const c) { return ptr_b[rip + consts_ + 64 * int(c)]; }
+  int row_of(uint32_t v) {
+    for (size_t i = 0; i < pool_.size(); ++i)
+      if (pool_[i] == v) return int(i);
+    pool_.push_back(v);
+    return int(pool_.size()) - 1;
+  }
+  Xbyak::Address cvec(uint32_t v) { return ptr[rip + consts_ + 64 * row_of(v)]; }
+  Xbyak::Address cb(uint32_t v) { return ptr_b[rip + consts_ + 64 * row_of(v)]; }
 
   // Checks what the generator supports, resolves aliases, and assigns registers (the
   // same assignment serves both bodies).
@@ -258,7 +266,7 @@ class Gen : public Xbyak::CodeGenerator {
     }
     if (!is_float_reg(ins.d)) throw Refuse{};
     switch (op) {
-      case kNeg: case kAbs: case kSqrt: case kRsqrt: case kIntPow: case kIsFinite:
+      case kNeg: case kAbs: case kSqrt: case kRsqrt: case kIntPow: case kIsFinite: case kExp: case kTanh: case kLogistic:
       case kAdd: case kSub: case kMul: case kDiv: case kMax: case kMin: case kClamp:
         return;
       default:
@@ -393,10 +401,13 @@ class Gen : public Xbyak::CodeGenerator {
       case kSqrt: vsqrtps(r, a); break;
       case kRsqrt:
         vsqrtps(zmm1, a);
-        vmovaps(zmm2, cvec(kOneF32));
+        vmovaps(zmm2, cvec(f32(1.0f)));
         vdivps(r, zmm2, zmm1);
         break;
       case kIntPow: int_pow(r, a, ins.imm); break;
+      case kExp: exp_(r, a); break;
+      case kTanh: tanh_(r, a); break;
+      case kLogistic: logistic_(r, a); break;
       case kAdd: vaddps(r, a, b); break;
       case kSub: vsubps(r, a, b); break;
       case kMul: vmulps(r, a, b); break;
@@ -412,20 +423,104 @@ class Gen : public Xbyak::CodeGenerator {
     if (rb) round_bf16(d, r);
   }
 
+  // dst = fm::exp(x) (kernels/fastmath.h): its operations in its order, no FMA. Scratch:
+  // zmm0, zmm1, zmm3-5 and k1; x is read up to the last instruction, so it may be dst or
+  // any other register.
+  void exp_(const Zmm& dst, const Zmm& x) {
+    vcmpps(k1, x, cb(f32(-104.0f)), 0x11);  // xc = x < -104 ? -104 : x
+    vblendmps(zmm3 | k1, x, cb(f32(-104.0f)));
+    vcmpps(k1, zmm3, cb(f32(89.0f)), 0x1e);  // xc = xc > 89 ? 89 : xc
+    vblendmps(zmm3 | k1, zmm3, cb(f32(89.0f)));
+    vcmpps(k1, x, x, 3);  // xc = x == x ? xc : 0
+    vpxord(zmm3 | k1, zmm3, zmm3);
+    vmulps(zmm4, zmm3, cb(f32(1.44269504088896341f)));  // fn, rounded to an integer
+    vaddps(zmm4, zmm4, cb(f32(12582912.0f)));
+    vsubps(zmm4, zmm4, cb(f32(12582912.0f)));
+    vcvttps2dq(zmm5, zmm4);  // n
+    vmulps(zmm0, zmm4, cb(f32(0.693359375f)));  // r = xc - fn * ln2_hi - fn * ln2_lo
+    vsubps(zmm3, zmm3, zmm0);
+    vmulps(zmm0, zmm4, cb(f32(-2.12194440e-4f)));
+    vsubps(zmm3, zmm3, zmm0);
+    vmulps(zmm1, zmm3, zmm3);  // z
+    vbroadcastss(zmm4, cvec(f32(1.9875691500E-4f)));  // p
+    for (float c : {1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f}) {
+      vmulps(zmm4, zmm4, zmm3);
+      vaddps(zmm4, zmm4, cb(f32(c)));
+    }
+    vmulps(zmm4, zmm4, zmm1);  // p * z + r + 1
+    vaddps(zmm4, zmm4, zmm3);
+    vaddps(zmm4, zmm4, cb(f32(1.0f)));
+    vpsrad(zmm0, zmm5, 1);  // n1 = n >> 1, n2 = n - n1, y = p * 2^n1 * 2^n2
+    vpsubd(zmm5, zmm5, zmm0);
+    vpaddd(zmm0, zmm0, cb(127u));
+    vpslld(zmm0, zmm0, 23);
+    vpaddd(zmm5, zmm5, cb(127u));
+    vpslld(zmm5, zmm5, 23);
+    vmulps(zmm4, zmm4, zmm0);
+    vmulps(zmm4, zmm4, zmm5);
+    vcmpps(k1, x, x, 3);  // x == x ? y : x
+    vblendmps(dst | k1, zmm4, x);
+  }
+  // dst = fm::tanh(x): odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1) above, x's
+  // sign. Scratch: zmm0-7 (exp_ takes x's double in zmm2); dst written last.
+  void tanh_(const Zmm& dst, const Zmm& x) {
+    vpandd(zmm7, x, cb(kAbsMask));  // a
+    vaddps(zmm2, zmm7, zmm7);
+    exp_(zmm6, zmm2);  // e
+    vaddps(zmm6, zmm6, cb(f32(1.0f)));  // pl = 1 - 2 / (e + 1)
+    vbroadcastss(zmm2, cvec(f32(2.0f)));
+    vdivps(zmm2, zmm2, zmm6);
+    vbroadcastss(zmm6, cvec(f32(1.0f)));
+    vsubps(zmm6, zmm6, zmm2);
+    vmulps(zmm1, x, x);  // z
+    vbroadcastss(zmm0, cvec(f32(-5.70498872745E-3f)));  // ps
+    vmulps(zmm0, zmm0, zmm1);
+    vaddps(zmm0, zmm0, cb(f32(2.06390887954E-2f)));
+    vmulps(zmm0, zmm0, zmm1);
+    vsubps(zmm0, zmm0, cb(f32(5.37397155531E-2f)));
+    vmulps(zmm0, zmm0, zmm1);
+    vaddps(zmm0, zmm0, cb(f32(1.33314422036E-1f)));
+    vmulps(zmm0, zmm0, zmm1);
+    vsubps(zmm0, zmm0, cb(f32(3.33332819422E-1f)));
+    vmulps(zmm0, zmm0, zmm1);  // ps * z * x + x
+    vmulps(zmm0, zmm0, x);
+    vaddps(zmm0, zmm0, x);
+    vcmpps(k1, zmm7, cb(f32(0.625f)), 0x11);  // a < 0.625 ? ps : pl
+    vblendmps(zmm6 | k1, zmm6, zmm0);
+    vpternlogd(zmm6, x, cb(kSignBit), 0xd8);  // copysign: x's sign bit, zmm6's other bits
+    vmovaps(dst, zmm6);
+  }
+  // dst = fm::logistic(x): e = e^-|x|, r = 1 / (1 + e), x < 0 ? e * r : r. Scratch:
+  // zmm0-7; dst written last.
+  void logistic_(const Zmm& dst, const Zmm& x) {
+    vpandd(zmm7, x, cb(kAbsMask));
+    vpxord(zmm7, zmm7, cb(kSignBit));  // -|x|
+    exp_(zmm6, zmm7);  // e
+    vbroadcastss(zmm2, cvec(f32(1.0f)));
+    vaddps(zmm2, zmm2, zmm6);
+    vbroadcastss(zmm1, cvec(f32(1.0f)));
+    vdivps(zmm1, zmm1, zmm2);  // r
+    vmulps(zmm2, zmm6, zmm1);  // e * r
+    vpxord(zmm0, zmm0, zmm0);
+    vcmpps(k1, x, zmm0, 0x11);  // x < 0
+    vblendmps(zmm1 | k1, zmm1, zmm2);
+    vmovaps(dst, zmm1);
+  }
+
   // The interpreter's integer_pow: x^2 and x^3 as single products, otherwise repeated
   // squaring from acc = 1 (same products in the same order).
   void int_pow(const Zmm& r, const Zmm& x, int64_t imm) {
     if (imm == 2) { vmulps(r, x, x); return; }
     if (imm == 3) { vmulps(zmm1, x, x); vmulps(r, x, zmm1); return; }
     const uint64_t e = uint64_t(imm < 0 ? -imm : imm);
-    vmovaps(zmm1, cvec(kOneF32));  // acc
+    vmovaps(zmm1, cvec(f32(1.0f)));  // acc
     vmovaps(zmm0, x);              // b
     for (uint64_t k = e; k > 0;) {
       if (k & 1) vmulps(zmm1, zmm1, zmm0);
       k >>= 1;
       if (k) vmulps(zmm0, zmm0, zmm0);
     }
-    if (imm < 0) { vmovaps(zmm0, cvec(kOneF32)); vdivps(r, zmm0, zmm1); }
+    if (imm < 0) { vmovaps(zmm0, cvec(f32(1.0f))); vdivps(r, zmm0, zmm1); }
     else vmovaps(r, zmm1);
   }
 
