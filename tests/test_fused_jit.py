@@ -157,6 +157,27 @@ def test_exp_tanh_logistic_across_their_ranges(dtype):
     _run(f, x, np.asarray(1.0, dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape", [(64, 197, 192), (3, 40, 32)], ids=["vit_tokens", "small"])
+def test_per_row_operands(shape, dtype):
+    # LayerNorm's per-token mean and scale are constant along a row of the pass (with a
+    # per-channel gain on top, and a per-row bool mask): row index = element // row length.
+    rng = np.random.default_rng(23)
+    x = _special(rng, shape, dtype)
+    gain = _special(rng, shape[-1:], np.float32)
+    keep = rng.random(shape[:-1]) > 0.3
+
+    def f(x, gain, keep):
+        xf = x.astype(np.float32)
+        mean = xf.mean(-1, keepdims=True)
+        var = (xf * xf).mean(-1, keepdims=True) - mean * mean
+        y = (xf - mean) * lax.rsqrt(var + 1e-6) * gain
+        y = jnp.where(jnp.expand_dims(keep, -1), y, -y)
+        return y.astype(dtype), jnp.tanh(y) * mean
+
+    _run(f, x, gain, keep)
+
+
 @pytest.mark.parametrize("n", [1, 15, 16, 17, 1000, 4 * 1024 * 1024 + 77])
 def test_partial_vectors_and_streamed_outputs(n):
     # A last vector of 1-15 lanes runs masked; outputs of 4 MiB and more are written with

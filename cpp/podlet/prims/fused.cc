@@ -144,6 +144,7 @@ std::shared_ptr<const fused_jit::Kernel> jit_kernel(const Program& p, const std:
     spec.load_kind.push_back(l.kind == kFull       ? fused_jit::LoadKind::kFull
                              : l.kind == kScalar   ? fused_jit::LoadKind::kScalar
                              : l.kind == kPeriodic ? fused_jit::LoadKind::kPeriodic
+                             : l.kind == kRowConst ? fused_jit::LoadKind::kRowConst
                                                    : fused_jit::LoadKind::kOther);
     spec.period.push_back(l.period);
   }

@@ -71,12 +71,15 @@ class Gen : public Xbyak::CodeGenerator {
     sub(rsi, rcx);
     and_(rsi, ~int64_t(15));
     add(rsi, rcx);
+    // Callee-saved registers hold the row indices of row-constant inputs.
+    for (size_t q = 0; q < periods_.size(); ++q) push(row(int(q)));
     for (size_t q = 0; q < periods_.size(); ++q) {
       mov(rax, rcx);
       xor_(edx, edx);
       mov(r11, periods_[q]);
       div(r11);
-      mov(counter(int(q)), rdx);
+      mov(counter(int(q)), rdx);  // i % p
+      mov(row(int(q)), rax);      // i / p
     }
     // Scalars: broadcast once.
     for (int k = 0; k < S_; ++k) {
@@ -101,11 +104,13 @@ class Gen : public Xbyak::CodeGenerator {
     jae(tail, T_NEAR);
     body(false);
     add(rcx, 16);
-    for (size_t q = 0; q < periods_.size(); ++q) {
+    for (size_t q = 0; q < periods_.size(); ++q) {  // i % p and i / p of the next vector
       add(counter(int(q)), 16);
       cmp(counter(int(q)), periods_[q]);
-      mov(eax, 0);  // leaves the flags
+      mov(eax, 0);  // mov and lea leave the flags
+      lea(rdx, ptr[row(int(q)) + 1]);
       cmove(counter(int(q)), rax);
+      cmove(row(int(q)), rdx);
     }
     jmp(loop, T_NEAR);
     L(tail);
@@ -119,6 +124,7 @@ class Gen : public Xbyak::CodeGenerator {
     body(true);
     L(done);
     if (any_stream_) sfence();  // non-temporal stores are weakly ordered
+    for (size_t q = periods_.size(); q-- > 0;) pop(row(int(q)));
     vzeroupper();
     ret();
     align(64);
@@ -142,6 +148,7 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<uint32_t> pool_;
 
   Reg64 counter(int q) const { return q == 0 ? r8 : q == 1 ? r9 : r10; }
+  Reg64 row(int q) const { return q == 0 ? r12 : q == 1 ? r13 : r14; }
   int row_of(uint32_t v) {
     for (size_t i = 0; i < pool_.size(); ++i)
       if (pool_[i] == v) return int(i);
@@ -173,7 +180,7 @@ class Gen : public Xbyak::CodeGenerator {
       const bool identity = ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
       root_[k] = identity ? root_[ins.a] : k;
       if (ins.op == kLoad) {
-        if (s_.load_kind[ins.a] == LoadKind::kPeriodic) {
+        if (s_.load_kind[ins.a] == LoadKind::kPeriodic || s_.load_kind[ins.a] == LoadKind::kRowConst) {
           const int64_t p = s_.period[ins.a];
           if (p <= 0 || p % 16) throw Refuse{};
           int q = 0;
@@ -308,9 +315,20 @@ class Gen : public Xbyak::CodeGenerator {
     const LoadKind lk = s_.load_kind[ins.a];
     if (lk == LoadKind::kScalar) return;
     const Zmm z(reg_[k]);
-    const Reg64 idx = lk == LoadKind::kPeriodic ? counter(period_of_load_[ins.a]) : rcx;
     const int sc = storage_scale(ins.d);
     mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
+    if (lk == LoadKind::kRowConst) {  // the 16 lanes lie in one row (p % 16 == 0): one value
+      const Xbyak::Address src = at(rax, row(period_of_load_[ins.a]), sc);
+      if (ins.d == DType::f32) {
+        vbroadcastss(z, src);
+      } else {
+        if (ins.d == DType::bf16) { movzx(edx, word[src.getRegExp()]); shl(edx, 16); }
+        else movzx(edx, byte[src.getRegExp()]);
+        vpbroadcastd(z, edx);
+      }
+      return;
+    }
+    const Reg64 idx = lk == LoadKind::kPeriodic ? counter(period_of_load_[ins.a]) : rcx;
     if (lk == LoadKind::kFull) prefetcht1(at(rax, idx, sc, kPrefetchBytes));
     const Zmm zt = masked ? (z | k7 | T_z) : z;
     if (ins.d == DType::f32) vmovups(zt, at(rax, idx, sc));

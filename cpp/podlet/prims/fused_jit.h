@@ -21,12 +21,12 @@ namespace podlet::fused_jit {
 
 // A program as the code generator sees it: instructions after the interpreter's
 // bf16-convert folding, how each load reads its input, and where each output goes.
-enum class LoadKind { kFull, kScalar, kPeriodic, kOther };
+enum class LoadKind { kFull, kScalar, kPeriodic, kRowConst, kOther };
 enum class OutMode { kStore, kStream, kRows };
 struct Spec {
   std::vector<fused::Instr> code;
   std::vector<LoadKind> load_kind;  // per load index
-  std::vector<int64_t> period;      // per load index (kPeriodic)
+  std::vector<int64_t> period;      // per load index: element i reads i % period (kPeriodic), i / period (kRowConst)
   struct Out { int slot; OutMode mode; };
   std::vector<Out> outs;
 };
