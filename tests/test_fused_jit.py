@@ -132,13 +132,16 @@ def _jit_chain(seed, n_ops=16):
     return fun
 
 
+@pytest.mark.parametrize("channels", [32, 24, 197])
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("seed", range(8))
-def test_compiled_random_chains_keep_the_bits(seed, dtype):
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_random_chains_keep_the_bits(seed, dtype, channels):
+    # Per-channel operands whose period is a multiple of 16 (one load per vector) and not
+    # (the lanes past the period's end read its start: two masked loads).
     rng = np.random.default_rng(500 + seed)
-    shape = (3, 5, 7, 32)  # channels a multiple of 16: the per-channel operand compiles
+    shape = (3, 5, 7, channels)
     x, y, z = (_special(rng, shape, dtype) for _ in range(3))
-    c = _special(rng, (32,), dtype)
+    c = _special(rng, (channels,), dtype)
     s = np.asarray(rng.standard_normal(), dtype)
     _run(_jit_chain(seed), x, y, z, c, s)
 
@@ -158,10 +161,13 @@ def test_exp_tanh_logistic_across_their_ranges(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("shape", [(64, 197, 192), (3, 40, 32)], ids=["vit_tokens", "small"])
+@pytest.mark.parametrize("shape", [(64, 197, 192), (3, 40, 32), (6, 197, 197), (5, 7, 33), (2, 3, 17)],
+                         ids=["vit_tokens", "small", "attention_rows", "odd_rows", "rows_of_17"])
 def test_per_row_operands(shape, dtype):
-    # LayerNorm's per-token mean and scale are constant along a row of the pass (with a
-    # per-channel gain on top, and a per-row bool mask): row index = element // row length.
+    # LayerNorm's per-token mean and scale (and softmax's row max and sum) are constant
+    # along a row of the pass (with a per-channel gain on top, and a per-row bool mask):
+    # row index = element // row length; a row length that is not a multiple of 16 puts
+    # two rows in some vectors.
     rng = np.random.default_rng(23)
     x = _special(rng, shape, dtype)
     gain = _special(rng, shape[-1:], np.float32)
@@ -173,7 +179,7 @@ def test_per_row_operands(shape, dtype):
         var = (xf * xf).mean(-1, keepdims=True) - mean * mean
         y = (xf - mean) * lax.rsqrt(var + 1e-6) * gain
         y = jnp.where(jnp.expand_dims(keep, -1), y, -y)
-        return y.astype(dtype), jnp.tanh(y) * mean
+        return y.astype(dtype), jnp.tanh(y) * mean, podlet.nn.softmax(xf * 0.5, axis=-1)
 
     _run(f, x, gain, keep)
 

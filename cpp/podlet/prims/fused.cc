@@ -132,12 +132,11 @@ void fold_bf16_converts(Program& p) {
   }
 }
 
-// The program compiled to AVX-512 code (fused_jit.h), or null: the JIT is off, the
-// program has something it does not compile, or a periodic input could start inside a
-// vector (a chunk size that is not a multiple of 16).
+// The program compiled to AVX-512 code (fused_jit.h), or null: the JIT is off or the
+// program has something it does not compile.
 std::shared_ptr<const fused_jit::Kernel> jit_kernel(const Program& p, const std::vector<char>& stream,
                                                     const std::vector<Array>& out, int64_t chunk) {
-  if (!fused_jit::enabled() || chunk % 16) return nullptr;
+  if (!fused_jit::enabled()) return nullptr;
   fused_jit::Spec spec;
   spec.code = p.code;
   for (const Load& l : p.loads) {
@@ -376,7 +375,7 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
     for (size_t o = 0; o < p.outs.size(); ++o)
       op[o] = p.reduced[o] ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(sum_rows(int(o), cb)) - uintptr_t(cb) * 4)
                            : out[o].raw();
-    fused_jit::run(*kern, cb, ce, load_src.data(), op);
+    if (!fused_jit::run(*kern, cb, ce, load_src.data(), op)) run_range(cb, ce, sum_rows);
   };
   if (reduced_outs.empty()) {
     parallel_for(n, chunk, [&](int64_t cb, int64_t ce) { range(cb, ce, [](int, int64_t) -> float* { return nullptr; }); });

@@ -71,8 +71,11 @@ class Gen : public Xbyak::CodeGenerator {
     sub(rsi, rcx);
     and_(rsi, ~int64_t(15));
     add(rsi, rcx);
-    // Callee-saved registers hold the row indices of row-constant inputs.
+    // Callee-saved registers hold the row indices of row-constant inputs and, for a
+    // period that is not a multiple of 16, the row of the vector's upper lanes.
     for (size_t q = 0; q < periods_.size(); ++q) push(row(int(q)));
+    for (size_t q = 0; q < periods_.size(); ++q)
+      if (split_[q] >= 0) push(next_row(split_[q]));
     for (size_t q = 0; q < periods_.size(); ++q) {
       mov(rax, rcx);
       xor_(edx, edx);
@@ -104,13 +107,13 @@ class Gen : public Xbyak::CodeGenerator {
     jae(tail, T_NEAR);
     body(false);
     add(rcx, 16);
-    for (size_t q = 0; q < periods_.size(); ++q) {  // i % p and i / p of the next vector
+    for (size_t q = 0; q < periods_.size(); ++q) {  // i % p and i / p of the next vector (p >= 16)
       add(counter(int(q)), 16);
-      cmp(counter(int(q)), periods_[q]);
-      mov(eax, 0);  // mov and lea leave the flags
+      lea(rax, ptr[counter(int(q)) - int(periods_[q])]);
       lea(rdx, ptr[row(int(q)) + 1]);
-      cmove(counter(int(q)), rax);
-      cmove(row(int(q)), rdx);
+      cmp(counter(int(q)), periods_[q]);
+      cmovae(counter(int(q)), rax);
+      cmovae(row(int(q)), rdx);
     }
     jmp(loop, T_NEAR);
     L(tail);
@@ -124,6 +127,8 @@ class Gen : public Xbyak::CodeGenerator {
     body(true);
     L(done);
     if (any_stream_) sfence();  // non-temporal stores are weakly ordered
+    for (size_t q = periods_.size(); q-- > 0;)
+      if (split_[q] >= 0) pop(next_row(split_[q]));
     for (size_t q = periods_.size(); q-- > 0;) pop(row(int(q)));
     vzeroupper();
     ret();
@@ -133,7 +138,13 @@ class Gen : public Xbyak::CodeGenerator {
       for (int l = 0; l < 16; ++l) dd(v);
   }
 
-  const std::vector<int64_t>& periods() const { return periods_; }
+  // Periods that are multiples of 16: a call must start a vector on a period boundary.
+  std::vector<int64_t> aligned_periods() const {
+    std::vector<int64_t> v;
+    for (size_t q = 0; q < periods_.size(); ++q)
+      if (split_[q] < 0) v.push_back(periods_[q]);
+    return v;
+  }
 
  private:
   const Spec& s_;
@@ -149,6 +160,38 @@ class Gen : public Xbyak::CodeGenerator {
 
   Reg64 counter(int q) const { return q == 0 ? r8 : q == 1 ? r9 : r10; }
   Reg64 row(int q) const { return q == 0 ? r12 : q == 1 ? r13 : r14; }
+  // A period that is not a multiple of 16 (split period s = split_[q]): a vector's lanes
+  // below lo_lanes(s) are in this period / row, the others (hi_lanes(s)) in the next.
+  Reg64 next_row(int s) const { return s == 0 ? rbx : rbp; }
+  Xbyak::Opmask lo_lanes(int s) const { return s == 0 ? k3 : k5; }
+  Xbyak::Opmask hi_lanes(int s) const { return s == 0 ? k4 : k6; }
+  std::vector<int> split_;  // per period: its split index, or -1
+
+  // Per vector, for each split period: the lane masks and the upper lanes' row (this
+  // row when no lane crosses, so the address stays inside the input).
+  void split_lanes(bool masked) {
+    for (size_t q = 0; q < periods_.size(); ++q) {
+      const int sp = split_[q];
+      if (sp < 0) continue;
+      mov(rdx, periods_[q]);
+      sub(rdx, counter(int(q)));  // lanes left in this period
+      mov(eax, 16);
+      cmp(rdx, rax);
+      cmova(rdx, rax);
+      mov(next_row(sp), row(int(q)));
+      lea(rax, ptr[row(int(q)) + 1]);
+      cmp(edx, 16);
+      cmovb(next_row(sp), rax);
+      mov(eax, -1);
+      bzhi(eax, eax, edx);
+      kmovw(lo_lanes(sp), eax);
+      knotw(hi_lanes(sp), lo_lanes(sp));
+      if (masked) {
+        kandw(lo_lanes(sp), lo_lanes(sp), k7);
+        kandw(hi_lanes(sp), hi_lanes(sp), k7);
+      }
+    }
+  }
   int row_of(uint32_t v) {
     for (size_t i = 0; i < pool_.size(); ++i)
       if (pool_[i] == v) return int(i);
@@ -182,7 +225,7 @@ class Gen : public Xbyak::CodeGenerator {
       if (ins.op == kLoad) {
         if (s_.load_kind[ins.a] == LoadKind::kPeriodic || s_.load_kind[ins.a] == LoadKind::kRowConst) {
           const int64_t p = s_.period[ins.a];
-          if (p <= 0 || p % 16) throw Refuse{};
+          if (p < 16) throw Refuse{};
           int q = 0;
           while (q < int(periods_.size()) && periods_[q] != p) ++q;
           if (q == int(periods_.size())) {
@@ -190,6 +233,13 @@ class Gen : public Xbyak::CodeGenerator {
             periods_.push_back(p);
           }
           period_of_load_[ins.a] = q;
+          if (int(split_.size()) <= q) split_.resize(q + 1, -1);
+          if (p % 16 && split_[q] < 0) {
+            int used = 0;
+            for (int v : split_) used += v >= 0;
+            if (used == 2) throw Refuse{};
+            split_[q] = used;
+          }
         }
         continue;
       }
@@ -317,18 +367,39 @@ class Gen : public Xbyak::CodeGenerator {
     const Zmm z(reg_[k]);
     const int sc = storage_scale(ins.d);
     mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
-    if (lk == LoadKind::kRowConst) {  // the 16 lanes lie in one row (p % 16 == 0): one value
-      const Xbyak::Address src = at(rax, row(period_of_load_[ins.a]), sc);
+    const int q = period_of_load_[ins.a];
+    const int sp = q >= 0 ? split_[q] : -1;
+    if (lk == LoadKind::kRowConst) {  // one value per row: a broadcast (two when split)
+      auto bcast = [&](const Zmm& dst, const Reg64& r) {
+        if (ins.d == DType::f32) {
+          vbroadcastss(dst, at(rax, r, sc));
+        } else {
+          if (ins.d == DType::bf16) { movzx(edx, word[rax + r * sc]); shl(edx, 16); }
+          else movzx(edx, byte[rax + r * sc]);
+          vpbroadcastd(dst, edx);
+        }
+      };
+      bcast(z, row(q));
+      if (sp >= 0) bcast(z | hi_lanes(sp), next_row(sp));
+      return;
+    }
+    if (lk == LoadKind::kPeriodic && sp >= 0) {  // the lanes past the period wrap to its start
+      const Reg64 c = counter(q);
+      const int back = -int(periods_[q]) * sc;
       if (ins.d == DType::f32) {
-        vbroadcastss(z, src);
+        vmovups(z | lo_lanes(sp) | T_z, at(rax, c, sc));
+        vmovups(z | hi_lanes(sp), at(rax, c, sc, back));
+      } else if (ins.d == DType::bf16) {
+        vpmovzxwd(z | lo_lanes(sp) | T_z, at(rax, c, sc));
+        vpmovzxwd(z | hi_lanes(sp), at(rax, c, sc, back));
+        vpslld(z, z, 16);
       } else {
-        if (ins.d == DType::bf16) { movzx(edx, word[src.getRegExp()]); shl(edx, 16); }
-        else movzx(edx, byte[src.getRegExp()]);
-        vpbroadcastd(z, edx);
+        vpmovzxbd(z | lo_lanes(sp) | T_z, at(rax, c, sc));
+        vpmovzxbd(z | hi_lanes(sp), at(rax, c, sc, back));
       }
       return;
     }
-    const Reg64 idx = lk == LoadKind::kPeriodic ? counter(period_of_load_[ins.a]) : rcx;
+    const Reg64 idx = lk == LoadKind::kPeriodic ? counter(q) : rcx;
     if (lk == LoadKind::kFull) prefetcht1(at(rax, idx, sc, kPrefetchBytes));
     const Zmm zt = masked ? (z | k7 | T_z) : z;
     if (ins.d == DType::f32) vmovups(zt, at(rax, idx, sc));
@@ -543,6 +614,7 @@ class Gen : public Xbyak::CodeGenerator {
   }
 
   void body(bool masked) {
+    split_lanes(masked);
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
       if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty())) {
@@ -589,7 +661,7 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
     gen->generate();
     gen->setProtectModeRE();
     kern->fn = gen->getCode<void (*)(const uint64_t*)>();
-    kern->periods = gen->periods();
+    kern->periods = gen->aligned_periods();
     kern->gen = std::move(gen);
     kern->nloads = spec.load_kind.size();
     kern->nouts = spec.outs.size();
@@ -604,9 +676,9 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
   return k;
 }
 
-void run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out) {
+bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out) {
   for (int64_t p : k.periods)
-    if ((begin % p) % 16) throw ValueError("fused_jit: a chunk starts inside a 16-lane vector of a period");
+    if ((begin % p) % 16) return false;
   uint64_t stack_args[64];
   std::vector<uint64_t> heap_args;
   const size_t na = kArgFirst + k.nloads + k.nouts;
@@ -618,6 +690,7 @@ void run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
   for (size_t o = 0; o < k.nouts; ++o) args[kArgFirst + k.nloads + o] = reinterpret_cast<uint64_t>(out[o]);
   k.fn(args);
   g_runs.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 bool enabled() {

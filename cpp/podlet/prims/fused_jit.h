@@ -38,8 +38,10 @@ std::shared_ptr<const Kernel> compile(const Spec& spec);
 
 // Runs elements [begin, end): `load_src[l]` is load l's input base, `out[o]` output o's
 // base, and for a kRows output `out[o]` is where element `begin` goes (the chunk's row
-// block; element i at out[o] + (i - begin)).
-void run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out);
+// block; element i at out[o] + (i - begin)). False (nothing run) when `begin` is not on
+// a 16-lane boundary of a period that is a multiple of 16 (the code keeps such a
+// period's vectors whole).
+bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out);
 
 // Whether fused programs may be compiled (the active ISA is AVX-512 and PODLET_FUSED_JIT
 // is not 0), and the number of programs compiled / refused since start (tests).
