@@ -16,6 +16,7 @@
 #include <xbyak/xbyak.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -32,8 +33,9 @@ namespace {
 std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0};
 std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
 
-// Why a program is not compiled (the generator throws it; compile() returns null).
-struct Refuse {};
+// Why a program is not compiled (the generator throws it; compile() returns null and,
+// with PODLET_FUSED_JIT_DEBUG set, says why on stderr).
+struct Refuse { const char* why; };
 
 // Bit patterns the code reads from its constant pool (one 64-byte row of 16 copies per
 // distinct value: read whole or as a {1to16} broadcast).
@@ -53,6 +55,15 @@ constexpr int kArgBegin = 0, kArgEnd = 1, kArgFirst = 2;
 
 using Xbyak::Zmm;
 using Xbyak::Reg64;
+
+const char* op_name(int64_t op) {
+  static const char* const names[] = {"load", "neg", "abs", "sign", "exp", "log", "log1p", "expm1", "tanh",
+                                      "logistic", "sqrt", "rsqrt", "erf", "floor", "ceil", "integer_pow",
+                                      "is_finite", "not", "convert", "add", "sub", "mul", "div", "max", "min",
+                                      "pow", "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "select",
+                                      "clamp"};
+  return op >= 0 && op < int64_t(sizeof names / sizeof *names) ? names[op] : "an unknown op";
+}
 
 bool is_float_reg(DType d) { return d == DType::f32 || d == DType::bf16; }
 int storage_scale(DType d) { return d == DType::f32 ? 4 : d == DType::bf16 ? 2 : 1; }
@@ -211,9 +222,9 @@ class Gen : public Xbyak::CodeGenerator {
     period_of_load_.assign(s_.load_kind.size(), -1);
     for (size_t o = 0; o < s_.outs.size(); ++o) {
       const auto& out = s_.outs[o];
-      if (out.slot < 0 || out.slot >= S_) throw Refuse{};
+      if (out.slot < 0 || out.slot >= S_) throw Refuse{"output slot out of range"};
       const DType d = s_.code[out.slot].rd;
-      if (out.mode == OutMode::kRows ? !is_float_reg(d) : !(is_float_reg(d) || d == DType::boolean)) throw Refuse{};
+      if (out.mode == OutMode::kRows ? !is_float_reg(d) : !(is_float_reg(d) || d == DType::boolean)) throw Refuse{"output dtype"};
       outs_of_[out.slot].push_back(int(o));
       any_stream_ |= out.mode == OutMode::kStream;
     }
@@ -225,11 +236,11 @@ class Gen : public Xbyak::CodeGenerator {
       if (ins.op == kLoad) {
         if (s_.load_kind[ins.a] == LoadKind::kPeriodic || s_.load_kind[ins.a] == LoadKind::kRowConst) {
           const int64_t p = s_.period[ins.a];
-          if (p < 16) throw Refuse{};
+          if (p < 16) throw Refuse{"period below 16"};
           int q = 0;
           while (q < int(periods_.size()) && periods_[q] != p) ++q;
           if (q == int(periods_.size())) {
-            if (q == kMaxPeriods) throw Refuse{};
+            if (q == kMaxPeriods) throw Refuse{"more than 3 periods"};
             periods_.push_back(p);
           }
           period_of_load_[ins.a] = q;
@@ -237,7 +248,7 @@ class Gen : public Xbyak::CodeGenerator {
           if (p % 16 && split_[q] < 0) {
             int used = 0;
             for (int v : split_) used += v >= 0;
-            if (used == 2) throw Refuse{};
+            if (used == 2) throw Refuse{"more than 2 periods that are not multiples of 16"};
             split_[q] = used;
           }
         }
@@ -245,7 +256,7 @@ class Gen : public Xbyak::CodeGenerator {
       }
       const int64_t ops[3] = {ins.a, ins.b, ins.c};
       for (int q = 0; q < nops_of(ins); ++q) {
-        if (ops[q] < 0 || ops[q] >= k) throw Refuse{};
+        if (ops[q] < 0 || ops[q] >= k) throw Refuse{"operand out of order"};
         last_use_[root_[ops[q]]] = k;
       }
     }
@@ -257,7 +268,7 @@ class Gen : public Xbyak::CodeGenerator {
     std::vector<int> free_regs;
     for (int r = kNumRegs - 1; r >= kFirstReg; --r) free_regs.push_back(r);
     auto take = [&]() {
-      if (free_regs.empty()) throw Refuse{};
+      if (free_regs.empty()) throw Refuse{"more live values than registers"};
       const int r = free_regs.back();
       free_regs.pop_back();
       return r;
@@ -296,9 +307,9 @@ class Gen : public Xbyak::CodeGenerator {
   void check(const Instr& ins) {
     const int64_t op = ins.op;
     if (op == kLoad) {
-      if (ins.a < 0 || ins.a >= int64_t(s_.load_kind.size())) throw Refuse{};
+      if (ins.a < 0 || ins.a >= int64_t(s_.load_kind.size())) throw Refuse{"load index out of range"};
       const LoadKind lk = s_.load_kind[ins.a];
-      if (lk == LoadKind::kOther || !(is_float_reg(ins.d) || ins.d == DType::boolean)) throw Refuse{};
+      if (lk == LoadKind::kOther || !(is_float_reg(ins.d) || ins.d == DType::boolean)) throw Refuse{"load layout or dtype"};
       return;
     }
     if (op == kConvert) {
@@ -307,27 +318,27 @@ class Gen : public Xbyak::CodeGenerator {
       if (ins.d == DType::f32 && ins.rd == DType::bf16) return;
       if (is_float_reg(ins.d) && ins.rd == DType::boolean) return;
       if (ins.d == DType::boolean && is_float_reg(ins.rd)) return;
-      throw Refuse{};
+      throw Refuse{"convert between these dtypes"};
     }
     if (op == kSelect) {
-      if (!(is_float_reg(ins.rd) || ins.rd == DType::boolean)) throw Refuse{};
+      if (!(is_float_reg(ins.rd) || ins.rd == DType::boolean)) throw Refuse{"select of this dtype"};
       return;
     }
     if (op == kNot || op == kAnd || op == kOr || op == kXor) {
-      if (ins.d != DType::boolean) throw Refuse{};
+      if (ins.d != DType::boolean) throw Refuse{"logical op on a non-bool"};
       return;
     }
     if (op >= kEq && op <= kGe) {
-      if (!(is_float_reg(ins.d) || ins.d == DType::boolean)) throw Refuse{};
+      if (!(is_float_reg(ins.d) || ins.d == DType::boolean)) throw Refuse{"compare of this dtype"};
       return;
     }
-    if (!is_float_reg(ins.d)) throw Refuse{};
+    if (!is_float_reg(ins.d)) throw Refuse{"arithmetic on this dtype"};
     switch (op) {
       case kNeg: case kAbs: case kSqrt: case kRsqrt: case kIntPow: case kIsFinite: case kExp: case kTanh: case kLogistic:
       case kAdd: case kSub: case kMul: case kDiv: case kMax: case kMin: case kClamp:
         return;
       default:
-        throw Refuse{};
+        throw Refuse{op_name(op)};
     }
   }
 
@@ -507,7 +518,7 @@ class Gen : public Xbyak::CodeGenerator {
         max_min(true, zmm1, b, a);
         max_min(false, r, zmm1, c);
         break;
-      default: throw Refuse{};
+      default: throw Refuse{"this op"};
     }
     if (rb) round_bf16(d, r);
   }
@@ -667,8 +678,10 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
     kern->nouts = spec.outs.size();
     k = kern;
     ++g_compiled;
-  } catch (const Refuse&) {
+  } catch (const Refuse& r) {
     ++g_refused;
+    if (std::getenv("PODLET_FUSED_JIT_DEBUG"))
+      std::fprintf(stderr, "podlet: fused program of %zu instructions interpreted: %s\n", spec.code.size(), r.why);
   } catch (const Xbyak::Error&) {
     ++g_refused;
   }

@@ -8,9 +8,12 @@
 //
 // Bits: each instruction is emitted as the IEEE operation, NaN rule and bf16 rounding the
 // interpreter performs (fused_ops.h), lane by lane, so a program gives the interpreter's
-// (and the unfused graph's) bits. A program with anything not listed in fused_jit.cc
-// (transcendental functions, f64, integer arithmetic, gathers, more live values than
-// registers) is not compiled and the interpreter runs it.
+// (and the unfused graph's) bits. A program with anything fused_jit.cc does not emit
+// (log, erf, pow and the other transcendentals but exp / tanh / logistic; f64 or integer
+// arithmetic; strided gathers; periods under 16; more than 24 live values) is not
+// compiled and the interpreter runs it; PODLET_FUSED_JIT_DEBUG=1 says why on stderr.
+// What it buys is memory traffic: a program dominated by exp / tanh arithmetic (GELU and
+// its VJP) runs no faster compiled than interpreted.
 #pragma once
 #include <cstdint>
 #include <memory>
