@@ -10,29 +10,9 @@ import pytest
 import podlet
 import podlet.numpy as jnp
 from podlet import _core, lax, models, optim
-from podlet._src import dtypes
 from podlet.training import train_state
 
-BF16 = dtypes.bfloat16
-
-
-def _bits(a):
-    a = np.asarray(a)
-    if a.dtype == BF16:
-        return a.view(np.uint16)
-    if a.dtype == np.float32:
-        return a.view(np.uint32)
-    if a.dtype == np.float64:
-        return a.view(np.uint64)
-    return a
-
-
-def _assert_same_bits(xs, ys):
-    assert len(xs) == len(ys)
-    for i, (x, y) in enumerate(zip(xs, ys)):
-        x, y = np.asarray(x), np.asarray(y)
-        assert x.dtype == y.dtype and x.shape == y.shape, (i, x.dtype, y.dtype, x.shape, y.shape)
-        np.testing.assert_array_equal(_bits(x), _bits(y), err_msg=f"output {i}")
+from fusion_chains import BF16, assert_same_bits, random_chain
 
 
 def _run_both(fun, *args):
@@ -67,49 +47,38 @@ BINARY = ["add", "sub", "mul", "div", "max", "min", "pow"]
 COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
 
 
+def _bcast(r, a, b, c, s):  # per-channel vector, scalar, or an implicit broadcast
+    w = r.integers(3)
+    if w == 0:
+        return a * lax.broadcast_in_dim(c, a.shape, (a.ndim - 1,)) + s
+    if w == 1:
+        return a - lax.broadcast_in_dim(s, a.shape, ())
+    return jnp.maximum(a, c) / (s + 2.0)
+
+
+def _cast(r, a, b, c, s):  # through another float dtype and back (rounds)
+    other = [np.float32, BF16, np.float64][r.integers(3)]
+    return lax.convert_element_type(lax.convert_element_type(a, other) * 1.5, a.dtype)
+
+
+STEPS = {
+    "u": lambda r, a, b, c, s: getattr(lax, UNARY[r.integers(len(UNARY))])(a),
+    "b": lambda r, a, b, c, s: getattr(lax, BINARY[r.integers(len(BINARY))])(a, b),
+    "cmp_select": lambda r, a, b, c, s: lax.select(podlet._src.core.bind(COMPARE[r.integers(len(COMPARE))], a, b), a, b),
+    "bcast": _bcast,
+    "cast": _cast,
+    "ipow": lambda r, a, b, c, s: lax.integer_pow(a, int(r.integers(-3, 4))),
+    "clamp": lambda r, a, b, c, s: lax.clamp(lax.convert_element_type(-1.0, a.dtype), a,
+                                            lax.convert_element_type(2.0, a.dtype)),
+    "reshape": lambda r, a, b, c, s: (a.reshape(a.shape[0], -1) * 2.0).reshape(a.shape),  # inside a chain, then back
+}
+
+
 def _random_chain(seed, dtype, n_ops=14):
-    """A random elementwise function of (x, y, z [full], c [per channel], s [0-d])."""
-    rng = np.random.default_rng(seed)
-    plan = []
-    for _ in range(n_ops):
-        plan.append((rng.choice(["u", "b", "cmp_select", "bcast", "cast", "ipow", "clamp", "reshape"]),
-                     rng.integers(0, 1 << 30)))
-
-    def fun(x, y, z, c, s):
-        vals = [x, y, z]
-        for kind, r in plan:
-            r = np.random.default_rng(r)
-            a = vals[r.integers(len(vals))]
-            b = vals[r.integers(len(vals))]
-            if kind == "u":
-                v = getattr(lax, UNARY[r.integers(len(UNARY))])(a)
-            elif kind == "b":
-                v = getattr(lax, BINARY[r.integers(len(BINARY))])(a, b)
-            elif kind == "cmp_select":
-                p = podlet._src.core.bind(COMPARE[r.integers(len(COMPARE))], a, b)
-                v = lax.select(p, a, b)
-            elif kind == "bcast":  # per-channel vector, scalar, or an implicit broadcast
-                w = r.integers(3)
-                if w == 0:
-                    v = a * lax.broadcast_in_dim(c, a.shape, (a.ndim - 1,)) + s
-                elif w == 1:
-                    v = a - lax.broadcast_in_dim(s, a.shape, ())
-                else:
-                    v = jnp.maximum(a, c) / (s + 2.0)
-            elif kind == "cast":  # through another float dtype and back (rounds)
-                other = [np.float32, BF16, np.float64][r.integers(3)]
-                v = lax.convert_element_type(lax.convert_element_type(a, other) * 1.5, a.dtype)
-            elif kind == "ipow":
-                v = lax.integer_pow(a, int(r.integers(-3, 4)))
-            elif kind == "clamp":
-                v = lax.clamp(lax.convert_element_type(-1.0, a.dtype), a, lax.convert_element_type(2.0, a.dtype))
-            else:  # reshape inside a chain, then back
-                v = (a.reshape(a.shape[0], -1) * 2.0).reshape(a.shape)
-            vals.append(v.astype(a.dtype))
-        # a few outputs: the last value, one intermediate, a bool mask, an int cast
-        return vals[-1], vals[len(vals) // 2], vals[-2] > vals[-3], lax.convert_element_type(vals[-1], np.int32)
-
-    return fun
+    """A random elementwise function of (x, y, z [full], c [per channel], s [0-d]) over
+    every fusible op. Outputs: the last value, one intermediate, a bool mask, an int cast."""
+    return random_chain(seed, STEPS, n_ops, lambda vals: (vals[-1], vals[len(vals) // 2], vals[-2] > vals[-3],
+                                                          lax.convert_element_type(vals[-1], np.int32)))
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64])
@@ -126,7 +95,7 @@ def test_random_chains_bit_identical(seed, dtype):
     assert fg.num_nodes < g.num_nodes
     assert fg.flops() == g.flops()
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 def test_f32_results_cast_to_bf16_round_in_their_own_op():
@@ -151,7 +120,7 @@ def test_f32_results_cast_to_bf16_round_in_their_own_op():
     g, fg, ref, outs = _run_both(f, x, y, x16)
     assert "convert_element_type" not in fg.prim_counts()  # every cast is inside a fused pass
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 def test_large_array_many_chunks():
@@ -167,7 +136,7 @@ def test_large_array_many_chunks():
     g, fg, ref, outs = _run_both(f, x, b)
     assert fg.prim_counts().get("fused_elementwise") == 1
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 def test_streamed_outputs_of_every_layout():
@@ -189,7 +158,7 @@ def test_streamed_outputs_of_every_layout():
     g, fg, ref, outs = _run_both(f, x, b)
     assert fg.prim_counts().get("fused_elementwise") == 1
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 def test_bn_relu_residual_cast_is_one_node():
@@ -207,7 +176,7 @@ def test_bn_relu_residual_cast_is_one_node():
     big = [n for n in fg.dump().splitlines() if "fused_elementwise" in n and "(4, 8, 8, 16)" in n]
     assert len(big) == 1, fg.dump()
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 def test_uniform_constant_read_as_scalar_and_dropout_mask():
@@ -221,7 +190,7 @@ def test_uniform_constant_read_as_scalar_and_dropout_mask():
 
     g, fg, ref, outs = _run_both(f, x, key)
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 def _mlp_setup():
@@ -281,7 +250,7 @@ def test_bn_statistics_are_summed_in_the_fused_pass(shape, dtype):
     assert fg.prim_counts().get("fused_elementwise") == 1
     assert fg.flops() == g.flops()
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 @pytest.mark.parametrize("shape", [(4, 37, 33, 64), (3, 1000, 7)], ids=["64ch", "7_columns"])
@@ -305,7 +274,7 @@ def test_register_aliases_and_one_pass_forms_keep_the_bits(shape):
     g, fg, ref, outs = _run_both(f, x, r)
     assert fg.prim_counts().get("fused_elementwise") == 1, fg.dump()
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
@@ -333,7 +302,7 @@ def test_sibling_sums_read_their_shared_array_once(dtype):
     assert "reduce_sum" not in fg.prim_counts(), fg.dump()
     assert fg.flops() == gr.flops()
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
     with np.errstate(invalid="ignore", over="ignore"):
         want = ((x.astype(np.float64) - m) * g).sum(axis=axes)
     np.testing.assert_allclose(np.asarray(outs[0][2]), want, rtol=1e-4, atol=0.05, equal_nan=True)
@@ -367,7 +336,7 @@ def test_per_channel_math_on_a_sum_does_not_split_the_pass(dtype):
     assert len(passes) == 2, fg.dump()
     assert passes[0].count("reduce_sum") == 3, fg.dump()  # one pass: g stays in registers
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 def test_reductions_that_do_not_fit_stay_reductions():
@@ -383,14 +352,14 @@ def test_reductions_that_do_not_fit_stay_reductions():
     g, fg, ref, outs = _run_both(f, x)
     assert fg.prim_counts().get("reduce_sum") == 4
     for o in outs:
-        _assert_same_bits(ref, o)
+        assert_same_bits(ref, o)
 
 
 def test_mlp_train_steps_bit_identical():
     step, p, o, x, y = _mlp_setup()
     ref = _run_steps(step, (p, o, x, y), 3, False, 2)
     for threads in (1, 2):
-        _assert_same_bits(ref, _run_steps(step, (p, o, x, y), 3, True, threads))
+        assert_same_bits(ref, _run_steps(step, (p, o, x, y), 3, True, threads))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -411,7 +380,7 @@ def test_resnet_train_step_bit_identical(dtype):
 
     ref = _run_steps(step, (st, v["batch_stats"], x, y), 2, False, 2)
     for threads in (1, 2):
-        _assert_same_bits(ref, _run_steps(step, (st, v["batch_stats"], x, y), 2, True, threads))
+        assert_same_bits(ref, _run_steps(step, (st, v["batch_stats"], x, y), 2, True, threads))
     g = podlet.jit(step).lower(st, v["batch_stats"], x, y).graph
     fg = _core.fuse_elementwise(g)
     stats = _core.fusion_stats(g)
