@@ -2,6 +2,8 @@
 comparison of outputs and random elementwise chains."""
 import numpy as np
 
+import podlet.numpy as jnp
+from podlet import lax
 from podlet._src import dtypes
 
 BF16 = dtypes.bfloat16
@@ -41,3 +43,15 @@ def random_chain(seed, steps, n_ops, outputs):
         return outputs(vals)
 
     return fun
+
+
+def bn_statistics(ndim, dtype):
+    """BatchNorm's training statistics of x (sum and sum of squares over the leading axes)
+    beside an elementwise result: the sums fuse into the pass that computes x."""
+    axes = tuple(range(ndim - 1))
+
+    def f(x):
+        xf = x.astype(np.float32) * 1.5
+        return jnp.sum(xf, axes), jnp.sum(lax.integer_pow(xf, 2), axes), (xf - 1.0).astype(dtype)
+
+    return f
