@@ -237,6 +237,7 @@ class Gen : public Xbyak::CodeGenerator {
         if (s_.load_kind[ins.a] == LoadKind::kPeriodic || s_.load_kind[ins.a] == LoadKind::kRowConst) {
           const int64_t p = s_.period[ins.a];
           if (p < 16) throw Refuse{"period below 16"};
+          if (p > (int64_t(1) << 28)) throw Refuse{"period above 2^28 (32-bit displacements)"};
           int q = 0;
           while (q < int(periods_.size()) && periods_[q] != p) ++q;
           if (q == int(periods_.size())) {
