@@ -12,7 +12,7 @@ import podlet
 import podlet.numpy as jnp
 from podlet import _core, lax
 
-from test_fusion import _assert_same_bits
+from fusion_chains import assert_same_bits
 from test_remat import _args, _resnet_step
 
 VIEWS = ("reshape", "stop_gradient", "bitcast_convert_type")  # kernels that return their input's buffer
@@ -90,7 +90,7 @@ def test_resnet_step_plan_is_sound_and_runs_the_same(dtype):
     for graph in (g, _core.fuse_elementwise(_core.rematerialize(g))):
         plan = _check_plan(graph)
         assert plan["arena_bytes"] < 0.5 * plan["sum_bytes"], plan  # reuse happens
-        _assert_same_bits(_run(graph, arrs, False), _run(graph, arrs, True))
+        assert_same_bits(_run(graph, arrs, False), _run(graph, arrs, True))
 
 
 def test_views_keep_what_they_view_alive():

@@ -11,7 +11,7 @@ import podlet.numpy as jnp
 from podlet import _core, lax, models, optim
 from podlet.training import train_state
 
-from test_fusion import _assert_same_bits
+from fusion_chains import assert_same_bits
 
 
 def _args(*xs):
@@ -54,7 +54,7 @@ def test_resnet_step_same_bits_less_memory(dtype):
     assert r.flops() > g.flops()  # recomputation is not free
     ref, peak_g = _peak(g, arrs)
     out, peak_r = _peak(r, arrs)
-    _assert_same_bits(ref, out)
+    assert_same_bits(ref, out)
     fg, fr = _core.fuse_elementwise(g), _core.fuse_elementwise(r)
     _, peak_fg = _peak(fg, arrs)
     for threads in (1, 2):
@@ -63,7 +63,7 @@ def test_resnet_step_same_bits_less_memory(dtype):
             out, peak_fr = _peak(fr, arrs)
         finally:
             podlet.config.update("num_threads", 2)
-        _assert_same_bits(ref, out)
+        assert_same_bits(ref, out)
     assert peak_r < peak_g and peak_fr < 0.85 * peak_fg, (peak_g, peak_r, peak_fg, peak_fr)
 
 
@@ -90,7 +90,7 @@ def test_far_elementwise_reader_gets_a_clone():
     r = _core.rematerialize(g, min_elements=1024)
     assert _core.remat_stats(g, min_elements=1024)["values"] == 1
     assert r.prim_counts()["exp"] == 2 and g.prim_counts()["exp"] == 1
-    _assert_same_bits(g.run(_args(x, w)), r.run(_args(x, w)))
+    assert_same_bits(g.run(_args(x, w)), r.run(_args(x, w)))
     # below the size threshold nothing changes
     assert _core.remat_stats(g, min_elements=1 << 20)["values"] == 0
 
@@ -115,7 +115,7 @@ def test_values_that_must_stay():
     for f in (far_conv, dear_inputs, short_lived):
         g = podlet.make_graph(f, x, w)
         assert _core.remat_stats(g, min_elements=1024)["values"] == 0, f.__name__
-        _assert_same_bits(g.run(_args(x, w)), _core.rematerialize(g, min_elements=1024).run(_args(x, w)))
+        assert_same_bits(g.run(_args(x, w)), _core.rematerialize(g, min_elements=1024).run(_args(x, w)))
 
 
 def test_jit_runs_the_rematerialised_graph(monkeypatch):
@@ -128,4 +128,4 @@ def test_jit_runs_the_rematerialised_graph(monkeypatch):
         flops.append(fusion.executable_graph(j.lower(*args)).flops())
         outs.append(podlet.tree_util.tree_leaves(j(*args)))
     assert flops[0] > flops[1]
-    _assert_same_bits(*outs)
+    assert_same_bits(*outs)
