@@ -1,5 +1,7 @@
 // fused_elementwise: a chain of elementwise primitives evaluated in one pass over the
 // output (the program format is in ir/fusion.h; the pass that builds it in ir/fusion.cc).
+// On AVX-512 hosts most programs run as machine code generated for them (fused_jit.h);
+// the interpreter below runs the rest, and is the definition of their bits.
 //
 // The iteration space is cut into tiles of kTile elements. For each tile the program
 // runs instruction by instruction, each a plain loop over the tile (vectorisable), on
