@@ -231,6 +231,11 @@ class Gen : public Xbyak::CodeGenerator {
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
       check(ins);
+      if (ins.op != kLoad) {
+        const int64_t ops[3] = {ins.a, ins.b, ins.c};
+        for (int q = 0; q < nops_of(ins); ++q)
+          if (ops[q] < 0 || ops[q] >= k) throw Refuse{"operand out of order"};
+      }
       const bool identity = ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
       root_[k] = identity ? root_[ins.a] : k;
       if (ins.op == kLoad) {
@@ -256,10 +261,7 @@ class Gen : public Xbyak::CodeGenerator {
         continue;
       }
       const int64_t ops[3] = {ins.a, ins.b, ins.c};
-      for (int q = 0; q < nops_of(ins); ++q) {
-        if (ops[q] < 0 || ops[q] >= k) throw Refuse{"operand out of order"};
-        last_use_[root_[ops[q]]] = k;
-      }
+      for (int q = 0; q < nops_of(ins); ++q) last_use_[root_[ops[q]]] = k;
     }
     for (int k = 0; k < S_; ++k)
       if (!outs_of_[k].empty()) last_use_[root_[k]] = std::max(last_use_[root_[k]], k);
