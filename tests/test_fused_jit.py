@@ -224,8 +224,10 @@ def test_off_below_avx512_and_by_switch():
     finally:
         _core.set_isa(isa)
     assert _core.fused_jit_stats()["enabled"] == podlet.cpu_info()["fused_jit"] == HAVE_JIT
-    _core.set_fused_jit(False)
+    podlet.config.update("fused_jit", False)
     try:
+        assert not podlet.config.fused_jit
         assert not _core.fused_jit_stats()["enabled"] and not podlet.cpu_info()["fused_jit"]
     finally:
-        _core.set_fused_jit(True)
+        podlet.config.update("fused_jit", True)
+    assert podlet.config.fused_jit and podlet.cpu_info()["fused_jit"] == HAVE_JIT

@@ -8,7 +8,9 @@ from . import dtypes
 class _Config:
     def __init__(self):
         self._values = {"num_threads": _core.num_threads(), "enable_x64": False,
-                        "threefry_partitionable": True}
+                        "threefry_partitionable": True,
+                        # compile fused elementwise programs to AVX-512 code (same bits)
+                        "fused_jit": os.environ.get("PODLET_FUSED_JIT", "1") != "0"}
         if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true"):
             self.update("enable_x64", True)
 
@@ -25,6 +27,9 @@ class _Config:
             value = int(value)
         elif key == "enable_x64":
             dtypes.enable_x64(bool(value))
+        elif key == "fused_jit":
+            value = bool(value)
+            _core.set_fused_jit(value)
         elif key not in self._values:
             raise ValueError(f"unknown config option {name!r}; known: {sorted(self._values)}")
         self._values[key] = value
