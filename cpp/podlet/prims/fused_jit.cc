@@ -99,18 +99,8 @@ class Gen : public Xbyak::CodeGenerator {
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
       if (ins.op != kLoad || s_.load_kind[ins.a] != LoadKind::kScalar || root_[k] != k || last_use_[k] < 0) continue;
-      const Zmm z(reg_[k]);
       mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
-      if (ins.d == DType::f32) {
-        vbroadcastss(z, ptr[rax]);
-      } else if (ins.d == DType::bf16) {
-        movzx(eax, word[rax]);
-        shl(eax, 16);
-        vpbroadcastd(z, eax);
-      } else {
-        movzx(eax, byte[rax]);
-        vpbroadcastd(z, eax);
-      }
+      broadcast(Zmm(reg_[k]), ins.d, rax);
     }
     Xbyak::Label loop, tail, done;
     L(loop);
@@ -369,9 +359,19 @@ class Gen : public Xbyak::CodeGenerator {
     vmovaps(dst, zmm2);
   }
 
-  // The address of element i of a load or output; `pidx` is a period counter or rcx.
+  // The address of element idx (rcx, a period counter or a row) of a load or output.
   Xbyak::Address at(const Reg64& base, const Reg64& idx, int scale, int disp = 0) {
     return ptr[base + idx * scale + disp];
+  }
+  // dst = the element of dtype d at src in every lane (its register form). Uses edx.
+  void broadcast(const Zmm& dst, DType d, const Xbyak::RegExp& src) {
+    if (d == DType::f32) {
+      vbroadcastss(dst, ptr[src]);
+      return;
+    }
+    if (d == DType::bf16) { movzx(edx, word[src]); shl(edx, 16); }
+    else movzx(edx, byte[src]);
+    vpbroadcastd(dst, edx);
   }
 
   void load(int k, bool masked) {
@@ -384,17 +384,8 @@ class Gen : public Xbyak::CodeGenerator {
     const int q = period_of_load_[ins.a];
     const int sp = q >= 0 ? split_[q] : -1;
     if (lk == LoadKind::kRowConst) {  // one value per row: a broadcast (two when split)
-      auto bcast = [&](const Zmm& dst, const Reg64& r) {
-        if (ins.d == DType::f32) {
-          vbroadcastss(dst, at(rax, r, sc));
-        } else {
-          if (ins.d == DType::bf16) { movzx(edx, word[rax + r * sc]); shl(edx, 16); }
-          else movzx(edx, byte[rax + r * sc]);
-          vpbroadcastd(dst, edx);
-        }
-      };
-      bcast(z, row(q));
-      if (sp >= 0) bcast(z | hi_lanes(sp), next_row(sp));
+      broadcast(z, ins.d, rax + row(q) * sc);
+      if (sp >= 0) broadcast(z | hi_lanes(sp), ins.d, rax + next_row(sp) * sc);
       return;
     }
     if (lk == LoadKind::kPeriodic && sp >= 0) {  // the lanes past the period wrap to its start
@@ -426,25 +417,21 @@ class Gen : public Xbyak::CodeGenerator {
     const DType d = s_.code[out.slot].rd;
     const Zmm v(reg_[k]);
     mov(rax, ptr[rdi + 8 * (out_arg_ + o)]);
-    if (out.mode == OutMode::kRows) {
-      if (masked) vmovups(at(rax, rcx, 4) | k7, v); else vmovups(at(rax, rcx, 4), v);
+    if (out.mode == OutMode::kRows) {  // f32 rows, whatever the slot's dtype
+      const Xbyak::Address dst = at(rax, rcx, 4);
+      vmovups(masked ? dst | k7 : dst, v);
       return;
     }
     const bool nt = out.mode == OutMode::kStream && !masked;
-    const int sc = storage_scale(d);
+    const Xbyak::Address dst = at(rax, rcx, storage_scale(d));
+    const Xbyak::Address mdst = masked ? dst | k7 : dst;
     if (d == DType::f32) {
-      if (nt) vmovntps(at(rax, rcx, 4), v);
-      else if (masked) vmovups(at(rax, rcx, 4) | k7, v);
-      else vmovups(at(rax, rcx, 4), v);
+      if (nt) vmovntps(dst, v); else vmovups(mdst, v);
     } else if (d == DType::bf16) {
       vpsrld(zmm0, v, 16);  // the register holds an exact bf16: its top half
-      if (nt) { vpmovdw(ymm0, zmm0); vmovntdq(at(rax, rcx, sc), ymm0); }
-      else if (masked) vpmovdw(at(rax, rcx, sc) | k7, zmm0);
-      else vpmovdw(at(rax, rcx, sc), zmm0);
+      if (nt) { vpmovdw(ymm0, zmm0); vmovntdq(dst, ymm0); } else vpmovdw(mdst, zmm0);
     } else {
-      if (nt) { vpmovdb(xmm0, v); vmovntdq(at(rax, rcx, sc), xmm0); }
-      else if (masked) vpmovdb(at(rax, rcx, sc) | k7, v);
-      else vpmovdb(at(rax, rcx, sc), v);
+      if (nt) { vpmovdb(xmm0, v); vmovntdq(dst, xmm0); } else vpmovdb(mdst, v);
     }
   }
 
@@ -527,15 +514,15 @@ class Gen : public Xbyak::CodeGenerator {
   }
 
   // dst = fm::exp(x) (kernels/fastmath.h): its operations in its order, no FMA. Scratch:
-  // zmm0, zmm1, zmm3-5 and k1; x is read up to the last instruction, so it may be dst or
-  // any other register.
+  // zmm0, zmm1, zmm3-5, k1 and k2; x is read up to the last instruction, so it may be dst
+  // or any other register.
   void exp_(const Zmm& dst, const Zmm& x) {
+    vcmpps(k2, x, x, 3);  // x is NaN: kept to the end
     vcmpps(k1, x, cb(f32(-104.0f)), 0x11);  // xc = x < -104 ? -104 : x
     vblendmps(zmm3 | k1, x, cb(f32(-104.0f)));
     vcmpps(k1, zmm3, cb(f32(89.0f)), 0x1e);  // xc = xc > 89 ? 89 : xc
     vblendmps(zmm3 | k1, zmm3, cb(f32(89.0f)));
-    vcmpps(k1, x, x, 3);  // xc = x == x ? xc : 0
-    vpxord(zmm3 | k1, zmm3, zmm3);
+    vpxord(zmm3 | k2, zmm3, zmm3);  // xc = x == x ? xc : 0
     vmulps(zmm4, zmm3, cb(f32(1.44269504088896341f)));  // fn, rounded to an integer
     vaddps(zmm4, zmm4, cb(f32(12582912.0f)));
     vsubps(zmm4, zmm4, cb(f32(12582912.0f)));
@@ -561,8 +548,7 @@ class Gen : public Xbyak::CodeGenerator {
     vpslld(zmm5, zmm5, 23);
     vmulps(zmm4, zmm4, zmm0);
     vmulps(zmm4, zmm4, zmm5);
-    vcmpps(k1, x, x, 3);  // x == x ? y : x
-    vblendmps(dst | k1, zmm4, x);
+    vblendmps(dst | k2, zmm4, x);  // x == x ? y : x
   }
   // dst = fm::tanh(x): odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1) above, x's
   // sign. Scratch: zmm0-7 (exp_ takes x's double in zmm2); dst written last.
