@@ -4,6 +4,7 @@
 
 #include "podlet/cpu/isa.h"
 #include "podlet/prims/fused_jit.h"
+#include "podlet/kernels/conv_winograd.h"
 
 namespace py = pybind11;
 
@@ -31,6 +32,7 @@ void bind_isa(py::module_& m) {
         d["available_isas"] = isas;
         d["active_isa"] = isa_name(active_isa());
         d["fused_jit"] = podlet::fused_jit::enabled();
+        d["conv_winograd"] = podlet::kernels::conv_winograd_enabled();
         return d;
       },
       "CPU features detected at start-up (cpuid), the ISAs the kernels can use on this host "

@@ -9,6 +9,7 @@
 #include "podlet/ir/memory_plan.h"
 #include "podlet/ir/optim_fusion.h"
 #include "podlet/prims/fused_jit.h"
+#include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/peak.h"
 #include "registry.h"
 
@@ -43,6 +44,16 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
      "and whether compiling is on (prims/fused_jit.h).");
   m.def("set_fused_jit", &fused_jit::set_enabled, py::arg("on"),
         "Compile fused programs to AVX-512 code (default; PODLET_FUSED_JIT=0 turns it off) or interpret them.");
+  m.def("conv_winograd_stats", []() {
+    const auto s = kernels::conv_winograd_stats();
+    py::dict d;
+    d["fwd"] = s.fwd; d["bwd_data"] = s.bwd_data; d["enabled"] = kernels::conv_winograd_enabled();
+    return d;
+  }, "Convolutions run by the Winograd kernels since start (forward, backward-data) and whether the path is on "
+     "(kernels/conv_winograd.h).");
+  m.def("set_conv_winograd", &kernels::set_conv_winograd, py::arg("on"),
+        "Run bf16 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) on AVX512_BF16 hosts (fewer products, "
+        "about 2.5x the rounding error; off by default, PODLET_CONV_WINOGRAD=1 turns it on).");
   m.def("profiling", &profiling);
   m.def("profiling_by_shape", &profiling_by_shape);
   m.def("fuse_elementwise", [](const Graph& g) { return fuse_elementwise(g); }, py::arg("graph"),

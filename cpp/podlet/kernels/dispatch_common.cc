@@ -3,7 +3,11 @@
 // PODLET_ISA / set_isa) reaches it and it supports the dtypes and geometry. Compiled for
 // baseline x86-64: it only calls an ISA file after that check.
 #include "podlet/cpu/isa.h"
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
 #include "podlet/kernels/conv.h"
+#include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/gemm.h"
 
 namespace podlet::kernels {
@@ -42,7 +46,33 @@ ConvPath conv_path(const ConvGeom& q, DType a, DType b, DType out, int64_t n_dim
 }
 }  // namespace
 
+namespace {
+std::atomic<bool> g_winograd{[] {
+  const char* e = std::getenv("PODLET_CONV_WINOGRAD");
+  return e && *e && std::string_view(e) != "0";
+}()};
+std::atomic<int64_t> g_winograd_fwd{0}, g_winograd_bwd_data{0};
+// The Winograd path (conv_winograd.h) when it is on and covers the layer: bf16 operands
+// on AVX512_BF16, output f32 or bf16.
+bool winograd(const ConvGeom& q, DType a, DType b, DType out) {
+  return g_winograd.load(std::memory_order_relaxed) && isa_at_least(Isa::avx512bf16) && a == DType::bf16 &&
+         b == DType::bf16 && f32_or_bf16(out) && conv_winograd_geometry(q);
+}
+}  // namespace
+
+bool conv_winograd_enabled() { return g_winograd.load(); }
+void set_conv_winograd(bool on) { g_winograd.store(on); }
+WinogradStats conv_winograd_stats() { return {g_winograd_fwd.load(), g_winograd_bwd_data.load()}; }
+bool conv_winograd_geometry(const ConvGeom& q) {
+  return q.KH == 3 && q.KW == 3 && q.sh == 1 && q.sw == 1 && q.ldh == 1 && q.ldw == 1 && q.rdh == 1 && q.rdw == 1 &&
+         q.G == 1 && q.C % 16 == 0 && q.O % 16 == 0 && q.N * q.H * q.W * q.C > 0 && q.Ho * q.Wo * q.O > 0;
+}
+
 void conv_fwd(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y) {
+  if (winograd(q, xd, wd, yd)) {
+    g_winograd_fwd.fetch_add(1, std::memory_order_relaxed);
+    return conv_fwd_winograd_avx512bf16(q, x, w, yd, y);
+  }
   switch (q.N * q.Ho * q.Wo * q.O > 0 ? conv_path(q, xd, wd, yd, q.Og()) : ConvPath::ref) {
     case ConvPath::avx512bf16: return conv_fwd_avx512bf16(q, xd, x, wd, w, yd, y);
     case ConvPath::avx512: return conv_fwd_avx512(q, xd, x, wd, w, yd, y);
@@ -52,6 +82,10 @@ void conv_fwd(const ConvGeom& q, DType xd, const void* x, DType wd, const void* 
 }
 
 void conv_bwd_data(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx) {
+  if (winograd(q, gd, wd, dxd)) {
+    g_winograd_bwd_data.fetch_add(1, std::memory_order_relaxed);
+    return conv_bwd_data_winograd_avx512bf16(q, g, w, dxd, dx);
+  }
   switch (q.N * q.H * q.W * q.C > 0 ? conv_path(q, gd, wd, dxd, q.Cg()) : ConvPath::ref) {
     case ConvPath::avx512bf16: return conv_bwd_data_avx512bf16(q, gd, g, wd, w, dxd, dx);
     case ConvPath::avx512: return conv_bwd_data_avx512(q, gd, g, wd, w, dxd, dx);

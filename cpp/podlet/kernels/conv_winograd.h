@@ -1,0 +1,37 @@
+// Winograd F(2x2, 3x3) convolutions for bf16 3x3 stride-1 layers (opt-in).
+//
+// y = A^T [ (G w G^T) . (B^T d B) ] A per 2x2 output tile (Lavin & Gray 2015): 16
+// products per tile and channel pair instead of 36, so a 3x3 layer does 4/9 of the direct
+// convolution's multiplications as 16 GEMMs (one per tile position, vdpbf16ps into f32)
+// between transformed input tiles and transformed filters. Backward-data is the same
+// computation on g with the filter flipped and transposed.
+//
+// Numerics differ from the direct kernels: the transformed tiles and filters are rounded
+// to bf16 before the products (the GEMM's operands), so the error is about 2.5x that of
+// the direct convolution's bf16 output rounding (rms ~4e-3 relative vs ~1.7e-3, measured
+// in tests/test_conv_winograd.py), and an infinite input gives NaN where the direct
+// kernel gives +-inf. That is why it is off unless asked for:
+// podlet.config.update("conv_winograd", True) or PODLET_CONV_WINOGRAD=1.
+// Bits do not depend on the thread count: every output tile is computed by one task in
+// a fixed order.
+#pragma once
+#include <cstdint>
+#include "podlet/dtype.h"
+#include "podlet/kernels/conv.h"
+
+namespace podlet::kernels {
+
+// Whether conv_fwd / conv_bwd_data take the Winograd path for the layers it covers.
+bool conv_winograd_enabled();
+void set_conv_winograd(bool on);
+struct WinogradStats { int64_t fwd = 0, bwd_data = 0; };
+WinogradStats conv_winograd_stats();  // calls taken since start (tests)
+
+// The layers it covers: 3x3, stride 1, no dilation, one group, C and O multiples of 16.
+bool conv_winograd_geometry(const ConvGeom& q);
+
+// AVX512_BF16 kernels (conv_winograd_avx512bf16.cc): bf16 operands, f32 / bf16 output.
+void conv_fwd_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* w, DType yd, void* y);
+void conv_bwd_data_winograd_avx512bf16(const ConvGeom& q, const void* g, const void* w, DType dxd, void* dx);
+
+}  // namespace podlet::kernels
