@@ -1,0 +1,239 @@
+"""Winograd F(2x2, 3x3) convolutions (kernels/conv_winograd.h), forward and
+backward-data, against the float64 convolution of the same bf16 operands.
+
+Not bit-compared with the direct kernels: the transformed tiles and filters are rounded
+to bf16 before the products, so each output element may be off by a few 2^-9 of the
+sum of |terms| it is built from. Checked per element: |wino - exact| <= 2^-6 * sum|x w|
+(plus one bf16 ulp for a bf16 output) - a wrong tap or transform row is off by whole
+terms and fails it; and over the array: rms error <= 2^-7 of the rms output (measured
+~4.3e-3; the direct kernels' bf16 output rounding alone gives ~1.7e-3). Each test asserts
+the Winograd kernel ran (its call counter), so a fallback cannot pass for it.
+"""
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import podlet
+from podlet import _core
+from podlet._src.core import bind
+from prim_check import as_podlet
+
+BF16 = ml_dtypes.bfloat16
+# The kernel exists on AVX512_BF16 hosts; elsewhere the same tests assert it never runs.
+HAVE = _core.cpu_info()["active_isa"] == "avx512bf16"
+
+
+@pytest.fixture(autouse=True)
+def winograd_on():
+    on, isa, n = podlet.config.conv_winograd, _core.active_isa(), podlet.config.num_threads
+    podlet.config.update("conv_winograd", True)
+    yield
+    podlet.config.update("conv_winograd", on)
+    _core.set_isa(isa)
+    podlet.config.update("num_threads", n)
+
+
+def attrs(pad, **kw):
+    return dict(window_strides=[1, 1], padding=list(pad), lhs_dilation=[1, 1], rhs_dilation=[1, 1],
+                feature_group_count=1, **kw)
+
+
+def out_hw(xs, pad):
+    return xs[1] + pad[0] + pad[1] - 2, xs[2] + pad[2] + pad[3] - 2
+
+
+# name -> (x NHWC, output channels, padding [lo_h, hi_h, lo_w, hi_w]).
+CASES = {
+    "resnet_3x3": ((2, 10, 10, 64), 64, (1, 1, 1, 1)),
+    "odd_height_width": ((3, 7, 5, 32), 16, (1, 1, 1, 1)),  # half tiles on both edges
+    "asymmetric_padding": ((1, 9, 6, 16), 80, (0, 2, 1, 0)),  # 80: a 64 panel and a 16 tail
+    "negative_padding": ((1, 9, 9, 16), 32, (-1, 2, 1, -2)),
+    "padding_2": ((2, 6, 7, 48), 48, (2, 2, 2, 2)),  # 48: a 3-vector panel
+    "valid_1x1_output": ((2, 3, 3, 16), 16, (0, 0, 0, 0)),
+    "two_panels_and_tail": ((1, 6, 6, 32), 144, (1, 1, 1, 1)),
+    # 3 x 7 x 7 = 147 tiles: three tasks of 48 and one of 3 (a partial microkernel row group).
+    "task_tail": ((3, 13, 13, 16), 32, (1, 1, 1, 1)),
+}
+
+
+def operands(name, seed=0):
+    xs, o, pad = CASES[name]
+    rng = np.random.default_rng(seed)
+    ho, wo = out_hw(xs, pad)
+    x = rng.standard_normal(xs).astype(BF16)
+    w = (rng.standard_normal((3, 3, xs[3], o)) * 0.1).astype(BF16)
+    g = rng.standard_normal((xs[0], ho, wo, o)).astype(BF16)
+    return x, w, g, pad
+
+
+def call(prim, args, a):
+    return np.asarray(bind(prim, *[as_podlet(v) for v in args], **a)).copy()
+
+
+def exact(prim, args, a, absolute=False):
+    """The float64 result (or sum of |terms|) on the reference kernels."""
+    isa = _core.active_isa()
+    _core.set_isa("ref")
+    try:
+        f64 = [np.asarray(v).astype(np.float64) for v in args]
+        if absolute:
+            f64 = [np.abs(v) for v in f64]
+        return call(prim, f64, {k: v for k, v in a.items() if k != "preferred_element_type"})
+    finally:
+        _core.set_isa(isa)
+
+
+def counted(key, fn):
+    before = _core.conv_winograd_stats()[key]
+    out = fn()
+    return out, _core.conv_winograd_stats()[key] - before
+
+
+def directions(x, w, g, pad):
+    return [("fwd", "conv_general_dilated", [x, w], attrs(pad)),
+            ("bwd_data", "conv_bwd_data", [g, w], attrs(pad, lhs_shape=list(x.shape)))]
+
+
+def check_close(got, args, prim, a):
+    ex = exact(prim, args, a)
+    bound = 2.0 ** -6 * exact(prim, args, a, absolute=True)
+    g64 = got.astype(np.float64)
+    if got.dtype == BF16:
+        bound = bound + np.abs(ex) * 2.0 ** -8
+    err = np.abs(g64 - ex)
+    assert (err <= bound).all(), f"max excess {np.max(err - bound)}"
+    assert np.sqrt(np.mean(err ** 2)) <= 2.0 ** -7 * np.sqrt(np.mean(ex ** 2))
+
+
+@pytest.mark.parametrize("out_dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_exact_convolution(name, out_dtype):
+    x, w, g, pad = operands(name)
+    for key, prim, args, a in directions(x, w, g, pad):
+        a = dict(a, preferred_element_type=out_dtype)
+        got, runs = counted(key, lambda: call(prim, args, a))
+        assert got.dtype == np.dtype(BF16 if out_dtype == "bfloat16" else np.float32)
+        assert runs == (1 if HAVE else 0), key
+        check_close(got, args, prim, a)
+
+
+def test_error_is_a_few_times_the_direct_kernels():
+    x, w, g, pad = operands("resnet_3x3", seed=3)
+    for key, prim, args, a in directions(x, w, g, pad):
+        ex = exact(prim, args, a)
+        wino = call(prim, args, a).astype(np.float64)
+        podlet.config.update("conv_winograd", False)
+        direct = call(prim, args, a).astype(np.float64)
+        podlet.config.update("conv_winograd", True)
+        rms = lambda v: np.sqrt(np.mean(v ** 2))
+        e_w, e_d = rms(wino - ex) / rms(ex), rms(direct - ex) / rms(ex)
+        assert e_d < 2.5e-3, key
+        if HAVE:
+            assert 1.2 * e_d < e_w < 4 * e_d, (key, e_w, e_d)  # really a different algorithm
+        else:
+            assert e_w == e_d
+
+
+@pytest.mark.parametrize("name", ["resnet_3x3", "task_tail", "two_panels_and_tail"])
+def test_bits_do_not_depend_on_threads(name):
+    x, w, g, pad = operands(name, seed=1)
+    for key, prim, args, a in directions(x, w, g, pad):
+        podlet.config.update("num_threads", 1)
+        one = call(prim, args, a)
+        podlet.config.update("num_threads", 2)
+        two, runs = counted(key, lambda: call(prim, args, a))
+        assert runs == (1 if HAVE else 0)
+        assert one.tobytes() == two.tobytes() == call(prim, args, a).tobytes(), key
+
+
+def test_off_gives_the_direct_kernels_bits():
+    x, w, g, pad = operands("resnet_3x3", seed=2)
+    for key, prim, args, a in directions(x, w, g, pad):
+        podlet.config.update("conv_winograd", False)
+        off, runs = counted(key, lambda: call(prim, args, a))
+        assert runs == 0
+        podlet.config.update("conv_winograd", True)
+        on = call(prim, args, a)
+        assert (off.tobytes() != on.tobytes()) == HAVE
+        podlet.config.update("conv_winograd", False)
+        assert call(prim, args, a).tobytes() == off.tobytes()
+
+
+# Layers it does not cover keep the direct kernels (no Winograd call, same bits as off).
+UNCOVERED = {
+    "stride_2": ((2, 9, 9, 16), (3, 3, 16, 32), dict(window_strides=[2, 2], padding=[1, 1, 1, 1])),
+    "kernel_5x5": ((1, 9, 9, 16), (5, 5, 16, 16), dict(padding=[2, 2, 2, 2])),
+    "dilated": ((1, 9, 9, 16), (3, 3, 16, 16), dict(rhs_dilation=[2, 2], padding=[2, 2, 2, 2])),
+    "groups_2": ((1, 8, 8, 32), (3, 3, 16, 32), dict(feature_group_count=2, padding=[1, 1, 1, 1])),
+    "channels_not_16": ((1, 8, 8, 24), (3, 3, 24, 32), dict(padding=[1, 1, 1, 1])),
+    "kernel_3x1": ((1, 8, 8, 16), (3, 1, 16, 16), dict(padding=[1, 1, 0, 0])),
+}
+
+
+@pytest.mark.parametrize("name", list(UNCOVERED))
+def test_uncovered_layers_keep_the_direct_kernels(name):
+    xs, ws, extra = UNCOVERED[name]
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal(xs).astype(BF16), rng.standard_normal(ws).astype(BF16)
+    a = dict(attrs([0, 0, 0, 0]), **extra)
+    on, runs = counted("fwd", lambda: call("conv_general_dilated", [x, w], a))
+    assert runs == 0
+    podlet.config.update("conv_winograd", False)
+    assert call("conv_general_dilated", [x, w], a).tobytes() == on.tobytes()
+
+
+def test_f32_operands_and_lower_isas_keep_the_direct_kernels():
+    x, w, g, pad = operands("resnet_3x3")
+    a = attrs(pad)
+    _, runs = counted("fwd", lambda: call("conv_general_dilated", [x.astype(np.float32), w.astype(np.float32)], a))
+    assert runs == 0
+    for isa in ("avx512", "avx2", "ref"):
+        if isa in _core.cpu_info()["available_isas"]:
+            _core.set_isa(isa)
+            _, runs = counted("fwd", lambda: call("conv_general_dilated", [x, w], a))
+            assert runs == 0, isa
+
+
+def test_training_gradients_through_winograd_layers():
+    """value_and_grad of a two-layer bf16 conv net: every gradient close to the direct one."""
+    import podlet.numpy as jnp
+    from podlet import lax
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.standard_normal((4, 12, 12, 16)), dtype=jnp.bfloat16)
+    params = {"w1": jnp.asarray(rng.standard_normal((3, 3, 16, 32)) * 0.1, dtype=jnp.float32),
+              "w2": jnp.asarray(rng.standard_normal((3, 3, 32, 32)) * 0.1, dtype=jnp.float32)}
+
+    def loss(p, x):
+        conv = lambda v, w: lax.conv_general_dilated(v, w.astype(jnp.bfloat16), (1, 1), "SAME",
+                                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        h = jnp.maximum(conv(x, p["w1"]), 0)
+        return jnp.mean(conv(h, p["w2"]).astype(jnp.float32) ** 2)
+
+    def run():
+        v, gr = podlet.value_and_grad(loss)(params, x)
+        return float(v), {k: np.asarray(a) for k, a in gr.items()}
+
+    (v_on, g_on), runs = counted("bwd_data", run)
+    assert runs == (1 if HAVE else 0)  # the first layer's input needs no gradient
+    podlet.config.update("conv_winograd", False)
+    v_off, g_off = run()
+    assert abs(v_on - v_off) <= 2e-2 * abs(v_off)
+    for k in g_off:
+        assert np.linalg.norm(g_on[k] - g_off[k]) <= 2e-2 * np.linalg.norm(g_off[k]), k
+
+
+def test_config_and_environment_switch():
+    assert podlet.config.conv_winograd is True and _core.conv_winograd_stats()["enabled"]
+    assert podlet.cpu_info()["conv_winograd"] is True
+    podlet.config.update("conv_winograd", False)
+    assert podlet.config.conv_winograd is False and not podlet.cpu_info()["conv_winograd"]
+    code = "import podlet; print(podlet.config.conv_winograd, podlet.cpu_info()['conv_winograd'])"
+    env = dict(os.environ)
+    for value, want in (("1", "True True"), ("0", "False False")):
+        env["PODLET_CONV_WINOGRAD"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.split() == want.split()
