@@ -250,8 +250,10 @@ def run_torch(model_name, dtype, batch, size, steps, threads):
 # ---------------------------------------------------------------------------------
 def worker(a):
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
-    if a.framework == "podlet":
+    if a.framework in ("podlet", "podlet-wino"):
         os.environ["PODLET_NUM_THREADS"] = str(a.threads)
+        # podlet-wino: the same step with the opt-in Winograd 3x3 convolutions
+        os.environ["PODLET_CONV_WINOGRAD"] = "1" if a.framework == "podlet-wino" else "0"
         r = run_podlet(a.model, a.dtype, a.batch, a.size, a.steps)
     elif a.framework == "jax":
         r = run_jax(a.model, a.dtype, a.batch, a.size, a.steps)
@@ -264,7 +266,8 @@ def worker(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet18,resnet34")
-    p.add_argument("--frameworks", default="podlet,jax,torch")
+    p.add_argument("--frameworks", default="podlet,podlet-wino,jax,torch",
+                   help="podlet-wino: podlet with conv_winograd on (bf16 only)")
     p.add_argument("--dtypes", default="f32,bf16")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--size", type=int, default=224)
@@ -290,6 +293,8 @@ def main():
     for model in a.models.split(","):
         for dtype in a.dtypes.split(","):
             for fw in a.frameworks.split(","):
+                if fw == "podlet-wino" and dtype != "bf16":
+                    continue  # Winograd covers bf16 convolutions only
                 cmd = ["nice", "-n", "10", sys.executable, os.path.abspath(__file__), "--worker", fw, model, dtype,
                        "--batch", str(a.batch), "--size", str(a.size), "--threads", str(a.threads),
                        "--steps", str(a.steps)]
@@ -341,6 +346,17 @@ def table(results):
         out.append(f"| {r['model']} | {r['framework']} | {r['dtype']} | {r['images_per_s']:.2f} | {ratio} | "
                    f"{100 * r.get('mfu', float('nan')):.1f}% | {r['compile_s']:.2f} s | "
                    f"{r['peak_rss_bytes'] / 2**20:.0f} MB |")
+    # The targets: podlet against the faster PyTorch (f32 or bf16) and the faster JAX.
+    for model in dict.fromkeys(r["model"] for r in runs):
+        best = {}
+        for r in runs:
+            if r["model"] == model and "images_per_s" in r:
+                fw = r["framework"]
+                best[fw] = max(best.get(fw, 0.0), r["images_per_s"])
+        for fw in ("podlet", "podlet-wino"):
+            if fw in best and "torch" in best and "jax" in best:
+                out.append(f"\n{model} {fw} (best dtype) {best[fw]:.2f} img/s = {best[fw] / best['torch']:.2f}x the "
+                           f"faster PyTorch, {best[fw] / best['jax']:.2f}x the faster JAX.")
     return "\n".join(out)
 
 
