@@ -5,6 +5,7 @@ the f32 FMA peak measured in the same run (bench/peak.py's C++ loop, 1 and all t
     .venv/bin/python bench/kernels.py --dtype bfloat16 --isas avx512bf16   # the bf16 path
     .venv/bin/python bench/kernels.py --only conv --isas avx2 --dtype bfloat16
     .venv/bin/python bench/kernels.py --only dot --reps 5 --threads 1
+    .venv/bin/python bench/kernels.py --only conv --dtype bfloat16 --isas avx512bf16 --winograd
 
 Shapes: dot 1024^3, the MLP layer 128x784 @ 784x1024 and its two backward products
 (x^T g and g W^T, which read an operand transposed), and every distinct convolution of
@@ -101,10 +102,15 @@ def main():
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="operand/output dtype of every case (accumulation is f32 either way)")
     p.add_argument("--isas", default=None, help="comma list (default: every ISA the host has)")
+    p.add_argument("--winograd", action="store_true",
+                   help="add a column 'wino': avx512bf16 with conv_winograd on (bf16 3x3 stride-1 convs as "
+                        "Winograd F(2x2, 3x3); GFLOP/s and %%peak count the direct convolution's FLOPs)")
     args = p.parse_args()
 
     info = _core.cpu_info()
     isas = args.isas.split(",") if args.isas else info["available_isas"]
+    if args.winograd:
+        isas = isas + ["wino"]
     threads = args.threads or os.cpu_count()
     _core.set_num_threads(threads)
     feats = ",".join(k for k, v in info["features"].items() if v)
@@ -146,7 +152,8 @@ def main():
         # A case's peak is the one of its operand dtype: bf16 operands can use the bf16 dot.
         pk = bpeak if str(ins[0].dtype) == "bfloat16" else peak
         for isa in isas:
-            _core.set_isa(isa)
+            _core.set_isa("avx512bf16" if isa == "wino" else isa)
+            _core.set_conv_winograd(isa == "wino")
             t = best_time(lambda: _core.apply(prim, ins, attrs), args.reps)
             totals[isa][0] += flops
             totals[isa][1] += t
@@ -167,6 +174,7 @@ def main():
         results["resnet34_step_convs"] = {i: {"gflops": f / t / 1e9, "pct_peak": 100 * f / t / 1e9 / pk}
                                           for i, (f, t) in step_totals.items() if t}
     _core.set_isa(info["best_isa"])
+    _core.set_conv_winograd(False)
     import json
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
     with open(os.path.join(os.path.dirname(__file__), "results", "kernels.json"), "w") as f:
