@@ -1,13 +1,16 @@
-"""Winograd F(2x2, 3x3) convolutions (kernels/conv_winograd.h), forward and
-backward-data, against the float64 convolution of the same bf16 operands.
+"""Winograd F(2x2, 3x3) convolutions (kernels/conv_winograd.h), forward, backward-data
+and backward-filter, against the float64 convolution of the same bf16 operands.
 
-Not bit-compared with the direct kernels: the transformed tiles and filters are rounded
-to bf16 before the products, so each output element may be off by a few 2^-9 of the
-sum of |terms| it is built from. Checked per element: |wino - exact| <= 2^-6 * sum|x w|
-(plus one bf16 ulp for a bf16 output) - a wrong tap or transform row is off by whole
-terms and fails it; and over the array: rms error <= 2^-7 of the rms output (measured
-~4.3e-3; the direct kernels' bf16 output rounding alone gives ~1.7e-3). Each test asserts
-the Winograd kernel ran (its call counter), so a fallback cannot pass for it.
+Not bit-compared with the direct kernels: the transformed tiles (and filters, or output
+gradients) are rounded to bf16 before the products, so each element may be off by a few
+2^-9 of the sum of |terms| it is built from. Checked per element: |wino - exact| <=
+2^-6 * that sum (plus one bf16 ulp for a bf16 output) - a wrong tap or transform row is
+off by whole terms and fails it; and over the array: rms error <= 2^-7 of the rms output
+(measured ~4e-3; the direct kernels' bf16 output rounding alone gives ~1.7e-3). For the
+forward and backward-data the sum is sum|x w| over the taps; backward-filter's products
+are between transformed tiles, so its sum is the Winograd computation itself on |x|,
+|g| and the transforms' |entries| (wino_filter_abs). Each test asserts the Winograd
+kernel ran (its call counter), so a fallback cannot pass for it.
 """
 import os
 import subprocess
@@ -57,6 +60,10 @@ CASES = {
     "two_panels_and_tail": ((1, 6, 6, 32), 144, (1, 1, 1, 1)),
     # 3 x 7 x 7 = 147 tiles: three tasks of 48 and one of 3 (a partial microkernel row group).
     "task_tail": ((3, 13, 13, 16), 32, (1, 1, 1, 1)),
+    # backward-filter: 1600 tiles = two splits of 400 steps in blocks of 58; 272 input
+    # channels = two row blocks (256 + 16) against a half-used 64-column panel.
+    "two_splits": ((4, 40, 40, 16), 16, (1, 1, 1, 1)),
+    "channels_past_256": ((1, 5, 5, 272), 48, (1, 1, 1, 1)),
 }
 
 
@@ -95,12 +102,38 @@ def counted(key, fn):
 
 def directions(x, w, g, pad):
     return [("fwd", "conv_general_dilated", [x, w], attrs(pad)),
-            ("bwd_data", "conv_bwd_data", [g, w], attrs(pad, lhs_shape=list(x.shape)))]
+            ("bwd_data", "conv_bwd_data", [g, w], attrs(pad, lhs_shape=list(x.shape))),
+            ("bwd_filter", "conv_bwd_filter", [x, g], attrs(pad, rhs_shape=list(w.shape)))]
+
+
+def wino_filter_abs(x, g, pad):
+    """|G^T| (sum over tiles of (|B^T| |x tile| |B|) * (|A| |g tile| |A^T|)) |G| in float64:
+    what each backward-filter element's products add up to in absolute value."""
+    x, g = np.abs(np.asarray(x, np.float64)), np.abs(np.asarray(g, np.float64))
+    (_, h, w, _), (_, ho, wo, _) = x.shape, g.shape
+    th, tw = -(-ho // 2), -(-wo // 2)
+
+    def tiles(a, size, lo_h, lo_w, hh, ww):
+        ih = 2 * np.arange(th)[:, None] - lo_h + np.arange(size)
+        iw = 2 * np.arange(tw)[:, None] - lo_w + np.arange(size)
+        t = a[:, np.clip(ih, 0, hh - 1)][:, :, :, np.clip(iw, 0, ww - 1)]
+        inside = ((ih >= 0) & (ih < hh))[:, :, None, None] & ((iw >= 0) & (iw < ww))[None, None]
+        return t * inside[None, ..., None]
+
+    bt = np.array([[1, 0, 1, 0], [0, 1, 1, 0], [0, 1, 1, 0], [0, 1, 0, 1]], np.float64)
+    a = np.array([[1, 0], [1, 1], [1, 1], [0, 1]], np.float64)
+    gt = np.array([[1, .5, .5, 0], [0, .5, .5, 0], [0, .5, .5, 1]])
+    u = np.einsum("ai,nxiyjc,bj->nxyabc", bt, tiles(x, 4, pad[0], pad[2], h, w), bt)
+    m = np.einsum("ai,nxiyjo,bj->nxyabo", a, tiles(g, 2, 0, 0, ho, wo), a)
+    return np.einsum("ia,abco,jb->ijco", gt, np.einsum("nxyabc,nxyabo->abco", u, m), gt)
 
 
 def check_close(got, args, prim, a):
     ex = exact(prim, args, a)
-    bound = 2.0 ** -6 * exact(prim, args, a, absolute=True)
+    if prim == "conv_bwd_filter":
+        bound = 2.0 ** -6 * wino_filter_abs(*args, a["padding"])
+    else:
+        bound = 2.0 ** -6 * exact(prim, args, a, absolute=True)
     g64 = got.astype(np.float64)
     if got.dtype == BF16:
         bound = bound + np.abs(ex) * 2.0 ** -8
@@ -138,7 +171,7 @@ def test_error_is_a_few_times_the_direct_kernels():
             assert e_w == e_d
 
 
-@pytest.mark.parametrize("name", ["resnet_3x3", "task_tail", "two_panels_and_tail"])
+@pytest.mark.parametrize("name", ["resnet_3x3", "task_tail", "two_panels_and_tail", "two_splits", "channels_past_256"])
 def test_bits_do_not_depend_on_threads(name):
     x, w, g, pad = operands(name, seed=1)
     for key, prim, args, a in directions(x, w, g, pad):
@@ -217,8 +250,11 @@ def test_training_gradients_through_winograd_layers():
         v, gr = podlet.value_and_grad(loss)(params, x)
         return float(v), {k: np.asarray(a) for k, a in gr.items()}
 
-    (v_on, g_on), runs = counted("bwd_data", run)
-    assert runs == (1 if HAVE else 0)  # the first layer's input needs no gradient
+    before = _core.conv_winograd_stats()
+    v_on, g_on = run()
+    runs = {k: _core.conv_winograd_stats()[k] - before[k] for k in ("fwd", "bwd_data", "bwd_filter")}
+    # the first layer's input needs no gradient
+    assert runs == ({"fwd": 2, "bwd_data": 1, "bwd_filter": 2} if HAVE else dict.fromkeys(runs, 0))
     podlet.config.update("conv_winograd", False)
     v_off, g_off = run()
     assert abs(v_on - v_off) <= 2e-2 * abs(v_off)

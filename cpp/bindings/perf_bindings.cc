@@ -47,9 +47,9 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   m.def("conv_winograd_stats", []() {
     const auto s = kernels::conv_winograd_stats();
     py::dict d;
-    d["fwd"] = s.fwd; d["bwd_data"] = s.bwd_data; d["enabled"] = kernels::conv_winograd_enabled();
+    d["fwd"] = s.fwd; d["bwd_data"] = s.bwd_data; d["bwd_filter"] = s.bwd_filter; d["enabled"] = kernels::conv_winograd_enabled();
     return d;
-  }, "Convolutions run by the Winograd kernels since start (forward, backward-data) and whether the path is on "
+  }, "Convolutions run by the Winograd kernels since start (forward, backward-data, backward-filter) and whether the path is on "
      "(kernels/conv_winograd.h).");
   m.def("set_conv_winograd", &kernels::set_conv_winograd, py::arg("on"),
         "Run bf16 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) on AVX512_BF16 hosts (fewer products, "

@@ -21,10 +21,10 @@
 
 namespace podlet::kernels {
 
-// Whether conv_fwd / conv_bwd_data take the Winograd path for the layers it covers.
+// Whether conv_fwd / conv_bwd_data / conv_bwd_filter take the Winograd path for the layers it covers.
 bool conv_winograd_enabled();
 void set_conv_winograd(bool on);
-struct WinogradStats { int64_t fwd = 0, bwd_data = 0; };
+struct WinogradStats { int64_t fwd = 0, bwd_data = 0, bwd_filter = 0; };
 WinogradStats conv_winograd_stats();  // calls taken since start (tests)
 
 // The layers it covers: 3x3, stride 1, no dilation, one group, C and O multiples of 16.
@@ -33,5 +33,6 @@ bool conv_winograd_geometry(const ConvGeom& q);
 // AVX512_BF16 kernels (conv_winograd_avx512bf16.cc): bf16 operands, f32 / bf16 output.
 void conv_fwd_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* w, DType yd, void* y);
 void conv_bwd_data_winograd_avx512bf16(const ConvGeom& q, const void* g, const void* w, DType dxd, void* dx);
+void conv_bwd_filter_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* g, DType dwd, void* dw);
 
 }  // namespace podlet::kernels

@@ -7,6 +7,9 @@
 //   B^T d: (d0 - d2, d1 + d2, d2 - d1, d1 - d3)
 //   G g:   (g0, (g0 + g1 + g2) / 2, (g0 - g1 + g2) / 2, g2)
 //   A^T m: (m0 + m1 + m2, m1 - m2 - m3)
+// and for backward-filter their adjoints
+//   A y:   (y0, y0 + y1, y0 - y1, -y1)
+//   G^T v: (v0 + (v1 + v2) / 2, (v1 - v2) / 2, (v1 + v2) / 2 + v3)
 // All in f32 with -ffp-contract=off, in the order written, so the bits depend on the
 // inputs only (not on threads or task sizes).
 #include "podlet/kernels/conv_winograd.h"
@@ -17,6 +20,7 @@ namespace {
 
 using avx512::WBuf;
 using engine::cdiv;
+using engine::imax;
 using engine::imin;
 
 constexpr int64_t kRows = 6;     // microkernel rows (tiles): 6 x 64 columns = 24 zmm accumulators
@@ -49,6 +53,40 @@ inline Four gt(__m512 g0, __m512 g1, __m512 g2) {
 struct Two { __m512 v[2]; };
 inline Two at(__m512 m0, __m512 m1, __m512 m2, __m512 m3) {
   return {{_mm512_add_ps(_mm512_add_ps(m0, m1), m2), _mm512_sub_ps(_mm512_sub_ps(m1, m2), m3)}};
+}
+// Backward-filter's: A y (the output transform's adjoint) and G^T v (the filter's).
+inline Four ay(__m512 y0, __m512 y1) {
+  return {{y0, _mm512_add_ps(y0, y1), _mm512_sub_ps(y0, y1), _mm512_sub_ps(_mm512_setzero_ps(), y1)}};
+}
+struct Three { __m512 v[3]; };
+inline Three gtv(__m512 v0, __m512 v1, __m512 v2, __m512 v3) {
+  const __m512 half = _mm512_set1_ps(0.5f), h = _mm512_mul_ps(half, _mm512_add_ps(v1, v2));
+  return {{_mm512_add_ps(v0, h), _mm512_mul_ps(half, _mm512_sub_ps(v1, v2)), _mm512_add_ps(h, v3)}};
+}
+
+// The 4 x 4 input pixels of a tile with top-left (ih0, iw0) in image n of in [N, Hi, Wi,
+// C]: pointers to their channel rows, `zero` (a row of C zeros) in the padding, so the
+// transforms load without branches.
+inline void tile_rows(const bf16* in, int64_t n, int64_t ih0, int64_t iw0, int64_t Hi, int64_t Wi, int64_t C,
+                      const bf16* zero, const bf16* src[4][4]) {
+  for (int a = 0; a < 4; ++a)
+    for (int c = 0; c < 4; ++c) {
+      const int64_t ih = ih0 + a, iw = iw0 + c;
+      src[a][c] = ih >= 0 && ih < Hi && iw >= 0 && iw < Wi ? in + ((n * Hi + ih) * Wi + iw) * C : zero;
+    }
+}
+
+// u[a * 4 + c] = (B^T d B)[a][c] for channels [ch, ch + 16) of the tile at src.
+inline void input_tile(const bf16* const src[4][4], int64_t ch, __m512 u[16]) {
+  __m512 d[4][4];
+  for (int a = 0; a < 4; ++a)
+    for (int c = 0; c < 4; ++c) d[a][c] = avx512::load16(src[a][c] + ch);
+  Four r[4];
+  for (int c = 0; c < 4; ++c) r[c] = bt(d[0][c], d[1][c], d[2][c], d[3][c]);
+  for (int a = 0; a < 4; ++a) {
+    const Four v = bt(r[0].v[a], r[1].v[a], r[2].v[a], r[3].v[a]);
+    for (int c = 0; c < 4; ++c) u[a * 4 + c] = v.v[c];
+  }
 }
 
 // v16[pos][c][o] = (G w[:, :, c, o] G^T)[pos] rounded to bf16, w [3, 3, C, O] bf16.
@@ -134,9 +172,15 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
   const int64_t kq = L.Ci / 2, np = cdiv(L.Co, kPanel);
   const int64_t th = cdiv(L.Ho, 2), tw = cdiv(L.Wo, 2), ntiles = L.N * th * tw;
   const double flops = 2.0 * L.N * L.Ho * L.Wo * L.Co * L.Ci * 9;
+  WBuf zeros(L.Ci / 2);
+  zeros.zero(L.Ci / 2);
+  const bf16* zero = reinterpret_cast<const bf16*>(zeros.p);
+  // Per-position strides of U and M one cache line past a multiple of 4 KB: a transform
+  // touches all 16 positions at once, which at 4 KB multiples share one L1 set.
+  const int64_t us = kTiles * kq + 16, ms = kTiles * kPanel + 16;
   engine::run_tasks<Scratch>(cdiv(ntiles, kTiles), flops >= 4e6, [&](int64_t task, Scratch& s) {
-    s.u.reserve(16 * kTiles * kq);
-    s.m.reserve(16 * kTiles * kPanel);
+    s.u.reserve(16 * us);
+    s.m.reserve(16 * ms);
     uint32_t* U = s.u.p;
     float* M = s.m.f();
     const int64_t t0 = task * kTiles, nt = imin(kTiles, ntiles - t0);
@@ -145,35 +189,25 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
       const int64_t tt = t0 + t, n = tt / (th * tw), ti = tt % (th * tw) / tw, tj = tt % tw;
       const int64_t ih0 = 2 * ti - L.ph, iw0 = 2 * tj - L.pw;
       const bf16* src[4][4];
-      for (int a = 0; a < 4; ++a)
-        for (int c = 0; c < 4; ++c) {
-          const int64_t ih = ih0 + a, iw = iw0 + c;
-          src[a][c] = ih >= 0 && ih < L.Hi && iw >= 0 && iw < L.Wi ? in + ((n * L.Hi + ih) * L.Wi + iw) * L.Ci : nullptr;
-        }
+      tile_rows(in, n, ih0, iw0, L.Hi, L.Wi, L.Ci, zero, src);
       bf16* dst = reinterpret_cast<bf16*>(U + t * kq);
       for (int64_t ch = 0; ch < L.Ci; ch += 16) {
-        __m512 d[4][4];
-        for (int a = 0; a < 4; ++a)
-          for (int c = 0; c < 4; ++c) d[a][c] = src[a][c] ? avx512::load16(src[a][c] + ch) : _mm512_setzero_ps();
-        Four r[4];
-        for (int c = 0; c < 4; ++c) r[c] = bt(d[0][c], d[1][c], d[2][c], d[3][c]);
-        for (int a = 0; a < 4; ++a) {
-          const Four u = bt(r[0].v[a], r[1].v[a], r[2].v[a], r[3].v[a]);
-          for (int c = 0; c < 4; ++c) store_pairs(dst + (a * 4 + c) * kTiles * L.Ci + ch, u.v[c]);
-        }
+        __m512 u[16];
+        input_tile(src, ch, u);
+        for (int pos = 0; pos < 16; ++pos) store_pairs(dst + pos * 2 * us + ch, u[pos]);
       }
     }
     // The microkernel's rows past nt read these: zeros, not stale words.
     const int64_t ntr = cdiv(nt, kRows) * kRows;
     if (ntr > nt)
-      for (int pos = 0; pos < 16; ++pos) avx512::zero_words(U + (pos * kTiles + nt) * kq, (ntr - nt) * kq);
+      for (int pos = 0; pos < 16; ++pos) avx512::zero_words(U + pos * us + nt * kq, (ntr - nt) * kq);
     for (int64_t pn = 0; pn < np; ++pn) {
       const int64_t o0 = pn * kPanel, nv = imin(kPanel, L.Co - o0) / 16;
       for (int pos = 0; pos < 16; ++pos) {
         const uint32_t* bp = b + (pos * np + pn) * kq * kPanel;
         for (int64_t r0 = 0; r0 < nt; r0 += kRows) {
-          const uint32_t* a = U + (pos * kTiles + r0) * kq;
-          float* m = M + (pos * kTiles + r0) * kPanel;
+          const uint32_t* a = U + pos * us + r0 * kq;
+          float* m = M + pos * ms + r0 * kPanel;
           const int64_t rows = imin(kRows, nt - r0);
           switch (nv) {
             case 4: ukernel<4>(kq, a, bp, m, rows); break;
@@ -189,7 +223,7 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
         for (int64_t v = 0; v < nv; ++v) {
           __m512 m[4][4];
           for (int a = 0; a < 4; ++a)
-            for (int c = 0; c < 4; ++c) m[a][c] = _mm512_loadu_ps(M + ((a * 4 + c) * kTiles + t) * kPanel + 16 * v);
+            for (int c = 0; c < 4; ++c) m[a][c] = _mm512_loadu_ps(M + (a * 4 + c) * ms + t * kPanel + 16 * v);
           Two s[4];
           for (int c = 0; c < 4; ++c) s[c] = at(m[0][c], m[1][c], m[2][c], m[3][c]);
           for (int i = 0; i < 2; ++i) {
@@ -206,6 +240,164 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
                 _mm512_storeu_ps(static_cast<float*>(out) + off, y.v[j]);
             }
           }
+        }
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------- backward-filter
+// The forward is linear in the transformed filter V = G w G^T, so dV[pos] = sum over
+// tiles t of U_t[pos]^T dM_t[pos] (a C x O GEMM per position whose K is the tiles),
+// with U_t the forward's input transform and dM_t = A g_t A^T (g's 2 x 2 tile, zero past
+// Ho / Wo), and dw = G^T dV G. Both operands are rounded to bf16 like the forward's.
+// A K step is a pair of tiles (2s, 2s + 1) in one word.
+// The transformed operands are 4x the size of x and g, so they are never written whole:
+// a task owns one block of dV (up to 256 rows c x 256 columns o, all 16 positions) for
+// one split of the steps, and per block of 64 steps transforms just its channels into
+// scratch (A: [16][mc / 8][nq][8] words, k-major groups of 8 rows; B: [16][nc / 32][nq]
+// [32], 32-column panels) and multiplies them with the engine's backward-filter
+// microkernel into its partial dV. x's channels are transformed once per column block,
+// g's once per row block. The splits' partials are added in split order: the sum of each element
+// is split after split, block after block, a function of the shape only.
+struct FScratch {
+  WBuf a, b;
+  FScratch() : a(1), b(1) {}
+};
+// dV blocks of 256 x 256 and transform blocks of 64 steps: of 64 / 128 / 256 and 16 to 64,
+// the fastest on the ResNet-34 shapes (paired; 128-blocks transform x and g twice as often).
+constexpr int64_t kFmr = 8, kFnr = avx512::NR, kFblock = 256, kFsteps = 64;
+
+// The 16 words of channels [ch, ch + 16): (lo[c], hi[c]) as bf16 pairs (RNE).
+inline __m512i pair_words(__m512 lo, __m512 hi) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
+
+void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void* dw) {
+  const int64_t C = q.C, O = q.O, Op = engine::round_up(O, kFnr);
+  const int64_t th = cdiv(q.Ho, 2), tw = cdiv(q.Wo, 2), T = q.N * th * tw, Tq = cdiv(T, 2);
+  const int64_t mc = imin(C, kFblock), nc = imin(Op, kFblock), mt = cdiv(C, mc), nt = cdiv(Op, nc);
+  // Splits of the steps: enough tasks for the threads when the channels are few, each
+  // at least ~384 steps, partials at most 16 MB.
+  const int64_t dv = 16 * C * Op;
+  const int64_t ns = imax(1, imin(imin(8, Tq / 384), (int64_t(1) << 22) / dv));
+  const int64_t sq = cdiv(Tq, ns);
+  WBuf acc(ns * dv);
+  // Tile t's input rows (x's 4 x 4 pixels, g's 2 x 2): rows of zeros in the padding, past
+  // Ho / Wo and past T.
+  WBuf zeros(imax(C, O) / 2);
+  zeros.zero(imax(C, O) / 2);
+  const bf16* zero = reinterpret_cast<const bf16*>(zeros.p);
+  struct Src {
+    const bf16* x[4][4];
+    const bf16* g[2][2];
+  };
+  auto tile_src = [&](int64_t t, Src& r) {
+    if (t >= T) {
+      for (int a = 0; a < 16; ++a) r.x[a / 4][a % 4] = zero;
+      for (int a = 0; a < 4; ++a) r.g[a / 2][a % 2] = zero;
+      return;
+    }
+    const int64_t n = t / (th * tw), ti = t % (th * tw) / tw, tj = t % tw;
+    tile_rows(x, n, 2 * ti - q.ph, 2 * tj - q.pw, q.H, q.W, C, zero, r.x);
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const int64_t oh = 2 * ti + i, ow = 2 * tj + j;
+        r.g[i][j] = oh < q.Ho && ow < q.Wo ? g + ((n * q.Ho + oh) * q.Wo + ow) * O : zero;
+      }
+  };
+  // dM = A y A^T for channels [o, o + 16) of a tile (zeros past O).
+  auto g_tile = [&](const Src& r, int64_t o, __m512 m[16]) {
+    __m512 y[2][2];
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) y[i][j] = o < O ? avx512::load16(r.g[i][j] + o) : _mm512_setzero_ps();
+    const Four c0 = ay(y[0][0], y[1][0]), c1 = ay(y[0][1], y[1][1]);
+    for (int a = 0; a < 4; ++a) {
+      const Four v = ay(c0.v[a], c1.v[a]);
+      for (int b = 0; b < 4; ++b) m[a * 4 + b] = v.v[b];
+    }
+  };
+  const double flops = 2.0 * 16 * double(C) * double(Op) * double(2 * Tq);
+  engine::run_tasks<FScratch>(ns * mt * nt, flops >= 4e6, [&](int64_t task, FScratch& s) {
+    const int64_t sp = task / (mt * nt), c0 = task % (mt * nt) / nt * mc, o0 = task % nt * nc;
+    const int64_t rows = imin(mc, C - c0), cols = imin(nc, Op - o0);
+    const int64_t q0 = sp * sq, q1 = imin(Tq, q0 + sq);
+    float* d = acc.f() + sp * dv;
+    if (q0 >= q1) {
+      for (int64_t r = 0; r < 16 * C; ++r)
+        if (r % C >= c0 && r % C < c0 + rows) std::memset(d + r * Op + o0, 0, size_t(cols) * 4);
+      return;
+    }
+    const int64_t bl = cdiv(q1 - q0, cdiv(q1 - q0, kFsteps));
+    // Group / panel strides one cache line past a multiple of 1 KB: the transforms store
+    // one step of every group and panel at a time, and at power-of-two strides those
+    // lines fall in a few L1 sets (56x56x64 transforms 2x slower).
+    const int64_t as = bl * kFmr + 16, bs = bl * kFnr + 16;
+    s.a.reserve(16 * (rows / kFmr) * as);
+    s.b.reserve(16 * (cols / kFnr) * bs);
+    const int64_t rg = rows / kFmr, cp = cols / kFnr;
+    for (int64_t b0 = q0; b0 < q1; b0 += bl) {
+      const int64_t nq = imin(bl, q1 - b0);
+      for (int64_t st = 0; st < nq; ++st) {
+        Src r0, r1;
+        tile_src(2 * (b0 + st), r0);
+        tile_src(2 * (b0 + st) + 1, r1);
+        for (int64_t ch = c0; ch < c0 + rows; ch += 16) {
+          __m512 u0[16], u1[16];
+          input_tile(r0.x, ch, u0);
+          input_tile(r1.x, ch, u1);
+          for (int p = 0; p < 16; ++p) {
+            const __m512i w = pair_words(u0[p], u1[p]);
+            uint32_t* a = s.a.p + (p * rg + (ch - c0) / kFmr) * as + st * kFmr;
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a), _mm512_castsi512_si256(w));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + as), _mm512_extracti64x4_epi64(w, 1));
+          }
+        }
+        for (int64_t o = o0; o < o0 + cols; o += 16) {
+          __m512 m0[16], m1[16];
+          g_tile(r0, o, m0);
+          g_tile(r1, o, m1);
+          for (int p = 0; p < 16; ++p)
+            _mm512_storeu_si512(s.b.p + (p * cp + (o - o0) / kFnr) * bs + st * kFnr + (o - o0) % kFnr,
+                                pair_words(m0[p], m1[p]));
+        }
+      }
+      for (int p = 0; p < 16; ++p)
+        for (int64_t j = 0; j < cp; ++j)
+          for (int64_t i = 0; i < rg; ++i)
+            avx512::ukernel_x32<avx512::Bf16Kind, true, 8>(nq, s.a.p + (p * rg + i) * as, 0,
+                                                           s.b.p + (p * cp + j) * bs,
+                                                           d + (p * C + c0 + i * kFmr) * Op + o0 + j * kFnr, Op, b0 > q0);
+    }
+  });
+  // acc = split 0 + split 1 + ..., in order.
+  if (ns > 1)
+    engine::run_units(16 * C, double(ns) * double(dv) >= 2e5, [&](int64_t r) {
+      float* a = acc.f() + r * Op;
+      for (int64_t sp = 1; sp < ns; ++sp) {
+        const float* b = acc.f() + sp * dv + r * Op;
+        for (int64_t o = 0; o < Op; o += 16) _mm512_storeu_ps(a + o, _mm512_add_ps(_mm512_loadu_ps(a + o), _mm512_loadu_ps(b + o)));
+      }
+    });
+  // dw[kh][kw][c][o] = (G^T dV[.][c][o] G)[kh][kw]
+  engine::run_units(C, 16.0 * double(C) * double(O) >= 2e5, [&](int64_t c) {
+    for (int64_t o = 0; o < O; o += 16) {
+      Three r[4];
+      for (int a = 0; a < 4; ++a) {
+        __m512 v[4];
+        for (int b = 0; b < 4; ++b) v[b] = _mm512_loadu_ps(acc.f() + ((a * 4 + b) * C + c) * Op + o);
+        r[a] = gtv(v[0], v[1], v[2], v[3]);
+      }
+      for (int j = 0; j < 3; ++j) {
+        const Three w = gtv(r[0].v[j], r[1].v[j], r[2].v[j], r[3].v[j]);
+        for (int i = 0; i < 3; ++i) {
+          const int64_t off = ((i * 3 + j) * C + c) * O + o;
+          if (dwd == DType::bf16)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(dw) + off), avx512::bf16_round16(w.v[i]));
+          else
+            _mm512_storeu_ps(static_cast<float*>(dw) + off, w.v[i]);
         }
       }
     }
@@ -230,6 +422,10 @@ void conv_bwd_data_winograd_avx512bf16(const ConvGeom& q, const void* g, const v
   transform_filter(static_cast<const bf16*>(w), q.C, q.O, v16h);
   pack_backward_data(v16h, q.C, q.O, b.p);
   run({q.N, q.Ho, q.Wo, q.O, q.H, q.W, q.C, 2 - q.ph, 2 - q.pw}, static_cast<const bf16*>(g), b.p, dxd, dx);
+}
+
+void conv_bwd_filter_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* g, DType dwd, void* dw) {
+  bwd_filter(q, static_cast<const bf16*>(x), static_cast<const bf16*>(g), dwd, dw);
 }
 
 }  // namespace podlet::kernels

@@ -51,7 +51,7 @@ std::atomic<bool> g_winograd{[] {
   const char* e = std::getenv("PODLET_CONV_WINOGRAD");
   return e && *e && std::string_view(e) != "0";
 }()};
-std::atomic<int64_t> g_winograd_fwd{0}, g_winograd_bwd_data{0};
+std::atomic<int64_t> g_winograd_fwd{0}, g_winograd_bwd_data{0}, g_winograd_bwd_filter{0};
 // The Winograd path (conv_winograd.h) when it is on and covers the layer: bf16 operands
 // on AVX512_BF16, output f32 or bf16.
 bool winograd(const ConvGeom& q, DType a, DType b, DType out) {
@@ -62,7 +62,9 @@ bool winograd(const ConvGeom& q, DType a, DType b, DType out) {
 
 bool conv_winograd_enabled() { return g_winograd.load(); }
 void set_conv_winograd(bool on) { g_winograd.store(on); }
-WinogradStats conv_winograd_stats() { return {g_winograd_fwd.load(), g_winograd_bwd_data.load()}; }
+WinogradStats conv_winograd_stats() {
+  return {g_winograd_fwd.load(), g_winograd_bwd_data.load(), g_winograd_bwd_filter.load()};
+}
 bool conv_winograd_geometry(const ConvGeom& q) {
   return q.KH == 3 && q.KW == 3 && q.sh == 1 && q.sw == 1 && q.ldh == 1 && q.ldw == 1 && q.rdh == 1 && q.rdw == 1 &&
          q.G == 1 && q.C % 16 == 0 && q.O % 16 == 0 && q.N * q.H * q.W * q.C > 0 && q.Ho * q.Wo * q.O > 0;
@@ -100,6 +102,10 @@ void conv_bwd_data(const ConvGeom& q, DType gd, const void* g, DType wd, const v
 }
 
 void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw) {
+  if (winograd(q, xd, gd, dwd)) {
+    g_winograd_bwd_filter.fetch_add(1, std::memory_order_relaxed);
+    return conv_bwd_filter_winograd_avx512bf16(q, x, g, dwd, dw);
+  }
   switch (q.KH * q.KW * q.Cg() * q.O > 0 ? conv_path(q, xd, gd, dwd, q.Og()) : ConvPath::ref) {
     case ConvPath::avx512bf16: return conv_bwd_filter_avx512bf16(q, xd, x, gd, g, dwd, dw);
     case ConvPath::avx512: return conv_bwd_filter_avx512(q, xd, x, gd, g, dwd, dw);
