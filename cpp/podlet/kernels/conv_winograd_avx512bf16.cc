@@ -19,6 +19,7 @@ namespace podlet::kernels {
 namespace {
 
 using avx512::WBuf;
+using engine::PoolBuf;
 using engine::cdiv;
 using engine::imax;
 using engine::imin;
@@ -164,8 +165,7 @@ inline void ukernel(int64_t kq, const uint32_t* a, const uint32_t* b, float* m, 
 }
 
 struct Scratch {
-  WBuf u, m;
-  Scratch() : u(1), m(1) {}
+  PoolBuf u, m;
 };
 
 void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out) {
@@ -261,8 +261,7 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
 // g's once per row block. The splits' partials are added in split order: the sum of each element
 // is split after split, block after block, a function of the shape only.
 struct FScratch {
-  WBuf a, b;
-  FScratch() : a(1), b(1) {}
+  PoolBuf a, b;
 };
 // dV blocks of 256 x 256 and transform blocks of 64 steps: of 64 / 128 / 256 and 16 to 64,
 // the fastest on the ResNet-34 shapes (paired; 128-blocks transform x and g twice as often).
@@ -284,7 +283,7 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
   const int64_t dv = 16 * C * Op;
   const int64_t ns = imax(1, imin(imin(8, Tq / 384), (int64_t(1) << 22) / dv));
   const int64_t sq = cdiv(Tq, ns);
-  WBuf acc(ns * dv);
+  PoolBuf acc(ns * dv);
   // Tile t's input rows (x's 4 x 4 pixels, g's 2 x 2): rows of zeros in the padding, past
   // Ho / Wo and past T.
   WBuf zeros(imax(C, O) / 2);
@@ -407,7 +406,7 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
 }  // namespace
 
 void conv_fwd_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* w, DType yd, void* y) {
-  WBuf v16(8 * q.C * q.O), b(16 * cdiv(q.O, kPanel) * kPanel * q.C / 2);
+  PoolBuf v16(8 * q.C * q.O), b(16 * cdiv(q.O, kPanel) * kPanel * q.C / 2);
   bf16* v16h = reinterpret_cast<bf16*>(v16.p);
   transform_filter(static_cast<const bf16*>(w), q.C, q.O, v16h);
   pack_forward(v16h, q.C, q.O, b.p);
@@ -417,7 +416,7 @@ void conv_fwd_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* 
 // dx(ih, iw) = sum over kh, kw of g(ih + ph - kh, iw + pw - kw) . w[kh, kw]^T: the same
 // tile loop on g with the flipped, transposed filter and padding 2 - ph.
 void conv_bwd_data_winograd_avx512bf16(const ConvGeom& q, const void* g, const void* w, DType dxd, void* dx) {
-  WBuf v16(8 * q.C * q.O), b(16 * cdiv(q.C, kPanel) * kPanel * q.O / 2);
+  PoolBuf v16(8 * q.C * q.O), b(16 * cdiv(q.C, kPanel) * kPanel * q.O / 2);
   bf16* v16h = reinterpret_cast<bf16*>(v16.p);
   transform_filter(static_cast<const bf16*>(w), q.C, q.O, v16h);
   pack_backward_data(v16h, q.C, q.O, b.p);
