@@ -4,16 +4,20 @@
 // products per tile and channel pair instead of 36, so a 3x3 layer does 4/9 of the direct
 // convolution's multiplications as 16 GEMMs (one per tile position, vdpbf16ps into f32)
 // between transformed input tiles and transformed filters. Backward-data is the same
-// computation on g with the filter flipped and transposed.
+// computation on g with the filter flipped and transposed. Backward-filter is the
+// forward's adjoint in the transformed filter: dV = sum over tiles of U^T (A g A^T) per
+// position (GEMMs whose K is the tiles), dw = G^T dV G.
 //
 // Numerics differ from the direct kernels: the transformed tiles and filters are rounded
 // to bf16 before the products (the GEMM's operands), so the error is about 2.5x that of
 // the direct convolution's bf16 output rounding (rms ~4e-3 relative vs ~1.7e-3, measured
-// in tests/test_conv_winograd.py), and an infinite input gives NaN where the direct
-// kernel gives +-inf. That is why it is off unless asked for:
-// podlet.config.update("conv_winograd", True) or PODLET_CONV_WINOGRAD=1.
+// in tests/test_conv_winograd.py; backward-filter's g tiles are rounded the same way),
+// and an infinite input gives NaN where the direct kernel gives +-inf. That is why it is
+// off unless asked for: podlet.config.update("conv_winograd", True) or
+// PODLET_CONV_WINOGRAD=1.
 // Bits do not depend on the thread count: every output tile is computed by one task in
-// a fixed order.
+// a fixed order, and backward-filter's sums over tiles run in splits and blocks fixed by
+// the shape, added in order.
 #pragma once
 #include <cstdint>
 #include "podlet/dtype.h"
@@ -31,6 +35,7 @@ WinogradStats conv_winograd_stats();  // calls taken since start (tests)
 bool conv_winograd_geometry(const ConvGeom& q);
 
 // AVX512_BF16 kernels (conv_winograd_avx512bf16.cc): bf16 operands, f32 / bf16 output.
+// Their temporaries come from the array buffer pool (engine::PoolBuf).
 void conv_fwd_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* w, DType yd, void* y);
 void conv_bwd_data_winograd_avx512bf16(const ConvGeom& q, const void* g, const void* w, DType dxd, void* dx);
 void conv_bwd_filter_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* g, DType dwd, void* dw);
