@@ -60,8 +60,9 @@ CASES = {
     "two_panels_and_tail": ((1, 6, 6, 32), 144, (1, 1, 1, 1)),
     # 3 x 7 x 7 = 147 tiles: three tasks of 48 and one of 3 (a partial microkernel row group).
     "task_tail": ((3, 13, 13, 16), 32, (1, 1, 1, 1)),
-    # backward-filter: 1600 tiles = two splits of 400 steps in blocks of 58; 272 input
-    # channels = two row blocks (256 + 16) against a half-used 64-column panel.
+    # backward-filter: 1600 tiles = two splits of 400 steps (tile pairs) in blocks of 58;
+    # 272 input channels = two row blocks (256 + 16); 48 output channels = two 32-column
+    # panels, the second half zeros.
     "two_splits": ((4, 40, 40, 16), 16, (1, 1, 1, 1)),
     "channels_past_256": ((1, 5, 5, 272), 48, (1, 1, 1, 1)),
 }
@@ -171,7 +172,8 @@ def test_error_is_a_few_times_the_direct_kernels():
             assert e_w == e_d
 
 
-@pytest.mark.parametrize("name", ["resnet_3x3", "task_tail", "two_panels_and_tail", "two_splits", "channels_past_256"])
+@pytest.mark.parametrize("name", ["resnet_3x3", "task_tail", "two_panels_and_tail", "two_splits",
+                                  "channels_past_256"])
 def test_bits_do_not_depend_on_threads(name):
     x, w, g, pad = operands(name, seed=1)
     for key, prim, args, a in directions(x, w, g, pad):

@@ -258,8 +258,8 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
 // scratch (A: [16][mc / 8][nq][8] words, k-major groups of 8 rows; B: [16][nc / 32][nq]
 // [32], 32-column panels) and multiplies them with the engine's backward-filter
 // microkernel into its partial dV. x's channels are transformed once per column block,
-// g's once per row block. The splits' partials are added in split order: the sum of each element
-// is split after split, block after block, a function of the shape only.
+// g's once per row block. The splits' partials are added in split order: the sum of each
+// element is split after split, block after block, a function of the shape only.
 struct FScratch {
   PoolBuf a, b;
 };
@@ -279,7 +279,7 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
   const int64_t th = cdiv(q.Ho, 2), tw = cdiv(q.Wo, 2), T = q.N * th * tw, Tq = cdiv(T, 2);
   const int64_t mc = imin(C, kFblock), nc = imin(Op, kFblock), mt = cdiv(C, mc), nt = cdiv(Op, nc);
   // Splits of the steps: enough tasks for the threads when the channels are few, each
-  // at least ~384 steps, partials at most 16 MB.
+  // at least ~384 steps (so none is empty), partials at most 16 MB.
   const int64_t dv = 16 * C * Op;
   const int64_t ns = imax(1, imin(imin(8, Tq / 384), (int64_t(1) << 22) / dv));
   const int64_t sq = cdiv(Tq, ns);
@@ -324,11 +324,6 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
     const int64_t rows = imin(mc, C - c0), cols = imin(nc, Op - o0);
     const int64_t q0 = sp * sq, q1 = imin(Tq, q0 + sq);
     float* d = acc.f() + sp * dv;
-    if (q0 >= q1) {
-      for (int64_t r = 0; r < 16 * C; ++r)
-        if (r % C >= c0 && r % C < c0 + rows) std::memset(d + r * Op + o0, 0, size_t(cols) * 4);
-      return;
-    }
     const int64_t bl = cdiv(q1 - q0, cdiv(q1 - q0, kFsteps));
     // Group / panel strides one cache line past a multiple of 1 KB: the transforms store
     // one step of every group and panel at a time, and at power-of-two strides those
