@@ -291,6 +291,44 @@ def test_select_and_scatter_add(name, dtype):
     assert y.shape == shape and y.dtype == np.dtype(dtype)
 
 
+# f32 image pools with channels in multiples of 16 take the AVX-512 kernel (kernels/pool.h)
+# on AVX-512 hosts: the same bits as window.cc's loops (the ref ISA), the reference values.
+FAST_POOLS = {
+    "stem_3x3_s2_p1": ((2, 13, 12, 64), (1, 3, 3, 1), (1, 2, 2, 1), [0, 0, 1, 1, 1, 1, 0, 0]),
+    "2x2_s2_valid_odd": ((1, 9, 7, 16), (1, 2, 2, 1), (1, 2, 2, 1), [0] * 8),
+    "3x2_s1x2_asymmetric": ((2, 7, 8, 48), (1, 3, 2, 1), (1, 1, 2, 1), [0, 0, 1, 2, 0, 1, 0, 0]),
+    "negative_padding": ((1, 10, 9, 16), (1, 3, 3, 1), (1, 2, 2, 1), [0, 0, -1, 1, 1, -2, 0, 0]),
+    "5x5_s3_p2": ((3, 6, 6, 32), (1, 5, 5, 1), (1, 3, 3, 1), [0, 0, 2, 2, 2, 2, 0, 0]),
+    "window_larger_than_input": ((1, 2, 2, 16), (1, 3, 3, 1), (1, 1, 1, 1), [0] * 8),
+}
+
+
+@pytest.mark.parametrize("name", list(FAST_POOLS))
+def test_max_pool_gradient_fast_kernel(name):
+    from podlet import _core
+    case = FAST_POOLS[name]
+    shape, wd, ws, pad = case
+    rng = np.random.default_rng(7)
+    x = rng.integers(-3, 3, shape).astype(np.float32)  # many ties: the first maximum wins
+    x.reshape(-1)[rng.choice(x.size, 5, replace=False)] = np.nan
+    x.reshape(-1)[rng.choice(x.size, 5, replace=False)] = -0.0
+    src = rng.standard_normal(_out_shape(shape, wd, ws, pad)).astype(np.float32)
+    src.reshape(-1)[:3] = -0.0
+    before = _core.maxpool_grad_fast_calls()
+    fast = np.asarray(bind("select_and_scatter_add", as_podlet(src), as_podlet(x), **wattrs(case))).copy()
+    fast_ran = _core.maxpool_grad_fast_calls() - before
+    assert fast_ran == (1 if "avx512" in _core.cpu_info()["available_isas"] else 0)
+    isa = _core.active_isa()
+    _core.set_isa("ref")
+    try:
+        slow = np.asarray(bind("select_and_scatter_add", as_podlet(src), as_podlet(x), **wattrs(case))).copy()
+    finally:
+        _core.set_isa(isa)
+    assert fast.tobytes() == slow.tobytes()
+    np.testing.assert_allclose(fast, ref_select_and_scatter_add(src.astype(np.float64), x.astype(np.float64),
+                                                                wd, ws, pad), rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64])
 def test_select_and_gather_add(name, dtype):

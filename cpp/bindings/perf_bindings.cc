@@ -10,6 +10,7 @@
 #include "podlet/ir/optim_fusion.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
+#include "podlet/kernels/pool.h"
 #include "podlet/kernels/peak.h"
 #include "registry.h"
 
@@ -51,6 +52,9 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     return d;
   }, "Convolutions run by the Winograd kernels since start (forward, backward-data, backward-filter) and whether the path is on "
      "(kernels/conv_winograd.h).");
+  m.def("maxpool_grad_fast_calls", &kernels::maxpool_grad_fast_calls,
+        "Max-pool gradients (select_and_scatter_add on f32 NHWC images) run by the AVX-512 kernel since start "
+        "(kernels/pool.h).");
   m.def("set_conv_winograd", &kernels::set_conv_winograd, py::arg("on"),
         "Run bf16 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) on AVX512_BF16 hosts (fewer products, "
         "about 2.5x the rounding error; off by default, PODLET_CONV_WINOGRAD=1 turns it on).");

@@ -9,6 +9,7 @@
 #include "podlet/kernels/conv.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/gemm.h"
+#include "podlet/kernels/pool.h"
 
 namespace podlet::kernels {
 namespace {
@@ -113,5 +114,17 @@ void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const
     case ConvPath::ref: return conv_bwd_filter_ref(q, xd, x, gd, g, dwd, dw);
   }
 }
+
+namespace {
+std::atomic<int64_t> g_maxpool_fast{0};
+}  // namespace
+
+bool maxpool_grad(const Pool2d& q, const float* x, const float* src, float* dx) {
+  if (!isa_at_least(Isa::avx512) || q.C % 16 != 0 || q.KH * q.KW > 127 || q.N * q.H * q.W * q.C == 0) return false;
+  g_maxpool_fast.fetch_add(1, std::memory_order_relaxed);
+  maxpool_grad_avx512(q, x, src, dx);
+  return true;
+}
+int64_t maxpool_grad_fast_calls() { return g_maxpool_fast.load(); }
 
 }  // namespace podlet::kernels

@@ -12,6 +12,7 @@
 // Every output (and every transposed input) element is reduced in a fixed order, so
 // results do not depend on the thread count.
 #include "podlet/prims/common.h"
+#include "podlet/kernels/pool.h"
 #include <cmath>
 #include <limits>
 
@@ -323,6 +324,10 @@ void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const
   WinGeom q = win_geom(in[1].shape(), a);
   if (out[0].size() == 0) return;
   const int64_t I = q.inner;
+  if (is_pool2d(q) && in[0].dtype() == DType::f32 && in[1].dtype() == DType::f32 &&
+      kernels::maxpool_grad({q.in[0], q.in[1], q.in[2], I, q.out[1], q.out[2], q.win[1], q.win[2], q.str[1], q.str[2],
+                             q.lo[1], q.lo[2]}, in[1].data<float>(), in[0].data<float>(), out[0].data<float>()))
+    return;
   std::vector<int32_t> sel;
   float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
   float_or_int_switch(in[0].dtype(), [&](auto tag) {
@@ -385,6 +390,10 @@ void gather_kernel(const std::vector<Array>& in, std::vector<Array>& out, const 
   WinGeom q = win_geom(in[1].shape(), a);
   if (out[0].size() == 0) return;
   const int64_t I = q.inner;
+  if (is_pool2d(q) && in[0].dtype() == DType::f32 && in[1].dtype() == DType::f32 &&
+      kernels::maxpool_grad({q.in[0], q.in[1], q.in[2], I, q.out[1], q.out[2], q.win[1], q.win[2], q.str[1], q.str[2],
+                             q.lo[1], q.lo[2]}, in[1].data<float>(), in[0].data<float>(), out[0].data<float>()))
+    return;
   std::vector<int32_t> sel;
   float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
   float_or_int_switch(in[0].dtype(), [&](auto tag) {
