@@ -186,6 +186,28 @@ def test_fused_sums_come_out_of_compiled_passes(shape, dtype):
     assert "reduce_sum" not in fg.prim_counts()
 
 
+@pytest.mark.parametrize("channels", [64, 512, 80])
+def test_fused_sums_keep_the_first_nan(channels):
+    # Column sums add row after row into an accumulator; once it is a NaN, every later add
+    # must return that NaN (quieted), not the row's: reduce_sum's rule. Two NaNs of other
+    # payloads and signs in every column, in the same 16-row leaf of the pairwise tree and
+    # in different leaves; 80 channels: a 64-column block and a 16-column tail.
+    rng = np.random.default_rng(channels)
+    x = rng.standard_normal((4, 8, 8, channels)).astype(np.float32)
+    rows = x.reshape(-1, channels)
+    bits = rows.view(np.uint32)
+    payloads = [0x7fc01234, 0xffc00abc, 0x7f800001, 0xff812345, 0x7fc00001, 0xffffffff]
+    for j in range(channels):
+        r1, r2, r3 = 1 + j % 5, 9 + j % 6, 40 + j % 7
+        bits[r1, j] = payloads[j % 6]
+        bits[r2, j] = payloads[(j + 1) % 6]
+        if j % 3 == 0:  # a third NaN in another leaf: the tree's combines
+            bits[r3, j] = payloads[(j + 2) % 6]
+        if j % 4 == 1:  # an infinity before the NaNs in some columns
+            rows[0, j] = np.inf
+    _run(bn_statistics(4, np.float32), x)
+
+
 def test_batchnorm_train_pass_forward_and_backward():
     # The ResNet BatchNorm passes (normalise, scale, shift, ReLU, residual; and their VJP
     # with the statistics' gradients), the programs the JIT exists for.
