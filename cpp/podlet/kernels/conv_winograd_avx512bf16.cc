@@ -190,20 +190,36 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
   // touches all 16 positions at once, which at 4 KB multiples share one L1 set.
   const int64_t us = kTiles * kq + 16, ms = kTiles * kPanel + 16;
   engine::run_tasks<Scratch>(cdiv(ntiles, kTiles), flops >= 4e6, [&](int64_t task, Scratch& s) {
-    s.u.reserve(16 * us);
+    s.u.reserve(16 * us + kRows * kq);  // a row group past a range's end reads <= 5 rows more
     s.m.reserve(16 * ms);
     uint32_t* U = s.u.p;
     float* M = s.m.f();
     const int64_t t0 = task * kTiles, nt = imin(kTiles, ntiles - t0);
-    // Input transform: U[pos][t] = (B^T d B)[pos] of tile t, 16 channels at a time.
+    // The order of the task's tiles in U and M. With an odd Ho (Wo) the last tile row
+    // (column) has one output row (column), which reads no M entry of row a = 3 (column
+    // b = 3): those positions skip such tiles. Ordered [last column][full][last row][both],
+    // each position's tiles are one range: a = 3 the first two groups, b = 3 the middle
+    // two, both: the full tiles alone (7x7 outputs: 113 of 128 row groups). The bits are
+    // those of every tile computed: each M row is its own dot products.
+    int64_t order[kTiles], cnt[4] = {0, 0, 0, 0};
+    uint8_t cls[kTiles];
     for (int64_t t = 0; t < nt; ++t) {
-      const int64_t tt = t0 + t, n = tt / (th * tw), ti = tt % (th * tw) / tw, tj = tt % tw;
+      const int64_t tt = t0 + t, ti = tt % (th * tw) / tw, tj = tt % tw;
+      const bool r = (L.Ho & 1) && ti == th - 1, c = (L.Wo & 1) && tj == tw - 1;
+      cls[t] = r ? (c ? 3 : 2) : (c ? 0 : 1);
+      ++cnt[cls[t]];
+    }
+    int64_t next[4] = {0, cnt[0], cnt[0] + cnt[1], cnt[0] + cnt[1] + cnt[2]};
+    for (int64_t t = 0; t < nt; ++t) order[next[cls[t]]++] = t0 + t;
+    // Input transform: U[pos][t] = (B^T d B)[pos] of tile order[t], 16 channels at a time.
+    for (int64_t t = 0; t < nt; ++t) {
+      const int64_t tt = order[t], n = tt / (th * tw), ti = tt % (th * tw) / tw, tj = tt % tw;
       const int64_t ih0 = 2 * ti - L.ph, iw0 = 2 * tj - L.pw;
       const bf16* src[4][4];
       tile_rows(in, n, ih0, iw0, L.Hi, L.Wi, L.Ci, zero, src);
       bf16* dst = reinterpret_cast<bf16*>(U + t * kq);
       if (t + 2 < nt) {  // the pixels tile t + 2 adds (its right half): +3% at 56x56x64
-        const int64_t t2 = tt + 2, n2 = t2 / (th * tw), ti2 = t2 % (th * tw) / tw, tj2 = t2 % tw;
+        const int64_t t2 = order[t + 2], n2 = t2 / (th * tw), ti2 = t2 % (th * tw) / tw, tj2 = t2 % tw;
         const bf16* s2[4][4];
         tile_rows(in, n2, 2 * ti2 - L.ph, 2 * tj2 - L.pw, L.Hi, L.Wi, L.Ci, zero, s2);
         for (int a = 0; a < 4; ++a)
@@ -215,18 +231,20 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
         for (int pos = 0; pos < 16; ++pos) store_pairs(dst + pos * 2 * us + ch, u[pos]);
       }
     }
-    // The microkernel's rows past nt read these: zeros, not stale words.
-    const int64_t ntr = cdiv(nt, kRows) * kRows;
-    if (ntr > nt)
-      for (int pos = 0; pos < 16; ++pos) avx512::zero_words(U + pos * us + nt * kq, (ntr - nt) * kq);
+    // The microkernel's rows past nt read these: zeros, not stale words (up to the next
+    // position's rows; past the last position, the slack reserved above).
+    for (int pos = 0; pos < 16; ++pos)
+      avx512::zero_words(U + pos * us + nt * kq, (pos == 15 ? kRows : imin(kRows, kTiles - nt)) * kq);
     for (int64_t pn = 0; pn < np; ++pn) {
       const int64_t o0 = pn * kPanel, nv = imin(kPanel, L.Co - o0) / 16;
       for (int pos = 0; pos < 16; ++pos) {
         const uint32_t* bp = b + (pos * np + pn) * kq * kPanel;
-        for (int64_t r0 = 0; r0 < nt; r0 += kRows) {
+        const bool a3 = pos / 4 == 3, b3 = pos % 4 == 3;
+        const int64_t lo = b3 ? cnt[0] : 0, hi = a3 ? cnt[0] + cnt[1] : b3 ? cnt[0] + cnt[1] + cnt[2] : nt;
+        for (int64_t r0 = lo; r0 < hi; r0 += kRows) {
           const uint32_t* a = U + pos * us + r0 * kq;
           float* m = M + pos * ms + r0 * kPanel;
-          const int64_t rows = imin(kRows, nt - r0);
+          const int64_t rows = imin(kRows, hi - r0);
           switch (nv) {
             case 4: ukernel<4>(kq, a, bp, m, rows); break;
             case 3: ukernel<3>(kq, a, bp, m, rows); break;
@@ -236,8 +254,9 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
         }
       }
       // Output transform: Y = A^T M A for this panel's channels.
+      // Skipped (position, tile) entries of M hold stale values that no stored output reads.
       for (int64_t t = 0; t < nt; ++t) {
-        const int64_t tt = t0 + t, n = tt / (th * tw), ti = tt % (th * tw) / tw, tj = tt % tw;
+        const int64_t tt = order[t], n = tt / (th * tw), ti = tt % (th * tw) / tw, tj = tt % tw;
         for (int64_t v = 0; v < nv; ++v) {
           __m512 m[4][4];
           for (int a = 0; a < 4; ++a)
