@@ -40,6 +40,13 @@ inline void store_pairs(bf16* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
 }
 
+// The 16 words of channels [ch, ch + 16): (lo[c], hi[c]) as bf16 pairs (RNE).
+inline __m512i pair_words(__m512 lo, __m512 hi) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
+                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+}
+
 // The 1-D transforms of the header, 16 lanes at a time; each 2-D transform applies one
 // to the columns, then to the rows of the result.
 struct Four { __m512 v[4]; };
@@ -96,60 +103,76 @@ inline void input_tile(const bf16* const src[4][4], int64_t ch, __m512 u[16]) {
   }
 }
 
-// v16[pos][c][o] = (G w[:, :, c, o] G^T)[pos] rounded to bf16, w [3, 3, C, O] bf16.
-void transform_filter(const bf16* w, int64_t C, int64_t O, bf16* v16) {
-  avx512::run_units(C, 16.0 * C * O, [&](int64_t c) {
-    for (int64_t o = 0; o < O; o += 16) {
-      __m512 g[3][3];
-      for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 3; ++j) g[i][j] = avx512::load16(w + ((i * 3 + j) * C + c) * O + o);
-      Four t[3];
-      for (int j = 0; j < 3; ++j) t[j] = gt(g[0][j], g[1][j], g[2][j]);
-      for (int i = 0; i < 4; ++i) {
-        const Four v = gt(t[0].v[i], t[1].v[i], t[2].v[i]);
-        for (int j = 0; j < 4; ++j) store_pairs(v16 + ((i * 4 + j) * C + c) * O + o, v.v[j]);
-      }
-    }
-  });
+// v[pos] = (G w[:, :, c, o] G^T)[pos] for outputs [o, o + 16), w [3, 3, C, O] bf16.
+inline void filter_tile(const bf16* w, int64_t C, int64_t O, int64_t c, int64_t o, __m512 v[16]) {
+  __m512 g[3][3];
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j) g[i][j] = avx512::load16(w + ((i * 3 + j) * C + c) * O + o);
+  Four t[3];
+  for (int j = 0; j < 3; ++j) t[j] = gt(g[0][j], g[1][j], g[2][j]);
+  for (int i = 0; i < 4; ++i) {
+    const Four r = gt(t[0].v[i], t[1].v[i], t[2].v[i]);
+    for (int j = 0; j < 4; ++j) v[i * 4 + j] = r.v[j];
+  }
 }
 
-// B panels for the forward GEMMs, [16][O / 64][C / 2][64] words: the word (k, j) of a
-// panel holds the pair (v16[pos][2k][o], v16[pos][2k + 1][o]), o = 64 * panel + j, zero
-// past O.
-void pack_forward(const bf16* v16, int64_t C, int64_t O, uint32_t* b) {
+// B panels for the forward GEMMs, [16][O / 64][C / 2][64] words, straight from w: the
+// word (k, j) of a panel holds the pair (V[pos][2k][o], V[pos][2k + 1][o]) of the
+// transformed filter rounded to bf16, o = 64 * panel + j, zero past O. (Through a
+// transformed copy of w first, the 512-channel filter took ~1 ms a call instead of ~0.5.)
+void pack_forward(const bf16* w, int64_t C, int64_t O, uint32_t* b) {
   const int64_t kq = C / 2, np = cdiv(O, kPanel);
-  avx512::run_units(16 * np, 16.0 * C * O / np, [&](int64_t u) {
-    const int64_t pos = u / np, o0 = u % np * kPanel, n = imin(kPanel, O - o0);
-    uint32_t* d = b + u * kq * kPanel;
-    for (int64_t k = 0; k < kq; ++k, d += kPanel) {
-      const bf16* r = v16 + (pos * C + 2 * k) * O + o0;
-      avx512::interleave_rows(r, r + O, n, d);
-      avx512::zero_words(d + n, kPanel - n);
+  avx512::run_units(kq, 32.0 * C * O / kq, [&](int64_t k) {
+    for (int64_t o = 0; o < O; o += 16) {
+      __m512 v0[16], v1[16];
+      filter_tile(w, C, O, 2 * k, o, v0);
+      filter_tile(w, C, O, 2 * k + 1, o, v1);
+      for (int pos = 0; pos < 16; ++pos)
+        _mm512_storeu_si512(b + ((pos * np + o / kPanel) * kq + k) * kPanel + o % kPanel, pair_words(v0[pos], v1[pos]));
     }
+    if (O % kPanel)
+      for (int pos = 0; pos < 16; ++pos)
+        avx512::zero_words(b + ((pos * np + np - 1) * kq + k) * kPanel + O % kPanel, kPanel - O % kPanel);
   });
 }
 
-// B panels for backward-data (K = O, N = C) from the same v16: flipping the filter in
-// both spatial dims maps G g to P G g with P = (3, 1, 2, 0), so position (a, b) of the
-// flipped filter is v16 at (P a, P b), transposed in (c, o). A K pair is two consecutive
-// o of a v16 row: one 32-bit word, gathered across rows c.
-void pack_backward_data(const bf16* v16, int64_t C, int64_t O, uint32_t* b) {
+// B panels for backward-data (K = O, N = C), [16][C / 64][O / 2][64] words: flipping the
+// filter in both spatial dims maps G g to P G g with P = (3, 1, 2, 0), so position (a, b)
+// of the flipped filter is V at (P a, P b), transposed in (c, o). A K pair is two
+// consecutive o of a V row: one 32-bit word, gathered across rows c. Per task, 16
+// channels' V rows (all positions, 16 x 16 x O bf16) are transformed into scratch and
+// gathered from there (a whole transformed copy of w first: ~1.3 ms a call at 512
+// channels, twice this).
+struct VScratch {
+  PoolBuf v;
+};
+void pack_backward_data(const bf16* w, int64_t C, int64_t O, uint32_t* b) {
   const int64_t kq = O / 2, np = cdiv(C, kPanel);
   static constexpr int kFlip[4] = {3, 1, 2, 0};
   const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32(int(O / 2)));
-  avx512::run_units(16 * np, 16.0 * C * O / np, [&](int64_t u) {
-    const int64_t pos = u / np, pn = u % np;
-    const int64_t src = kFlip[pos / 4] * 4 + kFlip[pos % 4];
-    const uint32_t* v = reinterpret_cast<const uint32_t*>(v16 + src * C * O);
-    uint32_t* d = b + u * kq * kPanel;
-    for (int64_t k = 0; k < kq; ++k, d += kPanel)
-      for (int64_t j = 0; j < kPanel; j += 16) {
-        const int64_t c = pn * kPanel + j;
-        const __m512i wv = c < C ? _mm512_i32gather_epi32(rows, v + c * (O / 2) + k, 4) : _mm512_setzero_si512();
-        _mm512_storeu_si512(d + j, wv);
+                                          _mm512_set1_epi32(int(kq)));
+  engine::run_tasks<VScratch>(C / 16, C * O >= 4096, [&](int64_t u, VScratch& s) {
+    const int64_t c0 = 16 * u;
+    s.v.reserve(16 * 16 * kq);
+    bf16* v16 = reinterpret_cast<bf16*>(s.v.p);  // [16 positions][16 channels][O]
+    for (int64_t c = 0; c < 16; ++c)
+      for (int64_t o = 0; o < O; o += 16) {
+        __m512 v[16];
+        filter_tile(w, C, O, c0 + c, o, v);
+        for (int pos = 0; pos < 16; ++pos) store_pairs(v16 + (pos * 16 + c) * O + o, v[pos]);
       }
+    for (int pos = 0; pos < 16; ++pos) {
+      const int64_t src = kFlip[pos / 4] * 4 + kFlip[pos % 4];
+      const uint32_t* v = s.v.p + src * 16 * kq;
+      uint32_t* d = b + (pos * np + c0 / kPanel) * kq * kPanel + c0 % kPanel;
+      for (int64_t k = 0; k < kq; ++k, d += kPanel) _mm512_storeu_si512(d, _mm512_i32gather_epi32(rows, v + k, 4));
+    }
   });
+  if (C % kPanel)  // the last panel's columns past C
+    for (int pos = 0; pos < 16; ++pos) {
+      uint32_t* d = b + (pos * np + np - 1) * kq * kPanel;
+      for (int64_t k = 0; k < kq; ++k) avx512::zero_words(d + k * kPanel + C % kPanel, kPanel - C % kPanel);
+    }
 }
 
 // m[r][0, 16 NV) = sum over k of the pair products of a[r][k] and b[k][.], rows [0, rows).
@@ -304,13 +327,6 @@ struct FScratch {
 // the fastest on the ResNet-34 shapes (paired; 128-blocks transform x and g twice as often).
 constexpr int64_t kFmr = 8, kFnr = avx512::NR, kFblock = 256, kFsteps = 64;
 
-// The 16 words of channels [ch, ch + 16): (lo[c], hi[c]) as bf16 pairs (RNE).
-inline __m512i pair_words(__m512 lo, __m512 hi) {
-  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21,
-                                       5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16(idx, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-}
-
 void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void* dw) {
   const int64_t C = q.C, O = q.O, Op = engine::round_up(O, kFnr);
   const int64_t th = cdiv(q.Ho, 2), tw = cdiv(q.Wo, 2), T = q.N * th * tw, Tq = cdiv(T, 2);
@@ -447,20 +463,16 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
 }  // namespace
 
 void conv_fwd_winograd_avx512bf16(const ConvGeom& q, const void* x, const void* w, DType yd, void* y) {
-  PoolBuf v16(8 * q.C * q.O), b(16 * cdiv(q.O, kPanel) * kPanel * q.C / 2);
-  bf16* v16h = reinterpret_cast<bf16*>(v16.p);
-  transform_filter(static_cast<const bf16*>(w), q.C, q.O, v16h);
-  pack_forward(v16h, q.C, q.O, b.p);
+  PoolBuf b(16 * cdiv(q.O, kPanel) * kPanel * q.C / 2);
+  pack_forward(static_cast<const bf16*>(w), q.C, q.O, b.p);
   run({q.N, q.H, q.W, q.C, q.Ho, q.Wo, q.O, q.ph, q.pw}, static_cast<const bf16*>(x), b.p, yd, y);
 }
 
 // dx(ih, iw) = sum over kh, kw of g(ih + ph - kh, iw + pw - kw) . w[kh, kw]^T: the same
 // tile loop on g with the flipped, transposed filter and padding 2 - ph.
 void conv_bwd_data_winograd_avx512bf16(const ConvGeom& q, const void* g, const void* w, DType dxd, void* dx) {
-  PoolBuf v16(8 * q.C * q.O), b(16 * cdiv(q.C, kPanel) * kPanel * q.O / 2);
-  bf16* v16h = reinterpret_cast<bf16*>(v16.p);
-  transform_filter(static_cast<const bf16*>(w), q.C, q.O, v16h);
-  pack_backward_data(v16h, q.C, q.O, b.p);
+  PoolBuf b(16 * cdiv(q.C, kPanel) * kPanel * q.O / 2);
+  pack_backward_data(static_cast<const bf16*>(w), q.C, q.O, b.p);
   run({q.N, q.Ho, q.Wo, q.O, q.H, q.W, q.C, 2 - q.ph, 2 - q.pw}, static_cast<const bf16*>(g), b.p, dxd, dx);
 }
 
