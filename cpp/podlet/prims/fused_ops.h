@@ -257,14 +257,11 @@ void store_elems_stream(DType dt, const void* reg, void* dst, int64_t base, int6
 #endif
 }
 
-// acc[0..w) = the column sums of p's nrows rows of w floats: reduce_ops.h's
-// pairwise_rows<SumOp<float>> (the tree and the NaN rule of reduce_sum's column
-// reduction), repeated here because that header cannot enter an ISA-specific file.
 #ifdef __AVX512F__
 // a + b with vaddps's NaN rule, which is comb's: a NaN first source comes back quieted
 // whatever b is (a + 0), else a NaN b quieted. Written as asm because a compiler may
-// commute the operands of an add intrinsic. Without the compare on the accumulator the
-// column sums below are no longer one compare + masked add (~7 cycles) per row.
+// commute the operands of an add intrinsic. Each row of the column sums below is then
+// one add on its accumulator's chain instead of a compare and a masked add.
 inline __m512 add_keep_first_nan(__m512 a, __m512 b) {
   __m512 r;
   asm("vaddps %2, %1, %0" : "=v"(r) : "v"(a), "v"(b));
@@ -272,6 +269,9 @@ inline __m512 add_keep_first_nan(__m512 a, __m512 b) {
 }
 #endif
 
+// acc[0..w) = the column sums of p's nrows rows of w floats: reduce_ops.h's
+// pairwise_rows<SumOp<float>> (the tree and the NaN rule of reduce_sum's column
+// reduction), repeated here because that header cannot enter an ISA-specific file.
 void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* scratch) {
   auto comb = [](float a, float b) { return a != a ? a + 0.0f : a + b; };
 #ifdef __AVX512F__
