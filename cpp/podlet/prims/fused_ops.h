@@ -274,30 +274,6 @@ inline __m512 add_keep_first_nan(__m512 a, __m512 b) {
 // reduction), repeated here because that header cannot enter an ISA-specific file.
 void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* scratch) {
   auto comb = [](float a, float b) { return a != a ? a + 0.0f : a + b; };
-#ifdef __AVX512F__
-  if (nrows <= 16) {
-    int64_t j0 = 0;
-    for (; j0 + 64 <= w; j0 += 64) {
-      __m512 v0 = _mm512_loadu_ps(p + j0), v1 = _mm512_loadu_ps(p + j0 + 16), v2 = _mm512_loadu_ps(p + j0 + 32),
-             v3 = _mm512_loadu_ps(p + j0 + 48);
-      for (int64_t r = 1; r < nrows; ++r) {
-        const float* q = p + r * w + j0;
-        v0 = add_keep_first_nan(v0, _mm512_loadu_ps(q));
-        v1 = add_keep_first_nan(v1, _mm512_loadu_ps(q + 16));
-        v2 = add_keep_first_nan(v2, _mm512_loadu_ps(q + 32));
-        v3 = add_keep_first_nan(v3, _mm512_loadu_ps(q + 48));
-      }
-      _mm512_storeu_ps(acc + j0, v0);
-      _mm512_storeu_ps(acc + j0 + 16, v1);
-      _mm512_storeu_ps(acc + j0 + 32, v2);
-      _mm512_storeu_ps(acc + j0 + 48, v3);
-    }
-    for (int64_t j = j0; j < w; ++j) acc[j] = p[j];
-    for (int64_t r = 1; r < nrows; ++r)
-      for (int64_t j = j0; j < w; ++j) acc[j] = comb(acc[j], p[r * w + j]);
-    return;
-  }
-#endif
   if (nrows <= 16) {
     // Column blocks of 64 held in registers down the rows (the row-by-row form kept acc
     // in memory: each row waited for the previous row's store; 4 independent vectors
@@ -305,11 +281,19 @@ void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* s
     constexpr int64_t kB = 64;
     int64_t j0 = 0;
     for (; j0 + kB <= w; j0 += kB) {
+#ifdef __AVX512F__
+      __m512 v[4];
+      for (int l = 0; l < 4; ++l) v[l] = _mm512_loadu_ps(p + j0 + 16 * l);
+      for (int64_t r = 1; r < nrows; ++r)
+        for (int l = 0; l < 4; ++l) v[l] = add_keep_first_nan(v[l], _mm512_loadu_ps(p + r * w + j0 + 16 * l));
+      for (int l = 0; l < 4; ++l) _mm512_storeu_ps(acc + j0 + 16 * l, v[l]);
+#else
       float v[kB];
       for (int64_t l = 0; l < kB; ++l) v[l] = p[j0 + l];
       for (int64_t r = 1; r < nrows; ++r)
         for (int64_t l = 0; l < kB; ++l) v[l] = comb(v[l], p[r * w + j0 + l]);
       for (int64_t l = 0; l < kB; ++l) acc[j0 + l] = v[l];
+#endif
     }
     for (int64_t j = j0; j < w; ++j) acc[j] = p[j];
     for (int64_t r = 1; r < nrows; ++r)
