@@ -1,5 +1,6 @@
 """One full training step (forward, backward, AdamW) of ResNet-18 and ResNet-34 on
-224x224x1 images, 5 classes, batch 32, in podlet (jit; f32 and bf16 compute), JAX +
+224x224x1 images, 5 classes, batch 32, in podlet (jit; f32 and bf16 compute; bf16 with
+its default Winograd 3x3 convolutions and, as podlet-direct, with the direct kernels), JAX +
 Flax + Optax on CPU (jit; the same model written in Flax below; f32 and bf16) and
 PyTorch CPU (eager; f32 and bf16 autocast; the same ResNet in plain torch below), all
 in one run. Each framework/model/dtype runs in its own subprocess (its own peak RSS),
@@ -250,10 +251,11 @@ def run_torch(model_name, dtype, batch, size, steps, threads):
 # ---------------------------------------------------------------------------------
 def worker(a):
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
-    if a.framework in ("podlet", "podlet-wino"):
+    if a.framework in ("podlet", "podlet-direct"):
         os.environ["PODLET_NUM_THREADS"] = str(a.threads)
-        # podlet-wino: the same step with the opt-in Winograd 3x3 convolutions
-        os.environ["PODLET_CONV_WINOGRAD"] = "1" if a.framework == "podlet-wino" else "0"
+        # podlet-direct: the same step with Winograd off (the direct kernels, whose bf16
+        # products are exact: precision HIGHEST for every conv)
+        os.environ["PODLET_CONV_WINOGRAD"] = "0" if a.framework == "podlet-direct" else "1"
         r = run_podlet(a.model, a.dtype, a.batch, a.size, a.steps)
     elif a.framework == "jax":
         r = run_jax(a.model, a.dtype, a.batch, a.size, a.steps)
@@ -266,8 +268,8 @@ def worker(a):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet18,resnet34")
-    p.add_argument("--frameworks", default="podlet,podlet-wino,jax,torch",
-                   help="podlet-wino: podlet with conv_winograd on (bf16 only)")
+    p.add_argument("--frameworks", default="podlet,podlet-direct,jax,torch",
+                   help="podlet-direct: podlet with conv_winograd off (bf16 only; f32 never uses it)")
     p.add_argument("--dtypes", default="f32,bf16")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--size", type=int, default=224)
@@ -293,8 +295,8 @@ def main():
     for model in a.models.split(","):
         for dtype in a.dtypes.split(","):
             for fw in a.frameworks.split(","):
-                if fw == "podlet-wino" and dtype != "bf16":
-                    continue  # Winograd covers bf16 convolutions only
+                if fw == "podlet-direct" and dtype != "bf16":
+                    continue  # Winograd covers bf16 convolutions only: f32 podlet is direct
                 cmd = ["nice", "-n", "10", sys.executable, os.path.abspath(__file__), "--worker", fw, model, dtype,
                        "--batch", str(a.batch), "--size", str(a.size), "--threads", str(a.threads),
                        "--steps", str(a.steps)]
@@ -325,8 +327,8 @@ def main():
 
 def _row(r, runs):
     if "error" in r:
-        return f"{r['framework']:7s} {r['model']:9s} {r['dtype']:5s} ERROR {r['error']}"
-    return (f"{r['framework']:7s} {r['model']:9s} {r['dtype']:5s} {r['images_per_s']:7.2f} img/s  "
+        return f"{r['framework']:13s} {r['model']:9s} {r['dtype']:5s} ERROR {r['error']}"
+    return (f"{r['framework']:13s} {r['model']:9s} {r['dtype']:5s} {r['images_per_s']:7.2f} img/s  "
             f"step {min(r['step_s']):7.2f} s  compile {r['compile_s']:6.2f} s  "
             f"MFU {100 * r.get('mfu', float('nan')):5.1f}%  RSS {r['peak_rss_bytes'] / 2**20:7.0f} MB")
 
@@ -353,7 +355,7 @@ def table(results):
             if r["model"] == model and "images_per_s" in r:
                 fw = r["framework"]
                 best[fw] = max(best.get(fw, 0.0), r["images_per_s"])
-        for fw in ("podlet", "podlet-wino"):
+        for fw in ("podlet", "podlet-direct"):
             if fw in best and "torch" in best and "jax" in best:
                 out.append(f"\n{model} {fw} (best dtype) {best[fw]:.2f} img/s = {best[fw] / best['torch']:.2f}x the "
                            f"faster PyTorch, {best[fw] / best['jax']:.2f}x the faster JAX.")

@@ -217,11 +217,12 @@ def test_bwd_filter(name, dtype):
 def test_bf16_accumulates_in_f32_with_preferred_element_type():
     case = ((2, 12, 12, 64), (3, 3, 64, 16), (1, 1), (1, 1, 1, 1), (1, 1), (1, 1), 1)
     x, w = inputs(case, BF16)
-    y = check_prim("conv_general_dilated", [x, w], attrs_of(case, preferred_element_type="float32"),
+    # precision 'highest': the direct kernel, exact products (DEFAULT would take Winograd).
+    y = check_prim("conv_general_dilated", [x, w], attrs_of(case, preferred_element_type="float32", precision="highest"),
                    ref=lambda a, b: ref_conv(a, b, **ref_kwargs(case)), rtol=1e-5, atol=1e-4)
     assert y.dtype == np.float32
     # The bf16 result is the same f32 sum rounded once.
-    y16 = np.asarray(bind("conv_general_dilated", as_podlet(x), as_podlet(w), **attrs_of(case)))
+    y16 = np.asarray(bind("conv_general_dilated", as_podlet(x), as_podlet(w), **attrs_of(case, precision="highest")))
     np.testing.assert_array_equal(y16, y.astype(BF16))
 
 

@@ -270,8 +270,77 @@ def test_config_and_environment_switch():
     podlet.config.update("conv_winograd", False)
     assert podlet.config.conv_winograd is False and not podlet.cpu_info()["conv_winograd"]
     code = "import podlet; print(podlet.config.conv_winograd, podlet.cpu_info()['conv_winograd'])"
-    env = dict(os.environ)
-    for value, want in (("1", "True True"), ("0", "False False")):
-        env["PODLET_CONV_WINOGRAD"] = value
+    env = {k: v for k, v in os.environ.items() if k != "PODLET_CONV_WINOGRAD"}
+    # On by default (unset or empty); 0 / false / off turn it off.
+    for value, want in ((None, "True True"), ("", "True True"), ("1", "True True"), ("0", "False False"),
+                        ("false", "False False"), ("OFF", "False False")):
+        if value is not None:
+            env["PODLET_CONV_WINOGRAD"] = value
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        assert out.stdout.split() == want.split()
+        assert out.stdout.split() == want.split(), value
+
+
+@pytest.mark.parametrize("precision", ["high", "highest"])
+def test_precision_above_default_keeps_the_direct_kernels(precision):
+    """lax.Precision HIGH / HIGHEST on a primitive: the direct kernels' bits, no Winograd
+    call; DEFAULT (or no attr) takes Winograd."""
+    x, w, g, pad = operands("resnet_3x3", seed=6)
+    for key, prim, args, a in directions(x, w, g, pad):
+        podlet.config.update("conv_winograd", False)
+        direct = call(prim, args, a)
+        podlet.config.update("conv_winograd", True)
+        got, runs = counted(key, lambda: call(prim, args, dict(a, precision=precision)))
+        assert runs == 0 and got.tobytes() == direct.tobytes(), key
+        _, runs = counted(key, lambda: call(prim, args, dict(a, precision="default")))
+        assert runs == (1 if HAVE else 0), key
+
+
+def _grad_runs(precision, via_flax=False):
+    """Winograd calls of one value_and_grad through a 3x3 bf16 conv at `precision`."""
+    import podlet.numpy as jnp
+    from podlet import lax, nn
+    rng = np.random.default_rng(7)
+    x = jnp.asarray(rng.standard_normal((2, 8, 8, 16)), dtype=jnp.bfloat16)
+    if via_flax:
+        model = nn.Conv(32, (3, 3), padding="SAME", use_bias=False, dtype=jnp.bfloat16, precision=precision)
+        params = model.init(podlet.random.PRNGKey(0), x)
+        f = lambda p, x: jnp.sum(model.apply(p, x).astype(jnp.float32) ** 2)
+    else:
+        params = jnp.asarray(rng.standard_normal((3, 3, 16, 32)) * 0.1, dtype=jnp.bfloat16)
+        f = lambda w, x: jnp.sum(lax.conv_general_dilated(x, w, (1, 1), "SAME", precision=precision,
+                                                          dimension_numbers=("NHWC", "HWIO", "NHWC"))
+                                 .astype(jnp.float32) ** 2)
+    before = _core.conv_winograd_stats()
+    # argnums (0, 1): backward-data runs too
+    podlet.jit(podlet.grad(f, argnums=(0, 1)))(params, x)
+    return tuple(_core.conv_winograd_stats()[k] - before[k] for k in ("fwd", "bwd_data", "bwd_filter"))
+
+
+@pytest.mark.parametrize("via_flax", [False, True], ids=["lax", "nn.Conv"])
+def test_precision_carries_to_the_gradient_convolutions(via_flax):
+    from podlet import lax
+    on = (1, 1, 1) if HAVE else (0, 0, 0)
+    assert _grad_runs(None, via_flax) == on
+    assert _grad_runs(lax.Precision.DEFAULT, via_flax) == on
+    assert _grad_runs("bfloat16", via_flax) == on
+    for p in (lax.Precision.HIGHEST, "highest", "float32", lax.Precision.HIGH, "tensorfloat32",
+              ("default", "highest"), (lax.Precision.HIGH, lax.Precision.DEFAULT)):
+        assert _grad_runs(p, via_flax) == (0, 0, 0), p
+
+
+def test_precision_values_are_checked():
+    from podlet import lax
+    assert lax.Precision("float32") is lax.Precision.HIGHEST and lax.Precision("high") is lax.Precision.HIGH
+    assert lax.canonicalize_precision(None) is None
+    assert lax.canonicalize_precision("bfloat16") == (lax.Precision.DEFAULT,) * 2
+    assert lax.canonicalize_precision(("highest", lax.Precision.HIGH)) == (lax.Precision.HIGHEST, lax.Precision.HIGH)
+    x, w, _, _ = operands("resnet_3x3")
+    for bad in ("fastest", 3, ("default",), ("default", "high", "highest")):
+        with pytest.raises(ValueError, match="precision must be"):
+            lax.conv_general_dilated(as_podlet(x), as_podlet(w), (1, 1), "SAME", precision=bad,
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    with pytest.raises(ValueError, match="precision must be"):
+        lax.dot(as_podlet(np.ones((2, 2), np.float32)), as_podlet(np.ones((2, 2), np.float32)), precision="exact")
+    # The primitive's own attr (for graphs built without lax) names the value too.
+    with pytest.raises(podlet.PodletError, match="'fastest'"):
+        call("conv_general_dilated", [x, w], attrs([1, 1, 1, 1], precision="fastest"))

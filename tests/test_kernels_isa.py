@@ -168,9 +168,11 @@ def test_dot_bits_do_not_depend_on_thread_count(isa, dtype):
 
 
 # ---- convolutions -----------------------------------------------------------------------
-def conv_attrs(strides=(1, 1), pad=(0, 0, 0, 0), rd=(1, 1), groups=1, ld=(1, 1), **kw):
+def conv_attrs(strides=(1, 1), pad=(0, 0, 0, 0), rd=(1, 1), groups=1, ld=(1, 1), precision="highest", **kw):
+    # precision 'highest': the direct kernels, whose products are exact (at DEFAULT, bf16
+    # 3x3 stride-1 layers take Winograd, checked in test_conv_winograd.py).
     return dict(window_strides=list(strides), padding=list(pad), lhs_dilation=list(ld), rhs_dilation=list(rd),
-                feature_group_count=groups, **kw)
+                feature_group_count=groups, precision=precision, **kw)
 
 
 def conv_out_hw(xs, ws, a):

@@ -6,6 +6,8 @@ import numpy as _np
 from ._src.core import bind, Tracer, Array, to_array
 from ._src import dtypes as _dtypes
 from ._src import pmap as _pmap
+from ._src.precision import Precision, canonicalize_precision
+from ._src import precision as _precision
 from .tree_util import tree_map as _tree_map
 
 
@@ -196,6 +198,7 @@ def cumsum(operand, axis=0, reverse=False):
 
 # ---- contractions ----
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    canonicalize_precision(precision)  # checked; every precision multiplies exactly here
     (lc, rc), (lb, rb) = dimension_numbers
     attrs = dict(lhs_contracting=[int(i) for i in lc], rhs_contracting=[int(i) for i in rc],
                  lhs_batch=[int(i) for i in lb], rhs_batch=[int(i) for i in rb])
@@ -205,7 +208,7 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
 
 
 def dot(lhs, rhs, precision=None, preferred_element_type=None):
-    return dot_general(lhs, rhs, (([len(lhs.shape) - 1], [0]), ([], [])),
+    return dot_general(lhs, rhs, (([len(lhs.shape) - 1], [0]), ([], [])), precision=precision,
                        preferred_element_type=preferred_element_type)
 
 
@@ -257,7 +260,12 @@ def _conv_perms(dimension_numbers, nd):
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                          dimension_numbers=None, feature_group_count=1, batch_group_count=1,
                          precision=None, preferred_element_type=None):
-    """jax.lax.conv_general_dilated for 2-D convolutions (1-D inputs: add a unit dim)."""
+    """jax.lax.conv_general_dilated for 2-D convolutions (1-D inputs: add a unit dim).
+
+    precision: DEFAULT (None) lets bf16 3x3 stride-1 layers take Winograd F(2x2, 3x3);
+    HIGH / HIGHEST keep the direct kernel, whose products are exact (see lax.Precision).
+    The choice carries over to the convolutions of the gradient."""
+    prec = _precision.conv_attr(precision)
     if batch_group_count != 1:
         raise NotImplementedError("batch_group_count != 1 is not supported")
     lhs_perm, rhs_perm, out_perm = _conv_perms(dimension_numbers, 4)
@@ -275,6 +283,8 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
                  rhs_dilation=list(rhs_dilation), feature_group_count=int(feature_group_count))
     if preferred_element_type is not None:
         attrs["preferred_element_type"] = _dtypes.canonicalize(preferred_element_type).name
+    if prec is not None:
+        attrs["precision"] = prec
     y = bind("conv_general_dilated", x, w, **attrs)
     return y if out_perm == [0, 1, 2, 3] else transpose(y, out_perm)
 
@@ -332,7 +342,8 @@ def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numb
 
 
 def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
-    return conv_general_dilated(lhs, rhs, window_strides, padding, preferred_element_type=preferred_element_type)
+    return conv_general_dilated(lhs, rhs, window_strides, padding, precision=precision,
+                                preferred_element_type=preferred_element_type)
 
 
 def reduce_window(operand, init_value, computation, window_dimensions, window_strides, padding,

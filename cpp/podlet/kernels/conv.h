@@ -27,6 +27,9 @@ struct ConvGeom {
   int64_t ph = 0, pw = 0;              // low padding (the high padding only shapes Ho, Wo)
   int64_t ldh = 1, ldw = 1;            // lhs_dilation
   int64_t rdh = 1, rdw = 1;            // rhs_dilation
+  // precision HIGH / HIGHEST: exact products (the direct kernels); at DEFAULT, bf16 3x3
+  // stride-1 layers may take Winograd (conv_winograd.h).
+  bool exact = false;
   int64_t Cg() const { return C / G; }
   int64_t Og() const { return O / G; }
 };

@@ -1,4 +1,4 @@
-// Winograd F(2x2, 3x3) convolutions for bf16 3x3 stride-1 layers (opt-in).
+// Winograd F(2x2, 3x3) convolutions for bf16 3x3 stride-1 layers (the default there).
 //
 // y = A^T [ (G w G^T) . (B^T d B) ] A per 2x2 output tile (Lavin & Gray 2015): 16
 // products per tile and channel pair instead of 36, so a 3x3 layer does 4/9 of the direct
@@ -12,9 +12,13 @@
 // to bf16 before the products (the GEMM's operands), so the error is about 2.5x that of
 // the direct convolution's bf16 output rounding (rms ~4e-3 relative vs ~1.7e-3, measured
 // in tests/test_conv_winograd.py; backward-filter's g tiles are rounded the same way),
-// and an infinite input gives NaN where the direct kernel gives +-inf. That is why it is
-// off unless asked for: podlet.config.update("conv_winograd", True) or
-// PODLET_CONV_WINOGRAD=1.
+// and an infinite input gives NaN where the direct kernel gives +-inf. That is bf16's own
+// order of error (rounding an input to bf16 costs up to 2^-9), and training converges
+// the same (bench/winograd_training.py), so it is the default at lax.Precision.DEFAULT,
+// as cuDNN picks Winograd for fp16 convolutions and a TPU's DEFAULT rounds f32 operands
+// to bf16. Exact products remain a request away: precision HIGH / HIGHEST on the layer
+// (ConvGeom::exact; nn.Conv(precision=...)), or everywhere with
+// podlet.config.update("conv_winograd", False) / PODLET_CONV_WINOGRAD=0.
 // Bits do not depend on the thread count: every output tile is computed by one task in
 // a fixed order, and backward-filter's sums over tiles run in splits and blocks fixed by
 // the shape, added in order.

@@ -4,8 +4,9 @@
 // baseline x86-64: it only calls an ISA file after that check.
 #include "podlet/cpu/isa.h"
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
-#include <string_view>
+#include <string>
 #include "podlet/kernels/conv.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/gemm.h"
@@ -48,15 +49,20 @@ ConvPath conv_path(const ConvGeom& q, DType a, DType b, DType out, int64_t n_dim
 }  // namespace
 
 namespace {
+// On unless PODLET_CONV_WINOGRAD is 0 / false / off.
 std::atomic<bool> g_winograd{[] {
   const char* e = std::getenv("PODLET_CONV_WINOGRAD");
-  return e && *e && std::string_view(e) != "0";
+  if (!e) return true;
+  std::string v(e);
+  for (char& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return !(v == "0" || v == "false" || v == "off");
 }()};
 std::atomic<int64_t> g_winograd_fwd{0}, g_winograd_bwd_data{0}, g_winograd_bwd_filter{0};
-// The Winograd path (conv_winograd.h) when it is on and covers the layer: bf16 operands
-// on AVX512_BF16, output f32 or bf16.
+// The Winograd path (conv_winograd.h) when it is on, the layer did not ask for exact
+// products (precision HIGH / HIGHEST) and it covers the layer: bf16 operands on
+// AVX512_BF16, output f32 or bf16.
 bool winograd(const ConvGeom& q, DType a, DType b, DType out) {
-  return g_winograd.load(std::memory_order_relaxed) && isa_at_least(Isa::avx512bf16) && a == DType::bf16 &&
+  return g_winograd.load(std::memory_order_relaxed) && !q.exact && isa_at_least(Isa::avx512bf16) && a == DType::bf16 &&
          b == DType::bf16 && f32_or_bf16(out) && conv_winograd_geometry(q);
 }
 }  // namespace

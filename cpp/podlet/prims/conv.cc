@@ -5,7 +5,10 @@
 //   conv_bwd_filter(lhs, g; rhs_shape)      -> dw  (the transpose of conv in rhs)
 // Shared attrs: window_strides[2], padding[4] = [lo_h, hi_h, lo_w, hi_w] (explicit; the
 // Python layer turns 'SAME'/'VALID' into pairs like jax.lax.padtype_to_pads),
-// lhs_dilation[2], rhs_dilation[2], feature_group_count, preferred_element_type.
+// lhs_dilation[2], rhs_dilation[2], feature_group_count, preferred_element_type,
+// precision ('' / 'default': the kernels may choose Winograd for bf16 3x3 stride-1
+// layers; 'high' / 'highest': exact products, the direct kernels - lax.Precision). The
+// backward prims built by the VJPs inherit it.
 // The three are bilinear and transposes of each other, so each one's VJP is made of the
 // other two (conv is differentiable any number of times):
 //   y = conv(x, w):            dx = bwd_data(ct, w),    dw = bwd_filter(x, ct)
@@ -20,7 +23,10 @@ using kernels::ConvGeom;
 
 struct ConvParams {
   int64_t sh, sw, lo_h, hi_h, lo_w, hi_w, ldh, ldw, rdh, rdw, G;
+  std::string precision;  // '' (DEFAULT), 'high' or 'highest'
 };
+
+bool exact_products(const std::string& p) { return p == "high" || p == "highest"; }
 
 std::vector<int64_t> ints_of_len(const Attrs& a, const char* k, size_t n, std::vector<int64_t> dflt) {
   auto v = a.ints(k, dflt);
@@ -33,7 +39,11 @@ ConvParams conv_params(const Attrs& a) {
   auto p = ints_of_len(a, "padding", 4, {0, 0, 0, 0});
   auto ld = ints_of_len(a, "lhs_dilation", 2, {1, 1});
   auto rd = ints_of_len(a, "rhs_dilation", 2, {1, 1});
-  ConvParams c{s[0], s[1], p[0], p[1], p[2], p[3], ld[0], ld[1], rd[0], rd[1], a.i("feature_group_count", 1)};
+  ConvParams c{s[0], s[1], p[0], p[1], p[2], p[3], ld[0], ld[1], rd[0], rd[1], a.i("feature_group_count", 1),
+               a.s("precision", "")};
+  if (c.precision == "default") c.precision.clear();
+  if (!c.precision.empty() && !exact_products(c.precision))
+    throw ValueError(fmt("precision must be 'default', 'high' or 'highest', got '", c.precision, "'"));
   for (auto [v, what] : {std::pair{s, "window_strides"}, {ld, "lhs_dilation"}, {rd, "rhs_dilation"}})
     for (auto x : v) if (x < 1) throw ShapeError(fmt(what, " must be >= 1, got ", shape_str(v)));
   if (c.G < 1) throw ShapeError(fmt("feature_group_count must be >= 1, got ", c.G));
@@ -66,6 +76,7 @@ ConvGeom conv_geom(const Shape& lhs, const Shape& rhs, const ConvParams& c) {
   q.Wo = conv_out_size(q.W, q.KW, c.sw, c.lo_w, c.hi_w, c.ldw, c.rdw);
   q.sh = c.sh; q.sw = c.sw; q.ph = c.lo_h; q.pw = c.lo_w;
   q.ldh = c.ldh; q.ldw = c.ldw; q.rdh = c.rdh; q.rdw = c.rdw;
+  q.exact = exact_products(c.precision);
   return q;
 }
 
@@ -109,6 +120,7 @@ Attrs derived_attrs(const Attrs& a, DType out, const char* shape_key = nullptr, 
           {"rhs_dilation", std::vector<int64_t>{c.rdh, c.rdw}},
           {"feature_group_count", c.G},
           {"preferred_element_type", std::string(dtype_name(out))}};
+  if (!c.precision.empty()) r.set("precision", c.precision);
   if (shape_key) r.set(shape_key, shape);
   return r;
 }

@@ -11,8 +11,9 @@ class _Config:
                         "threefry_partitionable": True,
                         # compile fused elementwise programs to AVX-512 code (same bits)
                         "fused_jit": os.environ.get("PODLET_FUSED_JIT", "1") != "0",
-                        # bf16 3x3 stride-1 convs as Winograd F(2x2, 3x3): faster, ~2.5x the
-                        # rounding error of the direct kernels, so opt-in
+                        # bf16 3x3 stride-1 convs at precision DEFAULT as Winograd F(2x2,
+                        # 3x3): faster, ~2.5x the rounding error of the direct kernels; on
+                        # unless PODLET_CONV_WINOGRAD=0 (precision HIGHEST: direct per layer)
                         "conv_winograd": _core.conv_winograd_stats()["enabled"]}
         if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true"):
             self.update("enable_x64", True)
