@@ -303,6 +303,28 @@ def test_conv_bits_do_not_depend_on_thread_count(isa, dtype):
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("cin", [64, 24])
+def test_conv_bwd_data_large_dx_streamed(isa, dtype, cin):
+    """A dx of 4 MiB or more is written with non-temporal stores (store_out_stream) where a
+    row is aligned: whole 16-channel groups streamed, a 24-channel row's tail (and rows
+    not 32-byte aligned) stored plainly. Against the reference, the same bits as a small dx
+    of the same rows (one image of the batch) and on 1 and 2 threads."""
+    rng = np.random.default_rng(12)
+    n = (4 if dtype == np.float32 else 8) * (64 // cin + (64 % cin > 0))  # >= 4 MiB of dx
+    x_shape = [n, 64, 64, cin]
+    assert np.prod(x_shape) * np.dtype(dtype).itemsize >= 4 << 20
+    g = rand(rng, (n, 32, 32, 16), dtype)
+    w = rand(rng, (3, 3, cin, 16), dtype)
+    attrs = dict(conv_attrs((2, 2), (0, 1, 0, 1)), lhs_shape=x_shape)
+    fast, _ = check_fast_vs_ref(isa, "conv_bwd_data", [g, w], attrs)
+    small = run(isa, "conv_bwd_data", [g[:1], w], dict(attrs, lhs_shape=[1] + x_shape[1:]))
+    assert small.tobytes() == fast[:1].tobytes()
+    assert run(isa, "conv_bwd_data", [g, w], attrs, threads=1).tobytes() == fast.tobytes()
+    assert run(isa, "conv_bwd_data", [g, w], attrs, threads=2).tobytes() == fast.tobytes()
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("cin", [16, 32])
 def test_conv_bwd_filter_over_many_pixel_chunks(isa, dtype, cin):
     """Backward-filter sums pixels in fixed chunks (4096 K steps) computed as separate
