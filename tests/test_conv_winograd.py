@@ -1,5 +1,7 @@
 """Winograd F(2x2, 3x3) convolutions (kernels/conv_winograd.h), forward, backward-data
-and backward-filter, against the float64 convolution of the same bf16 operands.
+and backward-filter, against the float64 convolution of the same bf16 operands. The
+default for bf16 3x3 stride-1 layers at precision DEFAULT; precision HIGH / HIGHEST and
+PODLET_CONV_WINOGRAD=0 keep the direct kernels (tested at the end).
 
 Not bit-compared with the direct kernels: the transformed tiles (and filters, or output
 gradients) are rounded to bf16 before the products, so each element may be off by a few
