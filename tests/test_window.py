@@ -329,6 +329,40 @@ def test_max_pool_gradient_fast_kernel(name):
                                                                 wd, ws, pad), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", list(FAST_POOLS))
+def test_max_pool_fast_kernel(name):
+    """reduce_window max on f32 images with channels in multiples of 16: the AVX-512
+    kernel, the same bits as window.cc's loops (ref ISA) - NaN payloads (the last NaN of
+    a window wins), -0 / +0 ties, infinities, empty windows (-inf) - and the reference
+    values."""
+    from podlet import _core
+    case = FAST_POOLS[name]
+    shape, wd, ws, pad = case
+    rng = np.random.default_rng(8)
+    x = rng.integers(-3, 3, shape).astype(np.float32)
+    flat = x.reshape(-1)
+    idx = rng.choice(x.size, 12, replace=False)
+    # NaNs with distinct payloads (quiet and signalling), zeros of both signs, infinities
+    flat[idx[:4]] = np.array([0x7fc00001, 0xffc00002, 0x7f800003, 0x7fc00004], np.uint32).view(np.float32)
+    flat[idx[4:8]] = -0.0
+    flat[idx[8:10]] = np.inf
+    flat[idx[10:]] = -np.inf
+    x[x == 0] = np.where(rng.random((x == 0).sum()) < 0.5, -0.0, 0.0).astype(np.float32)
+    attrs = dict(wattrs(case), computation="max")
+    before = _core.maxpool_fwd_fast_calls()
+    fast = np.asarray(bind("reduce_window", as_podlet(x), **attrs)).copy()
+    runs = 1 if "avx512" in _core.cpu_info()["available_isas"] and fast.size else 0  # an empty y computes nothing
+    assert _core.maxpool_fwd_fast_calls() - before == runs
+    isa = _core.active_isa()
+    _core.set_isa("ref")
+    try:
+        slow = np.asarray(bind("reduce_window", as_podlet(x), **attrs)).copy()
+    finally:
+        _core.set_isa(isa)
+    assert fast.tobytes() == slow.tobytes()
+    np.testing.assert_array_equal(fast, ref_reduce_window(x.astype(np.float64), "max", wd, ws, pad))
+
+
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("dtype", [np.float32, BF16, np.float64])
 def test_select_and_gather_add(name, dtype):

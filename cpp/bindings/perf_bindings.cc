@@ -52,6 +52,8 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     return d;
   }, "Convolutions run by the Winograd kernels since start (forward, backward-data, backward-filter) and whether the path is on "
      "(kernels/conv_winograd.h).");
+  m.def("maxpool_fwd_fast_calls", &kernels::maxpool_fwd_fast_calls,
+        "Max-pools (reduce_window max on f32 NHWC images) run by the AVX-512 kernel since start (kernels/pool.h).");
   m.def("maxpool_grad_fast_calls", &kernels::maxpool_grad_fast_calls,
         "Max-pool gradients (select_and_scatter_add on f32 NHWC images) run by the AVX-512 kernel since start "
         "(kernels/pool.h).");

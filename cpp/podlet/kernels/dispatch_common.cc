@@ -122,8 +122,16 @@ void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const
 }
 
 namespace {
-std::atomic<int64_t> g_maxpool_fast{0};
+std::atomic<int64_t> g_maxpool_fast{0}, g_maxpool_fwd_fast{0};
 }  // namespace
+
+bool maxpool_fwd(const Pool2d& q, const float* x, float* y) {
+  if (!isa_at_least(Isa::avx512) || q.C % 16 != 0 || q.N * q.Ho * q.Wo * q.C == 0) return false;
+  g_maxpool_fwd_fast.fetch_add(1, std::memory_order_relaxed);
+  maxpool_fwd_avx512(q, x, y);
+  return true;
+}
+int64_t maxpool_fwd_fast_calls() { return g_maxpool_fwd_fast.load(); }
 
 bool maxpool_grad(const Pool2d& q, const float* x, const float* src, float* dx) {
   if (!isa_at_least(Isa::avx512) || q.C % 16 != 0 || q.KH * q.KW > 127 || q.N * q.H * q.W * q.C == 0) return false;

@@ -1,9 +1,11 @@
-// Max-pool gradient on NHWC images (select_and_scatter_add with a (1, KH, KW, 1) window,
-// f32): the AVX-512 form of prims/window.cc's image-pool loops, same selection (the
-// first maximum in row-major window order, NaN counting as the maximum) and the same
-// additions in the same order, so the same bits. window.cc calls maxpool_grad and keeps
-// its own loops when it returns false (lower ISA, channels not a multiple of 16, other
-// dtypes).
+// Max-pool on NHWC images (reduce_window max and select_and_scatter_add with a
+// (1, KH, KW, 1) window, f32): the AVX-512 form of prims/window.cc's image-pool loops.
+// The forward takes v over the running maximum when v > it or v is NaN, in row-major
+// window order from -inf (so the last NaN of a window, payload and all); the gradient
+// makes the same selection (the first maximum, NaN counting as the maximum) and the same
+// additions in the same order: the same bits as the loops. window.cc calls maxpool_fwd /
+// maxpool_grad and keeps its own loops when they return false (lower ISA, channels not a
+// multiple of 16, other dtypes).
 #pragma once
 #include <cstdint>
 
@@ -12,6 +14,11 @@ namespace podlet::kernels {
 struct Pool2d {
   int64_t N, H, W, C, Ho, Wo, KH, KW, sh, sw, ph, pw;  // ph / pw: low padding (may be < 0)
 };
+
+// y [N, Ho, Wo, C] = max-pool(x [N, H, W, C]).
+bool maxpool_fwd(const Pool2d& q, const float* x, float* y);
+int64_t maxpool_fwd_fast_calls();  // calls taken by the AVX-512 kernel since start (tests)
+void maxpool_fwd_avx512(const Pool2d& q, const float* x, float* y);
 
 // dx = the gradient of y = max-pool(x) for dy = src ([N, Ho, Wo, C]); x, dx [N, H, W, C].
 bool maxpool_grad(const Pool2d& q, const float* x, const float* src, float* dx);

@@ -24,6 +24,33 @@ inline int64_t floor_div(int64_t a, int64_t b) {
 
 }  // namespace
 
+// Per output row (n, oh): each output pixel's window in registers, 16 channels a vector
+// (window.cc's loops kept a per-pixel accumulator array in memory): the stem's 3x3/2
+// pool at batch 32 7.4 -> 4.7-5.1 ms. Plain stores: streaming them was 3-7% faster alone
+// but neutral in a ResNet-18 step, whose next op reads y.
+void maxpool_fwd_avx512(const Pool2d& q, const float* x, float* y) {
+  const int64_t C = q.C;
+  const double work = double(q.N * q.Ho * q.Wo) * double(C * q.KH * q.KW);
+  engine::run_units(q.N * q.Ho, work >= 2e5, [&](int64_t r) {
+    const int64_t n = r / q.Ho, oh = r % q.Ho;
+    const int64_t kh0 = imax(0, q.ph - oh * q.sh), kh1 = imin(q.KH, q.H + q.ph - oh * q.sh);
+    for (int64_t ow = 0; ow < q.Wo; ++ow) {
+      const int64_t kw0 = imax(0, q.pw - ow * q.sw), kw1 = imin(q.KW, q.W + q.pw - ow * q.sw);
+      float* out = y + (r * q.Wo + ow) * C;
+      for (int64_t c = 0; c < C; c += 16) {
+        __m512 m = _mm512_set1_ps(-__builtin_inff());
+        for (int64_t kh = kh0; kh < kh1; ++kh)
+          for (int64_t kw = kw0; kw < kw1; ++kw) {
+            const int64_t ih = oh * q.sh + kh - q.ph, iw = ow * q.sw + kw - q.pw;
+            const __m512 v = _mm512_loadu_ps(x + ((n * q.H + ih) * q.W + iw) * C + c);
+            m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+          }
+        _mm512_storeu_ps(out + c, m);
+      }
+    }
+  });
+}
+
 void maxpool_grad_avx512(const Pool2d& q, const float* x, const float* src, float* dx) {
   const int64_t C = q.C;
   engine::PoolBuf selb(engine::cdiv(q.N * q.Ho * q.Wo * C, 4));

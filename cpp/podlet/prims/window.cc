@@ -216,6 +216,10 @@ void reduce_window_kernel(const std::vector<Array>& in, std::vector<Array>& out,
   WinGeom q = win_geom(in[0].shape(), a);
   if (out[0].size() == 0) return;
   const bool is_max = a.s("computation") == "max";
+  if (is_max && is_pool2d(q) && in[0].dtype() == DType::f32 &&
+      kernels::maxpool_fwd({q.in[0], q.in[1], q.in[2], q.inner, q.out[1], q.out[2], q.win[1], q.win[2], q.str[1],
+                            q.str[2], q.lo[1], q.lo[2]}, in[0].data<float>(), out[0].data<float>()))
+    return;
   float_or_int_switch(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
     {
