@@ -325,6 +325,26 @@ def test_conv_bwd_data_large_dx_streamed(isa, dtype, cin):
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("cout", [64, 24])
+def test_conv_fwd_large_y_streamed(isa, dtype, cout):
+    """A forward output of 4 MiB or more goes out with non-temporal stores where a row is
+    aligned (a 1-channel 7x7/2 stem, as in ResNet): against the reference, the same bits
+    as a one-image output and on 1 and 2 threads."""
+    rng = np.random.default_rng(13)
+    n = (16 if dtype == np.float32 else 32) * (64 // cout + (64 % cout > 0))
+    assert n * 32 * 32 * cout * np.dtype(dtype).itemsize >= 4 << 20
+    x = rand(rng, (n, 64, 64, 1), dtype)
+    w = rand(rng, (7, 7, 1, cout), dtype)
+    attrs = conv_attrs((2, 2), (2, 3, 2, 3))
+    fast, _ = check_fast_vs_ref(isa, "conv_general_dilated", [x, w], attrs)
+    assert fast.shape == (n, 32, 32, cout)
+    assert run(isa, "conv_general_dilated", [x[:1], w], attrs).tobytes() == fast[:1].tobytes()
+    assert run(isa, "conv_general_dilated", [x, w], attrs, threads=1).tobytes() == fast.tobytes()
+    assert run(isa, "conv_general_dilated", [x, w], attrs, threads=2).tobytes() == fast.tobytes()
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
 @pytest.mark.parametrize("cin", [16, 32])
 def test_conv_bwd_filter_over_many_pixel_chunks(isa, dtype, cin):
     """Backward-filter sums pixels in fixed chunks (4096 K steps) computed as separate

@@ -232,7 +232,8 @@ inline void store_out(DType d, void* out, int64_t off, const float* s, int64_t n
 // store_out for large outputs written once (at least kStreamOutBytes): non-temporal
 // stores for the whole 16-element groups of an aligned row (32 bytes for bf16, 64 for
 // f32), so the lines are not read for ownership first (stride-2 56->128 backward-data:
-// dx rows were ~5% of its time) and do not evict the operands; plain stores elsewhere.
+// dx rows were ~5% of its time; the 1-channel stem's forward is store-bound) and do not
+// evict the operands; plain stores elsewhere.
 // Same values. The caller fences (_mm_sfence) before its task ends.
 constexpr int64_t kStreamOutBytes = int64_t(4) << 20;
 inline void store_out_stream(DType d, void* out, int64_t off, const float* s, int64_t n) {
