@@ -301,46 +301,40 @@ def test_conv_bits_do_not_depend_on_thread_count(isa, dtype):
             assert one.tobytes() == two.tobytes(), f"{name} {prim}"
 
 
-@pytest.mark.parametrize("isa", FAST_ISAS)
-@pytest.mark.parametrize("dtype", [np.float32, BF16])
-@pytest.mark.parametrize("cin", [64, 24])
-def test_conv_bwd_data_large_dx_streamed(isa, dtype, cin):
-    """A dx of 4 MiB or more is written with non-temporal stores (store_out_stream) where a
-    row is aligned: whole 16-channel groups streamed, a 24-channel row's tail (and rows
-    not 32-byte aligned) stored plainly. Against the reference, the same bits as a small dx
-    of the same rows (one image of the batch) and on 1 and 2 threads."""
+def streamed_case(prim, dtype, ch, images):
+    """(operands, attrs) of a stride-2 layer whose output (dx or y) of `ch` channels over
+    `images` images is 4 MiB or more for a batch sized to it: a 3x3 backward-data, or a
+    1-channel 7x7/2 stem forward as in ResNet."""
     rng = np.random.default_rng(12)
-    n = (4 if dtype == np.float32 else 8) * (64 // cin + (64 % cin > 0))  # >= 4 MiB of dx
-    x_shape = [n, 64, 64, cin]
-    assert np.prod(x_shape) * np.dtype(dtype).itemsize >= 4 << 20
-    g = rand(rng, (n, 32, 32, 16), dtype)
-    w = rand(rng, (3, 3, cin, 16), dtype)
-    attrs = dict(conv_attrs((2, 2), (0, 1, 0, 1)), lhs_shape=x_shape)
-    fast, _ = check_fast_vs_ref(isa, "conv_bwd_data", [g, w], attrs)
-    small = run(isa, "conv_bwd_data", [g[:1], w], dict(attrs, lhs_shape=[1] + x_shape[1:]))
-    assert small.tobytes() == fast[:1].tobytes()
-    assert run(isa, "conv_bwd_data", [g, w], attrs, threads=1).tobytes() == fast.tobytes()
-    assert run(isa, "conv_bwd_data", [g, w], attrs, threads=2).tobytes() == fast.tobytes()
+    if prim == "conv_bwd_data":
+        n = (4 if dtype == np.float32 else 8) * (64 // ch + (64 % ch > 0))
+        out = [n, 64, 64, ch]
+        attrs = dict(conv_attrs((2, 2), (0, 1, 0, 1)), lhs_shape=[images or n] + out[1:])
+        args = [rand(rng, (n, 32, 32, 16), dtype), rand(rng, (3, 3, ch, 16), dtype)]
+    else:
+        n = (16 if dtype == np.float32 else 32) * (64 // ch + (64 % ch > 0))
+        out = [n, 32, 32, ch]
+        attrs = conv_attrs((2, 2), (2, 3, 2, 3))
+        args = [rand(rng, (n, 64, 64, 1), dtype), rand(rng, (7, 7, 1, ch), dtype)]
+    assert np.prod(out) * np.dtype(dtype).itemsize >= 4 << 20
+    return [args[0][:images] if images else args[0], args[1]], attrs
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
-@pytest.mark.parametrize("cout", [64, 24])
-def test_conv_fwd_large_y_streamed(isa, dtype, cout):
-    """A forward output of 4 MiB or more goes out with non-temporal stores where a row is
-    aligned (a 1-channel 7x7/2 stem, as in ResNet): against the reference, the same bits
-    as a one-image output and on 1 and 2 threads."""
-    rng = np.random.default_rng(13)
-    n = (16 if dtype == np.float32 else 32) * (64 // cout + (64 % cout > 0))
-    assert n * 32 * 32 * cout * np.dtype(dtype).itemsize >= 4 << 20
-    x = rand(rng, (n, 64, 64, 1), dtype)
-    w = rand(rng, (7, 7, 1, cout), dtype)
-    attrs = conv_attrs((2, 2), (2, 3, 2, 3))
-    fast, _ = check_fast_vs_ref(isa, "conv_general_dilated", [x, w], attrs)
-    assert fast.shape == (n, 32, 32, cout)
-    assert run(isa, "conv_general_dilated", [x[:1], w], attrs).tobytes() == fast[:1].tobytes()
-    assert run(isa, "conv_general_dilated", [x, w], attrs, threads=1).tobytes() == fast.tobytes()
-    assert run(isa, "conv_general_dilated", [x, w], attrs, threads=2).tobytes() == fast.tobytes()
+@pytest.mark.parametrize("ch", [64, 24])
+@pytest.mark.parametrize("prim", ["conv_bwd_data", "conv_general_dilated"])
+def test_conv_large_output_streamed(isa, dtype, ch, prim):
+    """A dx (backward-data) or y (forward) of 4 MiB or more is written with non-temporal
+    stores (store_out_stream) where a row is aligned: whole 16-channel groups streamed, a
+    24-channel row's tail (and rows not 32-byte aligned) stored plainly. Against the
+    reference, the same bits as the output of one image, and on 1 and 2 threads."""
+    args, attrs = streamed_case(prim, dtype, ch, 0)
+    fast, _ = check_fast_vs_ref(isa, prim, args, attrs)
+    one_image = run(isa, prim, *streamed_case(prim, dtype, ch, 1))
+    assert one_image.tobytes() == fast[:1].tobytes()
+    assert run(isa, prim, args, attrs, threads=1).tobytes() == fast.tobytes()
+    assert run(isa, prim, args, attrs, threads=2).tobytes() == fast.tobytes()
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
