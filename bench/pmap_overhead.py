@@ -25,13 +25,12 @@ import argparse
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 
 import numpy as np
 
-from train_step import timed_steps  # bench/ is the script's directory
+from train_step import run_worker, timed_steps  # bench/ is the script's directory
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -248,14 +247,7 @@ def main():
                "--dtype", a.dtype, "--batch", str(a.batch), "--size", str(a.size), "--threads", str(a.threads),
                "--steps", str(a.steps)] + (["--profile"] if a.profile and fw == "podlet" else [])
         t0 = time.perf_counter()
-        try:
-            cp = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=_env(fw, n, a.threads))
-            lines = [l for l in cp.stdout.splitlines() if l.startswith("RESULT ")]
-            if cp.returncode != 0 or not lines:
-                raise RuntimeError(cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else "no result")
-            r = json.loads(lines[-1][7:])
-        except (subprocess.TimeoutExpired, RuntimeError) as e:
-            r = {"error": str(e)[:300]}
+        r = run_worker(cmd, a.timeout, env=_env(fw, n, a.threads))
         r.update(framework=fw, devices=n, round=rnd, wall_s=time.perf_counter() - t0,
                  load_average=os.getloadavg())
         if "step_s" in r:

@@ -250,6 +250,18 @@ def run_torch(model_name, dtype, batch, size, steps, threads):
 
 
 # ---------------------------------------------------------------------------------
+def run_worker(cmd, timeout, env=None):
+    """Runs a worker subprocess; its last 'RESULT {json}' line as a dict, or {"error": ...}."""
+    try:
+        cp = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        lines = [l for l in cp.stdout.splitlines() if l.startswith("RESULT ")]
+        if cp.returncode != 0 or not lines:
+            raise RuntimeError(cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else "no result")
+        return json.loads(lines[-1][7:])
+    except (subprocess.TimeoutExpired, RuntimeError) as e:
+        return {"error": str(e)[:300]}
+
+
 def worker(a):
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
     if a.framework in ("podlet", "podlet-direct"):
@@ -307,14 +319,7 @@ def main():
                    "--batch", str(a.batch), "--size", str(a.size), "--threads", str(a.threads),
                    "--steps", str(a.steps)]
             t0 = time.perf_counter()
-            try:
-                cp = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
-                lines = [l for l in cp.stdout.splitlines() if l.startswith("RESULT ")]
-                if cp.returncode != 0 or not lines:
-                    raise RuntimeError(cp.stderr.strip().splitlines()[-1] if cp.stderr.strip() else "no result")
-                r = json.loads(lines[-1][7:])
-            except (subprocess.TimeoutExpired, RuntimeError) as e:
-                r = {"error": str(e)[:300]}
+            r = run_worker(cmd, a.timeout)
             r.update(framework=fw, model=model, dtype=dtype, wall_s=time.perf_counter() - t0, round=rnd)
             if "flops_per_step" in r:
                 flops[model] = r["flops_per_step"]
