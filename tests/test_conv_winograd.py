@@ -336,6 +336,8 @@ def test_precision_values_are_checked():
     assert lax.canonicalize_precision(None) is None
     assert lax.canonicalize_precision("bfloat16") == (lax.Precision.DEFAULT,) * 2
     assert lax.canonicalize_precision(("highest", lax.Precision.HIGH)) == (lax.Precision.HIGHEST, lax.Precision.HIGH)
+    import jax
+    assert lax.canonicalize_precision(jax.lax.Precision.HIGHEST) == (lax.Precision.HIGHEST,) * 2
     x, w, _, _ = operands("resnet_3x3")
     for bad in ("fastest", 3, ("default",), ("default", "high", "highest")):
         with pytest.raises(ValueError, match="precision must be"):

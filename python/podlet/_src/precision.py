@@ -32,13 +32,13 @@ _STRINGS = {"bfloat16": Precision.DEFAULT, "default": Precision.DEFAULT,
 
 def canonicalize_precision(precision):
     """None, or a pair of Precision values (lhs, rhs), from what jax accepts: None, a
-    string, a Precision, or a pair of either."""
+    string, a Precision (podlet's or jax's), or a pair of either."""
     if precision is None:
         return None
-    if isinstance(precision, (str, Precision)):
+    if not isinstance(precision, (list, tuple)):
         p = _one(precision, precision)
         return p, p
-    if isinstance(precision, (list, tuple)) and len(precision) == 2:
+    if len(precision) == 2:
         return _one(precision[0], precision), _one(precision[1], precision)
     raise ValueError(_message(precision))
 
@@ -48,6 +48,8 @@ def _one(p, whole):
         return p
     if isinstance(p, str) and p in _STRINGS:
         return _STRINGS[p]
+    if isinstance(getattr(p, "name", None), str) and p.name in Precision.__members__:
+        return Precision[p.name]  # jax.lax.Precision, left in a half-ported script
     raise ValueError(_message(whole))
 
 
