@@ -212,6 +212,13 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
   // Per-position strides of U and M one cache line past a multiple of 4 KB: a transform
   // touches all 16 positions at once, which at 4 KB multiples share one L1 set.
   const int64_t us = kTiles * kq + 16, ms = kTiles * kPanel + 16;
+  // Tile tt: image n, tile row ti, tile column tj; and its 4 x 4 input pixel rows.
+  struct Tile { int64_t n, ti, tj; };
+  auto tile_at = [&](int64_t tt) { return Tile{tt / (th * tw), tt % (th * tw) / tw, tt % tw}; };
+  auto pixel_rows = [&](int64_t tt, const bf16* src[4][4]) {
+    const Tile p = tile_at(tt);
+    tile_rows(in, p.n, 2 * p.ti - L.ph, 2 * p.tj - L.pw, L.Hi, L.Wi, L.Ci, zero, src);
+  };
   engine::run_tasks<Scratch>(cdiv(ntiles, kTiles), flops >= 4e6, [&](int64_t task, Scratch& s) {
     s.u.reserve(16 * us + kRows * kq);  // a row group past a range's end reads <= 5 rows more
     s.m.reserve(16 * ms);
@@ -227,8 +234,8 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
     int64_t order[kTiles], cnt[4] = {0, 0, 0, 0};
     uint8_t cls[kTiles];
     for (int64_t t = 0; t < nt; ++t) {
-      const int64_t tt = t0 + t, ti = tt % (th * tw) / tw, tj = tt % tw;
-      const bool r = (L.Ho & 1) && ti == th - 1, c = (L.Wo & 1) && tj == tw - 1;
+      const Tile p = tile_at(t0 + t);
+      const bool r = (L.Ho & 1) && p.ti == th - 1, c = (L.Wo & 1) && p.tj == tw - 1;
       cls[t] = r ? (c ? 3 : 2) : (c ? 0 : 1);
       ++cnt[cls[t]];
     }
@@ -236,15 +243,12 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
     for (int64_t t = 0; t < nt; ++t) order[next[cls[t]]++] = t0 + t;
     // Input transform: U[pos][t] = (B^T d B)[pos] of tile order[t], 16 channels at a time.
     for (int64_t t = 0; t < nt; ++t) {
-      const int64_t tt = order[t], n = tt / (th * tw), ti = tt % (th * tw) / tw, tj = tt % tw;
-      const int64_t ih0 = 2 * ti - L.ph, iw0 = 2 * tj - L.pw;
       const bf16* src[4][4];
-      tile_rows(in, n, ih0, iw0, L.Hi, L.Wi, L.Ci, zero, src);
+      pixel_rows(order[t], src);
       bf16* dst = reinterpret_cast<bf16*>(U + t * kq);
       if (t + 2 < nt) {  // the pixels tile t + 2 adds (its right half): +3% at 56x56x64
-        const int64_t t2 = order[t + 2], n2 = t2 / (th * tw), ti2 = t2 % (th * tw) / tw, tj2 = t2 % tw;
         const bf16* s2[4][4];
-        tile_rows(in, n2, 2 * ti2 - L.ph, 2 * tj2 - L.pw, L.Hi, L.Wi, L.Ci, zero, s2);
+        pixel_rows(order[t + 2], s2);
         for (int a = 0; a < 4; ++a)
           for (int c = 2; c < 4; ++c) prefetch_row(s2[a][c], 0, L.Ci);
       }
@@ -279,7 +283,7 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
       // Output transform: Y = A^T M A for this panel's channels.
       // Skipped (position, tile) entries of M hold stale values that no stored output reads.
       for (int64_t t = 0; t < nt; ++t) {
-        const int64_t tt = order[t], n = tt / (th * tw), ti = tt % (th * tw) / tw, tj = tt % tw;
+        const Tile p = tile_at(order[t]);
         for (int64_t v = 0; v < nv; ++v) {
           __m512 m[4][4];
           for (int a = 0; a < 4; ++a)
@@ -287,13 +291,13 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
           Two s[4];
           for (int c = 0; c < 4; ++c) s[c] = at(m[0][c], m[1][c], m[2][c], m[3][c]);
           for (int i = 0; i < 2; ++i) {
-            const int64_t oh = 2 * ti + i;
+            const int64_t oh = 2 * p.ti + i;
             if (oh >= L.Ho) break;
             const Two y = at(s[0].v[i], s[1].v[i], s[2].v[i], s[3].v[i]);
             for (int j = 0; j < 2; ++j) {
-              const int64_t ow = 2 * tj + j;
+              const int64_t ow = 2 * p.tj + j;
               if (ow >= L.Wo) break;
-              const int64_t off = ((n * L.Ho + oh) * L.Wo + ow) * L.Co + o0 + 16 * v;
+              const int64_t off = ((p.n * L.Ho + oh) * L.Wo + ow) * L.Co + o0 + 16 * v;
               if (od == DType::bf16)
                 _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + off), avx512::bf16_round16(y.v[j]));
               else

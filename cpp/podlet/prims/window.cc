@@ -128,6 +128,11 @@ int64_t grain_for(const WinGeom& q, int64_t work_per_item) {
 bool is_pool2d(const WinGeom& q) {
   return q.ro == 3 && q.win[0] == 1 && q.str[0] == 1 && q.lo[0] == 0 && q.hi[0] == 0;
 }
+// The image pool's geometry for the AVX-512 kernels (kernels/pool.h).
+kernels::Pool2d pool2d_of(const WinGeom& q) {
+  return {q.in[0], q.in[1], q.in[2], q.inner, q.out[1], q.out[2], q.win[1], q.win[2], q.str[1], q.str[2],
+          q.lo[1], q.lo[2]};
+}
 // Calls f(input offset in elements, w) for each in-bounds position w = kh * KW + kw of
 // the window of image-pool output (row r = n * Ho + oh, column ow), in window order.
 template <class F> inline void for_pool_window(const WinGeom& q, int64_t r, int64_t ow, F&& f) {
@@ -217,8 +222,7 @@ void reduce_window_kernel(const std::vector<Array>& in, std::vector<Array>& out,
   if (out[0].size() == 0) return;
   const bool is_max = a.s("computation") == "max";
   if (is_max && is_pool2d(q) && in[0].dtype() == DType::f32 &&
-      kernels::maxpool_fwd({q.in[0], q.in[1], q.in[2], q.inner, q.out[1], q.out[2], q.win[1], q.win[2], q.str[1],
-                            q.str[2], q.lo[1], q.lo[2]}, in[0].data<float>(), out[0].data<float>()))
+      kernels::maxpool_fwd(pool2d_of(q), in[0].data<float>(), out[0].data<float>()))
     return;
   float_or_int_switch(in[0].dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -329,8 +333,7 @@ void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const
   if (out[0].size() == 0) return;
   const int64_t I = q.inner;
   if (is_pool2d(q) && in[0].dtype() == DType::f32 && in[1].dtype() == DType::f32 &&
-      kernels::maxpool_grad({q.in[0], q.in[1], q.in[2], I, q.out[1], q.out[2], q.win[1], q.win[2], q.str[1], q.str[2],
-                             q.lo[1], q.lo[2]}, in[1].data<float>(), in[0].data<float>(), out[0].data<float>()))
+      kernels::maxpool_grad(pool2d_of(q), in[1].data<float>(), in[0].data<float>(), out[0].data<float>()))
     return;
   std::vector<int32_t> sel;
   float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
@@ -395,8 +398,7 @@ void gather_kernel(const std::vector<Array>& in, std::vector<Array>& out, const 
   if (out[0].size() == 0) return;
   const int64_t I = q.inner;
   if (is_pool2d(q) && in[0].dtype() == DType::f32 && in[1].dtype() == DType::f32 &&
-      kernels::maxpool_grad({q.in[0], q.in[1], q.in[2], I, q.out[1], q.out[2], q.win[1], q.win[2], q.str[1], q.str[2],
-                             q.lo[1], q.lo[2]}, in[1].data<float>(), in[0].data<float>(), out[0].data<float>()))
+      kernels::maxpool_grad(pool2d_of(q), in[1].data<float>(), in[0].data<float>(), out[0].data<float>()))
     return;
   std::vector<int32_t> sel;
   float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
