@@ -67,6 +67,11 @@ CASES = {
     # panels, the second half zeros.
     "two_splits": ((4, 40, 40, 16), 16, (1, 1, 1, 1)),
     "channels_past_256": ((1, 5, 5, 272), 48, (1, 1, 1, 1)),
+    # backward-filter with odd outputs: 3200 tiles in the order [last column 600][full
+    # 1800][last row 600][corner 200], four splits of 400 steps; position (3, 3) multiplies
+    # steps [300, 1200) only, so the last split has none of its steps (a zero partial),
+    # and a = 3 / b = 3 start or end mid-split.
+    "odd_output_splits": ((200, 7, 7, 16), 16, (1, 1, 1, 1)),
 }
 
 
@@ -175,7 +180,7 @@ def test_error_is_a_few_times_the_direct_kernels():
 
 
 @pytest.mark.parametrize("name", ["resnet_3x3", "task_tail", "two_panels_and_tail", "two_splits",
-                                  "channels_past_256"])
+                                  "channels_past_256", "odd_output_splits"])
 def test_bits_do_not_depend_on_threads(name):
     x, w, g, pad = operands(name, seed=1)
     for key, prim, args, a in directions(x, w, g, pad):

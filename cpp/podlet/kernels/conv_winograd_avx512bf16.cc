@@ -12,6 +12,10 @@
 //   G^T v: (v0 + (v1 + v2) / 2, (v1 - v2) / 2, (v1 + v2) / 2 + v3)
 // All in f32 with -ffp-contract=off, in the order written, so the bits depend on the
 // inputs only (not on threads or task sizes).
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/avx512_engine.h"
 
@@ -88,6 +92,33 @@ inline void tile_rows(const bf16* in, int64_t n, int64_t ih0, int64_t iw0, int64
       const int64_t ih = ih0 + a, iw = iw0 + c;
       src[a][c] = ih >= 0 && ih < Hi && iw >= 0 && iw < Wi ? in + ((n * Hi + ih) * Wi + iw) * C : zero;
     }
+}
+
+// Tile t's edge class, t = (n * th + ti) * tw + tj. With an odd Ho (Wo) the last tile
+// row (column) holds one output row (column): the forward stores nothing from row a = 3
+// (column b = 3) of its M, and backward-filter's dM is zero there. 0: the last column
+// only, 1: neither, 2: the last row only, 3: both.
+inline int edge_class(int64_t t, int64_t th, int64_t tw, int64_t Ho, int64_t Wo) {
+  const bool r = (Ho & 1) && t % (th * tw) / tw == th - 1, c = (Wo & 1) && t % tw == tw - 1;
+  return r ? (c ? 3 : 2) : (c ? 0 : 1);
+}
+
+// Tiles [t0, t0 + n) ordered class by class ([0][1][2][3], tile order within a class)
+// into order, and the class counts into cnt: each position's tiles are then one range.
+inline void order_by_edge(int64_t t0, int64_t n, int64_t th, int64_t tw, int64_t Ho, int64_t Wo, int64_t* order,
+                          int64_t cnt[4]) {
+  for (int k = 0; k < 4; ++k) cnt[k] = 0;
+  for (int64_t t = t0; t < t0 + n; ++t) ++cnt[edge_class(t, th, tw, Ho, Wo)];
+  int64_t next[4] = {0, cnt[0], cnt[0] + cnt[1], cnt[0] + cnt[1] + cnt[2]};
+  for (int64_t t = t0; t < t0 + n; ++t) order[next[edge_class(t, th, tw, Ho, Wo)]++] = t;
+}
+
+// The ordered tiles [lo, hi) position pos needs: a = 3 skips the last tile row (classes
+// 2 and 3), b = 3 the last column (0 and 3), both: the full tiles alone.
+inline std::pair<int64_t, int64_t> edge_range(int pos, const int64_t cnt[4]) {
+  const bool a3 = pos / 4 == 3, b3 = pos % 4 == 3;
+  const int64_t all = cnt[0] + cnt[1] + cnt[2] + cnt[3];
+  return {b3 ? cnt[0] : 0, a3 ? cnt[0] + cnt[1] : b3 ? all - cnt[3] : all};
 }
 
 // u[a * 4 + c] = (B^T d B)[a][c] for channels [ch, ch + 16) of the tile at src.
@@ -225,22 +256,12 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
     uint32_t* U = s.u.p;
     float* M = s.m.f();
     const int64_t t0 = task * kTiles, nt = imin(kTiles, ntiles - t0);
-    // The order of the task's tiles in U and M. With an odd Ho (Wo) the last tile row
-    // (column) has one output row (column), which reads no M entry of row a = 3 (column
-    // b = 3): those positions skip such tiles. Ordered [last column][full][last row][both],
-    // each position's tiles are one range: a = 3 the first two groups, b = 3 the middle
-    // two, both: the full tiles alone (7x7 outputs: 113 of 128 row groups). The bits are
-    // those of every tile computed: each M row is its own dot products.
-    int64_t order[kTiles], cnt[4] = {0, 0, 0, 0};
-    uint8_t cls[kTiles];
-    for (int64_t t = 0; t < nt; ++t) {
-      const Tile p = tile_at(t0 + t);
-      const bool r = (L.Ho & 1) && p.ti == th - 1, c = (L.Wo & 1) && p.tj == tw - 1;
-      cls[t] = r ? (c ? 3 : 2) : (c ? 0 : 1);
-      ++cnt[cls[t]];
-    }
-    int64_t next[4] = {0, cnt[0], cnt[0] + cnt[1], cnt[0] + cnt[1] + cnt[2]};
-    for (int64_t t = 0; t < nt; ++t) order[next[cls[t]]++] = t0 + t;
+    // The task's tiles in U and M by edge class (order_by_edge), so that each position
+    // multiplies only the tiles whose outputs read it (7x7 outputs: 113 of 128 row
+    // groups). The bits are those of every tile computed: each M row is its own dot
+    // products.
+    int64_t order[kTiles], cnt[4];
+    order_by_edge(t0, nt, th, tw, L.Ho, L.Wo, order, cnt);
     // Input transform: U[pos][t] = (B^T d B)[pos] of tile order[t], 16 channels at a time.
     for (int64_t t = 0; t < nt; ++t) {
       const bf16* src[4][4];
@@ -266,8 +287,7 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
       const int64_t o0 = pn * kPanel, nv = imin(kPanel, L.Co - o0) / 16;
       for (int pos = 0; pos < 16; ++pos) {
         const uint32_t* bp = b + (pos * np + pn) * kq * kPanel;
-        const bool a3 = pos / 4 == 3, b3 = pos % 4 == 3;
-        const int64_t lo = b3 ? cnt[0] : 0, hi = a3 ? cnt[0] + cnt[1] : b3 ? cnt[0] + cnt[1] + cnt[2] : nt;
+        const auto [lo, hi] = edge_range(pos, cnt);
         for (int64_t r0 = lo; r0 < hi; r0 += kRows) {
           const uint32_t* a = U + pos * us + r0 * kq;
           float* m = M + pos * ms + r0 * kPanel;
@@ -350,12 +370,28 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
     const bf16* x[4][4];
     const bf16* g[2][2];
   };
+  // The tiles in K order: by edge class (order_by_edge) when Ho or Wo is odd, so that
+  // the GEMMs skip the (position, tile) pairs whose dM is zero (7x7 outputs multiply 225
+  // of 256); the natural order otherwise.
+  std::vector<int64_t> perm;
+  int64_t cnt[4] = {0, T, 0, 0};
+  if ((q.Ho | q.Wo) & 1) {
+    perm.resize(T);
+    order_by_edge(0, T, th, tw, q.Ho, q.Wo, perm.data(), cnt);
+  }
+  // Position p's steps: [lo, hi) (a step is a pair of tiles; one holding a tile of the
+  // range is in it).
+  auto steps_of = [&](int p) {
+    const auto [lo, hi] = edge_range(p, cnt);
+    return std::pair<int64_t, int64_t>{lo / 2, cdiv(hi, 2)};
+  };
   auto tile_src = [&](int64_t t, Src& r) {
     if (t >= T) {
       for (int a = 0; a < 16; ++a) r.x[a / 4][a % 4] = zero;
       for (int a = 0; a < 4; ++a) r.g[a / 2][a % 2] = zero;
       return;
     }
+    if (!perm.empty()) t = perm[t];
     const int64_t n = t / (th * tw), ti = t % (th * tw) / tw, tj = t % tw;
     tile_rows(x, n, 2 * ti - q.ph, 2 * tj - q.pw, q.H, q.W, C, zero, r.x);
     for (int i = 0; i < 2; ++i)
@@ -430,7 +466,13 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
       // before the adds cost 13-15% of the 14x14x256 and 7x7x512 calls, 0-3% of the others
       // (in-step profiles, three paired runs; run alone from a warm L3, 0-6%).
       auto dv_tile = [&](int64_t p, int64_t j, int64_t i) { return d + (p * C + c0 + i * kFmr) * Op + o0 + j * kFnr; };
-      for (int p = 0; p < 16; ++p)
+      for (int p = 0; p < 16; ++p) {
+        // This block's steps of position p, [s0, s1), and whether an earlier block of the
+        // split has written its dV (the first one stores, the rest add).
+        const auto [lo, hi] = steps_of(p);
+        const int64_t s0 = imax(b0, lo), s1 = imin(b0 + nq, hi);
+        if (s0 >= s1) continue;
+        const bool add = s0 > imax(q0, lo);
         for (int64_t j = 0; j < cp; ++j)
           for (int64_t i = 0; i < rg; ++i) {
             const int64_t ni = i + 1 < rg ? i + 1 : 0, nj = ni ? j : j + 1 < cp ? j + 1 : 0, npos = ni || nj ? p : p + 1;
@@ -441,9 +483,17 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
                 _mm_prefetch(reinterpret_cast<const char*>(t + r * Op + 16), _MM_HINT_T0);
               }
             }
-            avx512::ukernel_x32<avx512::Bf16Kind, true, 8>(nq, s.a.p + (p * rg + i) * as, 0, s.b.p + (p * cp + j) * bs,
-                                                           dv_tile(p, j, i), Op, b0 > q0);
+            avx512::ukernel_x32<avx512::Bf16Kind, true, 8>(s1 - s0, s.a.p + (p * rg + i) * as + (s0 - b0) * kFmr, 0,
+                                                           s.b.p + (p * cp + j) * bs + (s0 - b0) * kFnr,
+                                                           dv_tile(p, j, i), Op, add);
           }
+      }
+    }
+    // A position with none of its steps in this split: its partial is zero.
+    for (int p = 0; p < 16; ++p) {
+      const auto [lo, hi] = steps_of(p);
+      if (imax(q0, lo) < imin(q1, hi)) continue;
+      for (int64_t r = 0; r < rows; ++r) std::fill_n(d + (p * C + c0 + r) * Op + o0, cols, 0.0f);
     }
   });
   // acc = split 0 + split 1 + ..., in order.
