@@ -98,10 +98,11 @@ inline void tile_rows(const bf16* in, int64_t n, int64_t ih0, int64_t iw0, int64
 struct Tile {
   int64_t n, ti, tj;
 };
+inline Tile tile_of(int64_t t, int64_t th, int64_t tw) { return {t / (th * tw), t % (th * tw) / tw, t % tw}; }
 // Tiles [t0, t0 + n) in order, with divisions for the first only (three per tile per
 // use were ~1% of a 56x56x64 forward).
 inline void walk_tiles(int64_t t0, int64_t n, int64_t th, int64_t tw, Tile* out) {
-  Tile p{t0 / (th * tw), t0 % (th * tw) / tw, t0 % tw};
+  Tile p = tile_of(t0, th, tw);
   for (int64_t i = 0; i < n; ++i) {
     out[i] = p;
     if (++p.tj == tw) {
@@ -410,13 +411,12 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
       for (int a = 0; a < 4; ++a) r.g[a / 2][a % 2] = zero;
       return;
     }
-    if (!perm.empty()) t = perm[t];
-    const int64_t n = t / (th * tw), ti = t % (th * tw) / tw, tj = t % tw;
-    tile_rows(x, n, 2 * ti - q.ph, 2 * tj - q.pw, q.H, q.W, C, zero, r.x);
+    const Tile p = tile_of(perm.empty() ? t : perm[t], th, tw);
+    tile_rows(x, p.n, 2 * p.ti - q.ph, 2 * p.tj - q.pw, q.H, q.W, C, zero, r.x);
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j) {
-        const int64_t oh = 2 * ti + i, ow = 2 * tj + j;
-        r.g[i][j] = oh < q.Ho && ow < q.Wo ? g + ((n * q.Ho + oh) * q.Wo + ow) * O : zero;
+        const int64_t oh = 2 * p.ti + i, ow = 2 * p.tj + j;
+        r.g[i][j] = oh < q.Ho && ow < q.Wo ? g + ((p.n * q.Ho + oh) * q.Wo + ow) * O : zero;
       }
   };
   // dM = A y A^T for channels [o, o + 16) of a tile (zeros past O).
