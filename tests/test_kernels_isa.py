@@ -215,6 +215,13 @@ CONV_CASES = {
     "odd_pixels_32_channels": ((1, 7, 9, 32), (3, 3, 32, 32), conv_attrs((1, 1), (1, 1, 1, 1))),
     "dilated_strided_64_channels": ((1, 9, 11, 64), (3, 3, 64, 24), conv_attrs((2, 1), (2, 1, 0, 2), rd=(2, 2))),
     "narrow_3x3_1_channel": ((3, 9, 12, 1), (3, 3, 1, 32), conv_attrs((1, 1), (1, 1, 1, 1))),  # kh pieces of 3
+    # 1-channel layers with output channels in multiples of 16 take the stem kernels in
+    # bf16 (conv_stem_avx512bf16.cc): an odd KW's last tap unpaired, an odd Wo's last pixel
+    # unpaired, 48 / 80 channels (partial 64-channel panels, a 16-channel half), KW > 7
+    # (two tap chunks), unequal strides, negative padding.
+    "stem_1_channel_odd_wo_48": ((2, 23, 21, 1), (7, 7, 1, 48), conv_attrs((2, 2), (3, 3, 3, 3))),
+    "stem_1_channel_even_kernel_80": ((1, 17, 20, 1), (4, 6, 1, 80), conv_attrs((3, 2), (2, 1, 0, 3))),
+    "stem_1_channel_wide_kernel_negative_pad": ((2, 12, 30, 1), (3, 9, 1, 16), conv_attrs((1, 1), (-1, 2, -2, 1))),
     # Kept on the reference by the dispatcher (depthwise, lhs dilation): must still agree.
     "depthwise": ((2, 8, 7, 16), (3, 3, 1, 16), conv_attrs((1, 1), (1, 1, 1, 1), groups=16)),
     "lhs_dilation": ((1, 5, 6, 16), (3, 3, 16, 16), conv_attrs((1, 1), (1, 1, 2, 1), ld=(2, 2))),
@@ -299,6 +306,24 @@ def test_conv_bits_do_not_depend_on_thread_count(isa, dtype):
             one = run(isa, prim, args, attrs, threads=1)
             two = run(isa, prim, args, attrs, threads=2)
             assert one.tobytes() == two.tobytes(), f"{name} {prim}"
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+def test_conv_stem_unpaired_taps_ignore_their_partner(isa):
+    """The 1-channel kernels read input pairs: an odd KW's last tap (forward) and an odd
+    Wo's last pixel (backward-filter) have no partner, and the word's other half is a
+    real pixel no window uses. It is masked, not multiplied by a zero: an inf there must
+    not turn outputs into NaN (0 * inf), as it does not in the reference."""
+    rng = np.random.default_rng(13)
+    x = rand(rng, (2, 9, 8, 1), BF16)
+    x[:, :, 7, :] = np.inf  # column 7: in no 3-wide window at stride 2 (Wo = 3)
+    w, g = rand(rng, (3, 3, 1, 32), BF16), rand(rng, (2, 4, 3, 32), BF16)
+    a = conv_attrs((2, 2), (0, 0, 0, 0))
+    for prim, args, attrs in conv_calls(x, w, g, a):
+        if prim == "conv_bwd_data":
+            continue
+        fast, ref = check_fast_vs_ref(isa, prim, args, attrs)
+        assert np.isfinite(fast.astype(np.float32)).all() and np.isfinite(ref.astype(np.float32)).all(), prim
 
 
 def streamed_case(prim, dtype, ch, images):

@@ -70,4 +70,13 @@ void conv_fwd_avx512bf16(const ConvGeom& q, DType xd, const void* x, DType wd, c
 void conv_bwd_data_avx512bf16(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
 void conv_bwd_filter_avx512bf16(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
 
+// 1-channel layers (conv_stem_avx512bf16.cc): forward and backward-filter with the
+// output channels as the vector dim and the input's bf16 pairs broadcast from padded row
+// copies (nothing packed per pixel). Exact products, f32 sums in a fixed order: agrees
+// with the _ref to rounding; bits independent of threads. Both operands bf16, output f32
+// or bf16; the layers conv_stem_geometry takes.
+bool conv_stem_geometry(const ConvGeom& q);
+void conv_fwd_stem_avx512bf16(const ConvGeom& q, const void* x, const void* w, DType yd, void* y);
+void conv_bwd_filter_stem_avx512bf16(const ConvGeom& q, const void* x, const void* g, DType dwd, void* dw);
+
 }  // namespace podlet::kernels

@@ -77,11 +77,25 @@ bool conv_winograd_geometry(const ConvGeom& q) {
          q.G == 1 && q.C % 16 == 0 && q.O % 16 == 0 && q.N * q.H * q.W * q.C > 0 && q.Ho * q.Wo * q.O > 0;
 }
 
+// One input channel, one group, no dilation, output channels in multiples of 16, a
+// non-empty input and output: the grayscale stems.
+bool conv_stem_geometry(const ConvGeom& q) {
+  return q.C == 1 && q.G == 1 && q.ldh == 1 && q.ldw == 1 && q.rdh == 1 && q.rdw == 1 && q.O % 16 == 0 &&
+         q.N * q.H * q.W * q.KH * q.KW * q.O > 0 && q.Ho * q.Wo > 0;
+}
+namespace {
+bool stem(const ConvGeom& q, DType a, DType b, DType out) {
+  return isa_at_least(Isa::avx512bf16) && a == DType::bf16 && b == DType::bf16 && f32_or_bf16(out) &&
+         conv_stem_geometry(q);
+}
+}  // namespace
+
 void conv_fwd(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y) {
   if (winograd(q, xd, wd, yd)) {
     g_winograd_fwd.fetch_add(1, std::memory_order_relaxed);
     return conv_fwd_winograd_avx512bf16(q, x, w, yd, y);
   }
+  if (stem(q, xd, wd, yd)) return conv_fwd_stem_avx512bf16(q, x, w, yd, y);
   switch (q.N * q.Ho * q.Wo * q.O > 0 ? conv_path(q, xd, wd, yd, q.Og()) : ConvPath::ref) {
     case ConvPath::avx512bf16: return conv_fwd_avx512bf16(q, xd, x, wd, w, yd, y);
     case ConvPath::avx512: return conv_fwd_avx512(q, xd, x, wd, w, yd, y);
@@ -113,6 +127,7 @@ void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const
     g_winograd_bwd_filter.fetch_add(1, std::memory_order_relaxed);
     return conv_bwd_filter_winograd_avx512bf16(q, x, g, dwd, dw);
   }
+  if (stem(q, xd, gd, dwd)) return conv_bwd_filter_stem_avx512bf16(q, x, g, dwd, dw);
   switch (q.KH * q.KW * q.Cg() * q.O > 0 ? conv_path(q, xd, gd, dwd, q.Og()) : ConvPath::ref) {
     case ConvPath::avx512bf16: return conv_bwd_filter_avx512bf16(q, xd, x, gd, g, dwd, dw);
     case ConvPath::avx512: return conv_bwd_filter_avx512(q, xd, x, gd, g, dwd, dw);
