@@ -323,3 +323,65 @@ def test_flops():
                         ("cumsum", dict(axis=1)), ("argmax", dict(axis=0, index_dtype="int32"))]:
         g.add(prim, [x], attrs)
     assert g.flops() == 4 * 30
+
+
+# ---- the row sum's tree, bit for bit -------------------------------------------------
+def _tree_sum_bits(x):
+    """reduce_sum of a float32 row as reduce_ops.h defines it, in Python: chunks of 2^14
+    elements, each summed by NumPy's pairwise tree (8 interleaved accumulators over blocks
+    of <= 128, halves at multiples of 8 above), then the chunk sums by the same tree; every
+    addition keeps its first operand's NaN (quieted), else the second's."""
+    u = np.asarray(x, np.float32).view(np.uint32)
+
+    def comb(a, b):
+        for v in (a, b):
+            if (v & 0x7FFFFFFF) > 0x7F800000:
+                return v | 0x00400000
+        return int(np.array([a, b], np.uint32).view(np.float32).sum(dtype=np.float32).view(np.uint32))
+
+    def pairwise(p):
+        n = len(p)
+        if n < 8:
+            a = 0
+            for v in p:
+                a = comb(a, int(v))
+            return a
+        if n <= 128:
+            r = [int(v) for v in p[:8]]
+            i = 8
+            while i + 8 <= n:
+                r = [comb(r[k], int(p[i + k])) for k in range(8)]
+                i += 8
+            a = comb(comb(comb(r[0], r[1]), comb(r[2], r[3])), comb(comb(r[4], r[5]), comb(r[6], r[7])))
+            for v in p[i:]:
+                a = comb(a, int(v))
+            return a
+        h = n // 2
+        h -= h % 8
+        return comb(pairwise(p[:h]), pairwise(p[h:]))
+
+    parts = np.array([pairwise(u[s:s + (1 << 14)]) for s in range(0, len(u), 1 << 14)], np.uint32)
+    return pairwise(parts) if len(parts) > 1 else int(parts[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_row_sum_is_numpys_tree_bit_for_bit(dtype):
+    """A contiguous row sums as NumPy's pairwise tree (the 8 accumulators run as two
+    4-lane vectors for f32 / bf16 rows): the same bits as np.sum up to one 2^14 chunk and
+    as the Python model of the chunked tree beyond, NaN payloads included (the first NaN
+    operand of each addition wins, as in elementwise add)."""
+    r = np.random.default_rng(17)
+    for n in [1, 7, 8, 9, 15, 16, 17, 127, 128, 129, 136, 255, 256, 1000, 16384, 16391, 40000]:
+        x = (r.standard_normal(n) * 1e3).astype(dtype)
+        got = np.asarray(bind("reduce_sum", prim_check.as_podlet(x), axes=[0]))
+        want = np.uint32(_tree_sum_bits(x.astype(np.float32))).view(np.float32)
+        if n <= 1 << 14:
+            assert want.tobytes() == np.sum(x.astype(np.float32)).tobytes(), n
+        assert got.tobytes() == want.astype(dtype).tobytes(), n
+    # NaNs with distinct payloads in different lanes and blocks.
+    for n, pos in [(64, (3, 12)), (200, (150, 9)), (300, (17, 18)), (20000, (19000, 5))]:
+        x = r.standard_normal(n).astype(np.float32)
+        u = x.view(np.uint32)
+        u[pos[0]], u[pos[1]] = 0x7FC00123, 0xFFC00456
+        got = np.asarray(bind("reduce_sum", prim_check.as_podlet(x), axes=[0]))
+        assert got.view(np.uint32) == _tree_sum_bits(x), (n, pos)

@@ -8,6 +8,7 @@
 //     a tree over rows), and the fixed chunking of a column reduction.
 // Internal linkage: each including file keeps its own copies.
 #pragma once
+#include <emmintrin.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -92,6 +93,19 @@ inline int64_t col_rows_per_chunk(int64_t inner) {
   return std::max<int64_t>(16, kRedChunk / std::min(inner, kColTile));
 }
 
+// SSE2 (the baseline): 4 f32 lanes of f32 or bf16 elements, and a + b with addps's NaN
+// rule, which is SumOp's comb: a NaN first operand comes back quieted whatever b is
+// (a + 0), else a NaN b quieted. Written as asm because a compiler may commute the
+// operands of an add intrinsic.
+inline __m128 sum_lanes(__m128 a, __m128 b) {
+  asm("addps %1, %0" : "+x"(a) : "x"(b));
+  return a;
+}
+inline __m128 load4(const float* p) { return _mm_loadu_ps(p); }
+inline __m128 load4(const bf16* p) {
+  return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 // Pairwise reduction of p[0..n): 8 interleaved accumulators over blocks of <= kBase,
 // halves (at a multiple of 8) above that. Same tree as NumPy's pairwise sum.
 template <class Op, class T>
@@ -104,10 +118,23 @@ typename Op::Acc pairwise(const T* p, int64_t n) {
   }
   if (n <= kBase) {
     Acc r[8];
-    for (int k = 0; k < 8; ++k) r[k] = load<Op>(p[k]);
     int64_t i = 8;
-    for (; i + 8 <= n; i += 8)
-      for (int k = 0; k < 8; ++k) r[k] = Op::comb(r[k], load<Op>(p[i + k]));
+    if constexpr (std::is_same_v<Op, SumOp<T>> && (std::is_same_v<T, float> || std::is_same_v<T, bf16>)) {
+      // The 8 accumulators as two vectors: the same adds lane by lane (full sums and
+      // row sums ran at ~5 GB/s as scalar compares and selects; clip_by_global_norm's
+      // sum of 21M squares was ~17 ms of a ResNet-34 step).
+      __m128 lo = load4(p), hi = load4(p + 4);
+      for (; i + 8 <= n; i += 8) {
+        lo = sum_lanes(lo, load4(p + i));
+        hi = sum_lanes(hi, load4(p + i + 4));
+      }
+      _mm_storeu_ps(r, lo);
+      _mm_storeu_ps(r + 4, hi);
+    } else {
+      for (int k = 0; k < 8; ++k) r[k] = load<Op>(p[k]);
+      for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; ++k) r[k] = Op::comb(r[k], load<Op>(p[i + k]));
+    }
     Acc a = Op::comb(Op::comb(Op::comb(r[0], r[1]), Op::comb(r[2], r[3])), Op::comb(Op::comb(r[4], r[5]), Op::comb(r[6], r[7])));
     for (; i < n; ++i) a = Op::comb(a, load<Op>(p[i]));
     return a;
