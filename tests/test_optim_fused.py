@@ -274,3 +274,61 @@ def test_fused_step_under_jit_equals_eager_bitwise():
         pe = poptax.apply_updates(pe, u)
     assert step.trace_count == 1
     assert_trees_bitwise((pj_, sj_), (pe, se))
+
+
+@pytest.mark.parametrize("n", [5, 16, 37, 70001])  # 70001 floats: streamed stores, a masked tail
+def test_avx512_update_has_the_scalar_loops_bits(n):
+    """The f32 update runs as an AVX-512 loop (kernels/optim_avx512.cc) where the host has
+    it: the same bits as the scalar loop (the avx2 ISA keeps it) for every output form -
+    update, apply, the EMA in either add order - with and without clip and decay, NaN and
+    inf in the operands included (the apply / EMA adds keep their first operand's NaN)."""
+    from podlet import _core
+    from podlet._src.core import bind
+    if "avx512" not in _core.cpu_info()["available_isas"]:
+        pytest.skip("no AVX-512 on this host: the scalar loop is the only path")
+    rng = np.random.default_rng(21)
+    p, g, m, e = (rng.normal(size=n).astype(np.float32) for _ in range(4))
+    v = (rng.random(n) * 0.01).astype(np.float32)
+    p[1], g[2], m[3], e[4 % n] = np.nan, np.inf, -np.inf, np.float32(np.nan)
+    if n > 16:
+        p.view(np.uint32)[17] = 0x7FC00123  # two NaNs meeting in the apply add
+        g[17] = np.nan
+    ops = [pnp.asarray(a) for a in (p, g, m, v)]
+    isa = _core.active_isa()
+    try:
+        for gnorm, wd in ((3.0, 1e-2), (0.5, 0.0)):  # clip triggers / not, decay / not
+            sc = [pnp.asarray(np.float32(x)) for x in (1e-2, gnorm, 0.5, 0.01)]
+            base = dict(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, weight_decay=wd, max_norm=2.0)
+            for extra in (dict(apply=0), dict(apply=1), dict(apply=1, ema_c_old=0.9, ema_c_new=0.1),
+                          dict(apply=1, ema_c_old=0.9, ema_c_new=0.1, ema_new_first=1)):
+                args = ops + sc + ([pnp.asarray(e)] if "ema_c_old" in extra else [])
+                outs = {}
+                for i in ("avx512", "avx2"):
+                    _core.set_isa(i)
+                    outs[i] = [bits(o).copy() for o in bind("adamw_update", *args, **base, **extra)]
+                for a, b in zip(outs["avx512"], outs["avx2"]):
+                    np.testing.assert_array_equal(a, b)
+    finally:
+        _core.set_isa(isa)
+
+
+@pytest.mark.parametrize("clip", [None, 1.0])
+def test_nan_payloads_match_the_unfused_chain(clip):
+    """Where a param and its grad are NaNs with different payloads, the update carries
+    the NaN the unfused chain's adds pick (each add keeps its first operand's NaN). The
+    fused loop wrote the decay add as u + wd * p, which a compiler may commute: with the
+    clip on it returned the param's NaN instead of the update's."""
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=40).astype(np.float32)
+    g = rng.normal(size=40).astype(np.float32)
+    p.view(np.uint32)[17], g[17] = 0x7FC00123, np.nan
+    p.view(np.uint32)[5], g.view(np.uint32)[5] = 0x7FC00777, 0xFFC00555
+    params, grads = {"w": pnp.asarray(p)}, {"w": pnp.asarray(g)}
+    outs = []
+    for make in (unfused_tx, fused_tx):
+        tx = make(1e-2, clip_norm=clip, weight_decay=1e-2)
+        st = tx.init(params)
+        for _ in range(2):
+            u, st = tx.update(grads, st, params)
+        outs.append(bits(u["w"]).copy())
+    np.testing.assert_array_equal(outs[1], outs[0])

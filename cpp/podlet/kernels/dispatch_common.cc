@@ -10,6 +10,7 @@
 #include "podlet/kernels/conv.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/gemm.h"
+#include "podlet/kernels/optim.h"
 #include "podlet/kernels/pool.h"
 
 namespace podlet::kernels {
@@ -134,6 +135,12 @@ void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const
     case ConvPath::avx2: return conv_bwd_filter_avx2(q, xd, x, gd, g, dwd, dw);
     case ConvPath::ref: return conv_bwd_filter_ref(q, xd, x, gd, g, dwd, dw);
   }
+}
+
+bool adamw_f32(const AdamWF32& a, int64_t b, int64_t e) {
+  if (!isa_at_least(Isa::avx512)) return false;
+  adamw_f32_avx512(a, b, e);
+  return true;
 }
 
 namespace {

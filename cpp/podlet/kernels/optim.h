@@ -1,0 +1,23 @@
+// The fused AdamW update (prims/optim.cc: adamw_update) on f32 parameters, AVX-512: the
+// scalar loop's op sequence 16 lanes at a time (IEEE division and square root, no
+// contraction, apply's and the EMA's adds keeping the first operand's NaN), so the same
+// bits; the outputs, fresh buffers written once, go out with non-temporal stores when
+// the arrays are large (no read for ownership: 3-4 of the update's 7-9 streams).
+#pragma once
+#include <cstdint>
+
+namespace podlet::kernels {
+
+struct AdamWF32 {
+  const float *p, *g, *m, *v, *ema;  // ema: null without the EMA output
+  float *o, *mo, *vo, *eo;
+  float one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm, ema_c_old, ema_c_new;
+  bool clip, decay, apply, ema_new_first, stream;
+};
+
+// Elements [b, e) of the update; false when the active ISA has no AVX-512 (the caller's
+// scalar loop then runs).
+bool adamw_f32(const AdamWF32& a, int64_t b, int64_t e);
+void adamw_f32_avx512(const AdamWF32& a, int64_t b, int64_t e);
+
+}  // namespace podlet::kernels
