@@ -265,6 +265,25 @@ def test_conv_bf16_with_f32_output(isa):
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("name", ["mammogram_stem_1_channel", "resnet_3x3_s2", "resnet_3x3_s1"])
+def test_conv_bf16_output_rounds_subnormals_exactly(isa, name):
+    """bf16 outputs are rounded from the f32 sums by vcvtneps2bf16 where the host has it,
+    which flushes f32 subnormals to zero: those vectors take the exact rounding instead.
+    Inputs of ~1e-19 give sums of ~1e-38, many of them subnormal; the bf16 output must be
+    the f32 output rounded once (ml_dtypes: round to nearest even, subnormals kept), on
+    the direct, stem and Winograd paths alike. (vdpbf16ps itself flushes most subnormal
+    sums; the Winograd output transform's f32 adds make plenty.)"""
+    x, w, g, a = conv_args(name, (BF16, BF16))
+    x, w, g = ((v.astype(np.float32) * 1e-19).astype(BF16) for v in (x, w, g))
+    for prim, args, attrs in conv_calls(x, w, g, a):
+        f32 = run(isa, prim, args, dict(attrs, preferred_element_type="float32"))
+        tiny = (f32 != 0) & (np.abs(f32) < np.finfo(np.float32).tiny)
+        if name == "resnet_3x3_s1" and prim != "conv_bwd_filter" and isa == "avx512bf16":
+            assert tiny.sum() > 10, prim
+        np.testing.assert_array_equal(run(isa, prim, args, attrs).view(np.uint16), f32.astype(BF16).view(np.uint16))
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
 def test_conv_fast_path_is_taken(isa):
     x, w, g, a = conv_args("tile_edges", (np.float32, np.float32))
     for prim, args, attrs in conv_calls(x, w, g, a):

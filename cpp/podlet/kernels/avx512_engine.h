@@ -210,6 +210,13 @@ void transpose_rows(const T* const* src, int64_t nrows, int64_t len, uint32_t* d
 // ---- stores of f32 results to the output dtype ----
 // bf16: round to nearest even, NaN kept quiet (bf16::from_f32's rule), 16 at a time.
 inline __m256i bf16_round16(__m512 v) {
+#ifdef __AVX512BF16__
+  // vcvtneps2bf16 is this rounding (RNE, NaN quieted with its payload's top bits) for
+  // every f32 but the subnormals, which it flushes to zero (checked exhaustively over
+  // the top 16 bits and 3.2e8 random words): 2 instructions and a rarely taken branch
+  // instead of 12 on the epilogues' critical path.
+  if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) == 0, 1)) return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+#endif
   const __m512i u = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
