@@ -248,6 +248,31 @@ def test_bn_statistics_are_summed_in_the_fused_pass(shape, dtype):
         assert_same_bits(ref, o)
 
 
+def test_bn_apply_recomputes_the_f32_copy_instead_of_reading_it():
+    """BatchNorm on a bf16 conv output: the statistics pass converts x to f32 and sums it;
+    the mean seals that pass, so the apply pass is another one. It used to read x's f32
+    copy, which the statistics pass wrote for it (4 bytes an element out, 4 back in);
+    the apply pass now loads x (2 bytes) and converts it again. Same bits, and the only
+    full-size f32 array a fused node writes is the graph's own output."""
+    rng = np.random.default_rng(19)
+    x = _special(rng, (4, 9, 9, 16), BF16)
+
+    def f(x):
+        xf = x.astype(np.float32)
+        n = xf.size / 16
+        mean = jnp.sum(xf, (0, 1, 2)) / n
+        var = jnp.sum(xf * xf, (0, 1, 2)) / n - mean * mean
+        z = jnp.maximum((xf - mean) * lax.rsqrt(var + 1e-5), 0.0)
+        return z.astype(BF16), z
+
+    g, fg, ref, outs = _run_both(f, x)
+    for o in outs:
+        assert_same_bits(ref, o)
+    lhs = [line.split("=")[0] for line in fg.dump().splitlines() if "= fused_elementwise" in line]
+    assert len(lhs) >= 2 and sum(side.count("float32(4, 9, 9, 16)") for side in lhs) == 1, fg.dump()
+    assert fg.flops() == g.flops()
+
+
 @pytest.mark.parametrize("shape", [(4, 37, 33, 64), (3, 1000, 7)], ids=["64ch", "7_columns"])
 def test_register_aliases_and_one_pass_forms_keep_the_bits(shape):
     """Converts that leave a register as it is (bf16 -> f32, bf16 -> bf16) alias their

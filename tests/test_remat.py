@@ -64,7 +64,9 @@ def test_resnet_step_same_bits_less_memory(dtype):
         finally:
             podlet.config.update("num_threads", 2)
         assert_same_bits(ref, out)
-    assert peak_r < peak_g and peak_fr < 0.85 * peak_fg, (peak_g, peak_r, peak_fg, peak_fr)
+    # bf16: 480128 -> 381056 bytes when fusion wrote BatchNorm's f32 input copy for its
+    # apply pass; fusion now recomputes that convert there (fusion.cc), 445312 -> 381056.
+    assert peak_r < peak_g and peak_fr < 0.9 * peak_fg, (peak_g, peak_r, peak_fg, peak_fr)
 
 
 def _conv(x, w):

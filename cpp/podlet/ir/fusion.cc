@@ -11,6 +11,7 @@
 #include "podlet/ir/sibling_fusion.h"
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <unordered_map>
@@ -204,6 +205,38 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
   std::vector<char> is_graph_out(g.num_values(), 0);
   for (int v : g.outputs) is_graph_out[v] = 1;
 
+  // Groups that will surely become fused nodes (the test below, less its broadcast
+  // case, which is known only while building a program).
+  std::vector<char> will_emit(groups.size(), 0), has_sum(groups.size(), 0);
+  for (int i = 0; i < N; ++i)
+    if (sum_group[i] >= 0) has_sum[find(sum_group[i])] = 1;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const Group& G = groups[gi];
+    if (G.merged_into >= 0 || G.members.empty()) continue;
+    int nc = 0;
+    for (int i : G.members) nc += op[i] != -2;
+    will_emit[gi] = nc >= 2 || (nc == 1 && has_sum[gi]);
+  }
+  // A widening convert of a value no group computes (BatchNorm's f32 copy of a bf16 conv
+  // output) is recomputed by the other groups that read it instead of written out by its
+  // own: the statistics pass that converts x is sealed by the mean it sums, so the apply
+  // pass read x's f32 copy (4 bytes an element, written for it) instead of x (2 bytes).
+  // Returns the convert's input, or -1.
+  auto recomputable = [&](int v) -> int {
+    const int p = g.producer[v];
+    if (p < 0 || op[p] != kConvert || group_of[p] < 0) return -1;
+    const int u = g.nodes[p].in[0];
+    const int pu = g.producer[u];
+    if (pu >= 0 && group_of[pu] >= 0) return -1;
+    return itemsize(g.aval(v).dtype) >= itemsize(g.aval(u).dtype) ? u : -1;
+  };
+  // Whether member-or-not node `user` of v is a fused node of another group that recomputes v.
+  auto recomputes = [&](int user, int v, int gi) {
+    if (recomputable(v) < 0 || group_of[user] < 0 || op[user] < 0) return false;
+    const int ug = find(group_of[user]);
+    return ug != gi && will_emit[ug];
+  };
+
   FusionStats st;
   std::vector<char> drop(N, 0);
   std::map<int, Node> emit_at;  // node index -> fused node placed there
@@ -230,10 +263,17 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
       slot_dtype.push_back(rd);
       return int(slot_dtype.size()) - 1;
     };
+    std::map<std::pair<int, Shape>, int> recomputed;  // (value, member shape) -> slot
     // The slot of operand v of a member whose output has shape `ms`.
-    auto operand = [&](int v, const Shape& ms) -> int {
+    std::function<int(int, const Shape&)> operand = [&](int v, const Shape& ms) -> int {
       if (auto it = slot_of.find(v); it != slot_of.end() && g.producer[v] >= 0 && member[g.producer[v]])
         return it->second;
+      if (const int u = recomputable(v); u >= 0 && !member[g.producer[v]] && will_emit[gi]) {
+        const auto key = std::make_pair(v, ms);
+        if (auto it = recomputed.find(key); it != recomputed.end()) return it->second;
+        const int a = operand(u, ms);
+        return recomputed[key] = emit(kConvert, g.aval(u).dtype, g.aval(v).dtype, a, 0, 0, 0);
+      }
       int u = v;
       Shape ust = strides_of(g.aval(v).shape);
       const int p = g.producer[v];
@@ -305,7 +345,8 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
     for (int i : G.members) {
       const int v = g.nodes[i].out[0];
       bool external = is_graph_out[v];
-      for (int u : users[v]) external |= !member[u] && !(sum_group[u] >= 0 && find(sum_group[u]) == int(gi));
+      for (int u : users[v])
+        external |= !member[u] && !(sum_group[u] >= 0 && find(sum_group[u]) == int(gi)) && !recomputes(u, v, int(gi));
       if (external) add_out(slot_of.at(v), v);
     }
     std::vector<int64_t> reduced;
