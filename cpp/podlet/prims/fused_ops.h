@@ -303,7 +303,14 @@ void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* s
   const int64_t h = nrows / 2;
   sum_rows_f32(p, h, w, acc, scratch + w);
   sum_rows_f32(p + h * w, nrows - h, w, scratch, scratch + w);
-  for (int64_t j = 0; j < w; ++j) acc[j] = comb(acc[j], scratch[j]);
+  int64_t j = 0;
+#ifdef __AVX512F__
+  // The halves' sums added 16 columns at a time (as scalar compares and selects this was
+  // ~half of a BatchNorm statistics pass's summing at 64 columns).
+  for (; j + 16 <= w; j += 16)
+    _mm512_storeu_ps(acc + j, add_keep_first_nan(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(scratch + j)));
+#endif
+  for (; j < w; ++j) acc[j] = comb(acc[j], scratch[j]);
 }
 
 // d = instruction ins applied to a, b, c (b, c null when unused), m elements.
