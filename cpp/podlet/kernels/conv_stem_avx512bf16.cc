@@ -8,9 +8,10 @@
 // peak, forward 41-45%). Here the output channels are the vector dim (16 per zmm) and
 // the bf16 pairs that vdpbf16ps broadcasts are read straight from zero-padded copies of
 // the task's input rows, so nothing is packed per pixel:
-//   forward         y[p][o]      = sum over (kh, kw pair) of (x[kw], x[kw + 1]) . (w[kh][kw][o], w[kh][kw + 1][o])
-//                                  (an odd KW's last pair (x[KW - 1], 0): the partner is masked, so an inf in
-//                                  the padding-free neighbour cannot make 0 * inf = NaN);
+//   forward         y[p][o]      = sum over kh and even kw of (x[kw], x[kw + 1]) . (w[kh][kw][o], w[kh][kw + 1][o])
+//                                  (an odd KW's last pair is (x[KW - 1], 0): the word's other half, a real
+//                                  pixel no tap of this output reads, is masked, so an inf there cannot
+//                                  make 0 * inf = NaN);
 //   backward-filter dw[kh][kw][o] = sum over pixel pairs (ow, ow + 1) of
 //                                  (x at ow, x at ow + 1) . (g[ow][o], g[ow + 1][o]),
 //                                  the x pairs from a per-row table xs[c] = (x[c], x[c + sw]).
