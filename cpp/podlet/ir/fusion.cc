@@ -205,8 +205,8 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
   std::vector<char> is_graph_out(g.num_values(), 0);
   for (int v : g.outputs) is_graph_out[v] = 1;
 
-  // Groups that will surely become fused nodes (the test below, less its broadcast
-  // case, which is known only while building a program).
+  // Groups that will surely become fused nodes: the emission test below, less its
+  // broadcast case, which is known only while building a program.
   std::vector<char> will_emit(groups.size(), 0), has_sum(groups.size(), 0);
   for (int i = 0; i < N; ++i)
     if (sum_group[i] >= 0) has_sum[find(sum_group[i])] = 1;
@@ -331,9 +331,9 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
     std::vector<int> sums;  // reduce_sum nodes this group computes
     for (int i = 0; i < N; ++i)
       if (sum_group[i] >= 0 && find(sum_group[i]) == int(gi)) sums.push_back(i);
-    // Worth it when it saves a pass: two or more computing members, one that reads a
-    // broadcast operand without materialising it, or a sum of a computed value.
-    if (n_compute < 2 && !(n_compute == 1 && (broadcast_load || !sums.empty()))) continue;
+    // Worth it when it saves a pass: two or more computing members, one that sums (both
+    // will_emit), or one that reads a broadcast operand without materialising it.
+    if (!will_emit[gi] && !(n_compute == 1 && broadcast_load)) continue;
 
     Node fn;
     fn.prim = &lookup_prim("fused_elementwise");

@@ -236,6 +236,19 @@ inline void store_out(DType d, void* out, int64_t off, const float* s, int64_t n
   for (; i + 16 <= n; i += 16) _mm256_storeu_si256((__m256i*)(p + i), bf16_round16(_mm512_loadu_ps(s + i)));
   if (i < n) _mm256_mask_storeu_epi16(p + i, tail16(n - i), bf16_round16(_mm512_maskz_loadu_ps(tail16(n - i), s + i)));
 }
+// out[off : off + 16] (f32 or bf16) = the register v; non-temporal when `stream` and the
+// destination is aligned (a large output written once, as below).
+inline void store_out16(DType d, void* out, int64_t off, __m512 v, bool stream) {
+  if (d == DType::f32) {
+    float* p = static_cast<float*>(out) + off;
+    if (stream && !(reinterpret_cast<uintptr_t>(p) & 63)) _mm512_stream_ps(p, v);
+    else _mm512_storeu_ps(p, v);
+  } else {
+    __m256i* p = reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + off);
+    if (stream && !(reinterpret_cast<uintptr_t>(p) & 31)) _mm256_stream_si256(p, bf16_round16(v));
+    else _mm256_storeu_si256(p, bf16_round16(v));
+  }
+}
 // store_out for large outputs written once (at least kStreamOutBytes): non-temporal
 // stores for the whole 16-element groups of an aligned row (32 bytes for bf16, 64 for
 // f32), so the lines are not read for ownership first (stride-2 56->128 backward-data:

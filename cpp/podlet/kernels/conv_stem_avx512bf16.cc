@@ -54,19 +54,6 @@ inline void padded_row(const uint16_t* x, const ConvGeom& q, int64_t n, int64_t 
   std::memset(d + c1, 0, size_t(width - c1) * 2);
 }
 
-// Stores 16 outputs (f32 or bf16), non-temporal for a large output when aligned.
-inline void store16(DType od, void* out, int64_t off, __m512 v, bool stream) {
-  if (od == DType::f32) {
-    float* p = static_cast<float*>(out) + off;
-    if (stream && !(reinterpret_cast<uintptr_t>(p) & 63)) _mm512_stream_ps(p, v);
-    else _mm512_storeu_ps(p, v);
-  } else {
-    __m256i* p = reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + off);
-    if (stream && !(reinterpret_cast<uintptr_t>(p) & 31)) _mm256_stream_si256(p, avx512::bf16_round16(v));
-    else _mm256_storeu_si256(p, avx512::bf16_round16(v));
-  }
-}
-
 // ---------------------------------------------------------------- forward
 // Output pixels [0, R) of a row (pixel r's taps start at xr + r * sw in padded
 // coordinates; row kh is xr + kh * wp) x channels [0, 16 NV) of a weight panel
@@ -94,7 +81,7 @@ void fwd_ukernel(const uint16_t* xr, int64_t wp, int64_t sw, int64_t KH, int64_t
     if (odd_kw) step(p, full, b + full * ldw, 0xffffu);
   }
   for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NV; ++v) store16(od, out, off + r * O + 16 * v, acc[r][v], stream);
+    for (int v = 0; v < NV; ++v) avx512::store_out16(od, out, off + r * O + 16 * v, acc[r][v], stream);
 }
 
 template <int NV>

@@ -336,10 +336,7 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
               const int64_t ow = 2 * p.tj + j;
               if (ow >= L.Wo) break;
               const int64_t off = ((p.n * L.Ho + oh) * L.Wo + ow) * L.Co + o0 + 16 * v;
-              if (od == DType::bf16)
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(static_cast<uint16_t*>(out) + off), avx512::bf16_round16(y.v[j]));
-              else
-                _mm512_storeu_ps(static_cast<float*>(out) + off, y.v[j]);
+              avx512::store_out16(od, out, off, y.v[j], false);
             }
           }
         }

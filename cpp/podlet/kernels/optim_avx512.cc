@@ -1,19 +1,15 @@
 // AdamW on f32 parameters, AVX-512 (kernels/optim.h).
 #include "podlet/kernels/optim.h"
+#include "podlet/kernels/first_nan_add.h"
 #include <immintrin.h>
 #include <cstdint>
 
 namespace podlet::kernels {
 namespace {
 
-// a + b with vaddps's NaN rule, the scalar loop's add_first (the unfused chain's add): a
-// NaN a comes back quieted whatever b is, else a NaN b quieted. For every add of two
-// values that may both be NaN; asm because a compiler may commute an add intrinsic.
-inline __m512 add_first(__m512 a, __m512 b) {
-  __m512 r;
-  asm("vaddps %2, %1, %0" : "=v"(r) : "v"(a), "v"(b));
-  return r;
-}
+// The scalar loop's add_first (the unfused chain's add), for every add of two values
+// that may both be NaN.
+inline __m512 add_first(__m512 a, __m512 b) { return add_keep_first_nan(a, b); }
 
 enum Out { kUpdate, kApply, kApplyEma, kApplyEmaNewFirst };
 

@@ -23,6 +23,7 @@
 #include "podlet/dtype.h"
 #include "podlet/ir/fusion.h"
 #include "podlet/kernels/fastmath.h"
+#include "podlet/kernels/first_nan_add.h"
 
 namespace podlet::fused_ops {
 // Throws the ValueError / DTypeError of a malformed program (fused.cc).
@@ -257,17 +258,10 @@ void store_elems_stream(DType dt, const void* reg, void* dst, int64_t base, int6
 #endif
 }
 
-#ifdef __AVX512F__
-// a + b with vaddps's NaN rule, which is comb's: a NaN first source comes back quieted
-// whatever b is (a + 0), else a NaN b quieted. Written as asm because a compiler may
-// commute the operands of an add intrinsic. Each row of the column sums below is then
-// one add on its accumulator's chain instead of a compare and a masked add.
-inline __m512 add_keep_first_nan(__m512 a, __m512 b) {
-  __m512 r;
-  asm("vaddps %2, %1, %0" : "=v"(r) : "v"(a), "v"(b));
-  return r;
-}
-#endif
+// kernels::add_keep_first_nan (first_nan_add.h) has comb's NaN rule: each row of the
+// column sums below is one add on its accumulator's chain instead of a compare and a
+// masked add.
+using kernels::add_keep_first_nan;
 
 // acc[0..w) = the column sums of p's nrows rows of w floats: reduce_ops.h's
 // pairwise_rows<SumOp<float>> (the tree and the NaN rule of reduce_sum's column

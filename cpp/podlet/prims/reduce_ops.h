@@ -8,13 +8,13 @@
 //     a tree over rows), and the fixed chunking of a column reduction.
 // Internal linkage: each including file keeps its own copies.
 #pragma once
-#include <emmintrin.h>
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
 #include <type_traits>
 #include "podlet/prims/common.h"
+#include "podlet/kernels/first_nan_add.h"
 
 namespace podlet {
 namespace {
@@ -93,14 +93,8 @@ inline int64_t col_rows_per_chunk(int64_t inner) {
   return std::max<int64_t>(16, kRedChunk / std::min(inner, kColTile));
 }
 
-// SSE2 (the baseline): 4 f32 lanes of f32 or bf16 elements, and a + b with addps's NaN
-// rule, which is SumOp's comb: a NaN first operand comes back quieted whatever b is
-// (a + 0), else a NaN b quieted. Written as asm because a compiler may commute the
-// operands of an add intrinsic.
-inline __m128 sum_lanes(__m128 a, __m128 b) {
-  asm("addps %1, %0" : "+x"(a) : "x"(b));
-  return a;
-}
+// SSE2 (the baseline): 4 f32 lanes of f32 or bf16 elements, added with
+// kernels::add_keep_first_nan, whose NaN rule is SumOp's comb.
 inline __m128 load4(const float* p) { return _mm_loadu_ps(p); }
 inline __m128 load4(const bf16* p) {
   return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
@@ -125,8 +119,8 @@ typename Op::Acc pairwise(const T* p, int64_t n) {
       // sum of 21M squares was ~17 ms of a ResNet-34 step).
       __m128 lo = load4(p), hi = load4(p + 4);
       for (; i + 8 <= n; i += 8) {
-        lo = sum_lanes(lo, load4(p + i));
-        hi = sum_lanes(hi, load4(p + i + 4));
+        lo = kernels::add_keep_first_nan(lo, load4(p + i));
+        hi = kernels::add_keep_first_nan(hi, load4(p + i + 4));
       }
       _mm_storeu_ps(r, lo);
       _mm_storeu_ps(r + 4, hi);
