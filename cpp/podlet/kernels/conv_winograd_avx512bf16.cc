@@ -252,6 +252,27 @@ struct Scratch {
   PoolBuf u, m;
 };
 
+// The forward / backward-data tasks: whole row groups of kRows tiles, at most kTiles per
+// task, as many tasks as that needs rounded up to a multiple of the thread count, the
+// groups shared out evenly (the first `extra` tasks one group more). Fixed 48-tile tasks
+// left a thread idle for most of a task at each call's end (7x7x512: 10.7 tasks on 2
+// threads). Every tile is its own products, so the split is not in the bits.
+struct TaskSplit {
+  int64_t ntasks, base, extra;
+  explicit TaskSplit(int64_t ntiles) {
+    const int64_t groups = cdiv(ntiles, kRows), nt = imax(1, num_threads());
+    ntasks = cdiv(cdiv(groups, kTiles / kRows), nt) * nt;
+    ntasks = imin(ntasks, groups);
+    base = groups / ntasks;
+    extra = groups % ntasks;
+  }
+  // The first tile and the tile count of task t.
+  std::pair<int64_t, int64_t> range(int64_t t, int64_t ntiles) const {
+    const int64_t t0 = kRows * (t * base + imin(t, extra));
+    return {t0, imin(kRows * (base + (t < extra)), ntiles - t0)};
+  }
+};
+
 void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out) {
   const int64_t kq = L.Ci / 2, np = cdiv(L.Co, kPanel);
   const int64_t th = cdiv(L.Ho, 2), tw = cdiv(L.Wo, 2), ntiles = L.N * th * tw;
@@ -266,12 +287,13 @@ void run(const Layer& L, const bf16* in, const uint32_t* b, DType od, void* out)
   auto pixel_rows = [&](const Tile& p, const bf16* src[4][4]) {
     tile_rows(in, p.n, 2 * p.ti - L.ph, 2 * p.tj - L.pw, L.Hi, L.Wi, L.Ci, zero, src);
   };
-  engine::run_tasks<Scratch>(cdiv(ntiles, kTiles), flops >= 4e6, [&](int64_t task, Scratch& s) {
+  const TaskSplit split(ntiles);
+  engine::run_tasks<Scratch>(split.ntasks, flops >= 4e6, [&](int64_t task, Scratch& s) {
     s.u.reserve(16 * us + kRows * kq);  // a row group past a range's end reads <= 5 rows more
     s.m.reserve(16 * ms);
     uint32_t* U = s.u.p;
     float* M = s.m.f();
-    const int64_t t0 = task * kTiles, nt = imin(kTiles, ntiles - t0);
+    const auto [t0, nt] = split.range(task, ntiles);
     // The task's tiles in U and M by edge class (order_by_edge), so that each position
     // multiplies only the tiles whose outputs read it (7x7 outputs: 113 of 128 row
     // groups). The bits are those of every tile computed: each M row is its own dot
