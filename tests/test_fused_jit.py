@@ -174,16 +174,54 @@ def test_partial_vectors_and_streamed_outputs(n):
     _run(f, x, y, np.float32(0.75))
 
 
+def _leaf_runs():
+    return _core.fused_jit_stats()["leaf_runs"]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("shape", [(4, 37, 33, 64), (2, 9, 11, 512), (5, 300, 48)], ids=["64ch", "512ch", "48ch"])
+@pytest.mark.parametrize("shape", [(4, 37, 33, 64), (2, 9, 11, 512), (5, 300, 48), (3, 77, 41, 16),
+                                   (2, 30, 31, 128), (7, 13, 17, 256)],
+                         ids=["64ch", "512ch", "48ch", "16ch", "128ch", "256ch"])
 def test_fused_sums_come_out_of_compiled_passes(shape, dtype):
-    # BatchNorm's statistics: the compiled pass writes each chunk's rows, summed in
+    # BatchNorm's statistics. A whole chunk of rows of a power of two of >= 16 columns
+    # adds its 16-row leaves in the compiled code (kLeaves); other chunks (48 columns;
+    # the partial last chunk of the others) write their rows for sum_rows. Both in
     # reduce_sum's order.
     rng = np.random.default_rng(17)
     x = _special(rng, shape, dtype)
     f = bn_statistics(len(shape), dtype)
+    before = _leaf_runs()
     fg = _run(f, x)
     assert "reduce_sum" not in fg.prim_counts()
+    assert (_leaf_runs() > before) == (HAVE_JIT and shape[-1] != 48)
+
+
+def test_leaf_sums_start_like_the_rows_path():
+    # A leaf's sum starts from -0.0 in the compiled code and from its first row in
+    # sum_rows: the same for an all -0.0 column (-0.0), a +0.0 / -0.0 mix, and a
+    # signalling NaN in a leaf's first or last row (quieted either way). bf16 in, summed
+    # after the exact widening, as BatchNorm's statistics are: a signalling NaN reaches
+    # the sum as it is.
+    x = np.random.default_rng(5).standard_normal((4, 8, 8, 64)).astype(BF16)  # 256 rows: one chunk
+    rows = x.reshape(-1, 64)
+    bits = rows.view(np.uint16)
+    bits[:, 0] = 0x8000  # -0.0
+    bits[:, 1] = 0
+    bits[::3, 2] = 0x8000
+    bits[1::3, 2] = 0
+    for j, r in enumerate([0, 15, 16, 31, 255, 128]):
+        bits[:, 3 + j] = 0
+        bits[r, 3 + j] = [0x7f81, 0xff92][j % 2]  # signalling NaNs
+    bits[16:32, 9] = 0x8000  # a leaf of -0.0 among positive rows
+
+    def f(x):
+        xf = x.astype(np.float32)
+        return jnp.sum(xf, (0, 1, 2)), jnp.sum(-(xf * xf), (0, 1, 2))
+
+    before = _leaf_runs()
+    fg = _run(f, x)
+    assert "reduce_sum" not in fg.prim_counts()
+    assert (_leaf_runs() > before) == HAVE_JIT
 
 
 @pytest.mark.parametrize("channels", [64, 512, 80])
@@ -205,7 +243,9 @@ def test_fused_sums_keep_the_first_nan(channels):
             bits[r3, j] = payloads[(j + 2) % 6]
         if j % 4 == 1:  # an infinity before the NaNs in some columns
             rows[0, j] = np.inf
+    before = _leaf_runs()
     _run(bn_statistics(4, np.float32), x)
+    assert (_leaf_runs() > before) == (HAVE_JIT and channels != 80)  # 256 rows: whole chunks
 
 
 def test_batchnorm_train_pass_forward_and_backward():

@@ -38,11 +38,11 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   m.def("fused_jit_stats", []() {
     const auto s = fused_jit::stats();
     py::dict d;
-    d["compiled"] = s.compiled; d["refused"] = s.refused; d["runs"] = s.runs;
+    d["compiled"] = s.compiled; d["refused"] = s.refused; d["runs"] = s.runs; d["leaf_runs"] = s.leaf_runs;
     d["enabled"] = fused_jit::enabled();
     return d;
-  }, "Fused programs compiled to AVX-512 code / left to the interpreter since start, chunks run compiled, "
-     "and whether compiling is on (prims/fused_jit.h).");
+  }, "Fused programs compiled to AVX-512 code / left to the interpreter since start, chunks run compiled (and of those, "
+     "with column sums added in the compiled code), and whether compiling is on (prims/fused_jit.h).");
   m.def("set_fused_jit", &fused_jit::set_enabled, py::arg("on"),
         "Compile fused programs to AVX-512 code (default; PODLET_FUSED_JIT=0 turns it off) or interpret them.");
   m.def("conv_winograd_stats", []() {

@@ -125,6 +125,8 @@ struct TileKernels {
   void (*load)(DType, const void* src, int64_t base, const int64_t* off, void* dst, int64_t m);
   void (*store)(DType, const void* reg, void* dst, int64_t base, int64_t m);
   void (*sum_rows)(const float* p, int64_t nrows, int64_t w, float* acc, float* scratch);
+  // the tree above 16-row leaves over n leaf sums (compiled passes add the leaves)
+  void (*sum_leaves)(const float* p, int64_t n, int64_t w, float* acc, float* scratch);
   // store, bypassing the caches where the ISA can (non-temporal stores); `stage` holds
   // a tile in storage layout
   void (*store_stream)(DType, const void* reg, void* dst, int64_t base, int64_t m, void* stage);

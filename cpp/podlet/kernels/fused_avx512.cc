@@ -8,7 +8,8 @@ namespace podlet::kernels {
 
 const fused::TileKernels& fused_tile_kernels_avx512() {
   static const fused::TileKernels k{fused_ops::exec_instr, fused_ops::load_elems, fused_ops::store_elems,
-                                    fused_ops::sum_rows_f32, fused_ops::store_elems_stream};
+                                    fused_ops::sum_rows_f32, fused_ops::sum_leaves_f32,
+                                    fused_ops::store_elems_stream};
   return k;
 }
 

@@ -30,7 +30,7 @@ namespace podlet::fused_jit {
 using namespace fused;
 
 namespace {
-std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0};
+std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0}, g_leaf_runs{0};
 std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
 
 // Why a program is not compiled (the generator throws it; compile() returns null and,
@@ -83,7 +83,9 @@ class Gen : public Xbyak::CodeGenerator {
     and_(rsi, ~int64_t(15));
     add(rsi, rcx);
     // Callee-saved registers hold the row indices of row-constant inputs and, for a
-    // period that is not a multiple of 16, the row of the vector's upper lanes.
+    // period that is not a multiple of 16, the row of the vector's upper lanes; r15 the
+    // vector's leaf slot (kLeaves outputs).
+    if (any_leaves_) push(r15);
     for (size_t q = 0; q < periods_.size(); ++q) push(row(int(q)));
     for (size_t q = 0; q < periods_.size(); ++q)
       if (split_[q] >= 0) push(next_row(split_[q]));
@@ -131,6 +133,7 @@ class Gen : public Xbyak::CodeGenerator {
     for (size_t q = periods_.size(); q-- > 0;)
       if (split_[q] >= 0) pop(next_row(split_[q]));
     for (size_t q = periods_.size(); q-- > 0;) pop(row(int(q)));
+    if (any_leaves_) pop(r15);
     vzeroupper();
     ret();
     align(64);
@@ -154,7 +157,7 @@ class Gen : public Xbyak::CodeGenerator {
   std::vector<std::vector<int>> outs_of_;
   std::vector<int64_t> periods_;
   std::vector<int> period_of_load_;  // index into periods_
-  bool any_stream_ = false;
+  bool any_stream_ = false, any_leaves_ = false;
   int out_arg_ = 0;
   Xbyak::Label consts_;
   std::vector<uint32_t> pool_;
@@ -214,9 +217,15 @@ class Gen : public Xbyak::CodeGenerator {
       const auto& out = s_.outs[o];
       if (out.slot < 0 || out.slot >= S_) throw Refuse{"output slot out of range"};
       const DType d = s_.code[out.slot].rd;
-      if (out.mode == OutMode::kRows ? !is_float_reg(d) : !(is_float_reg(d) || d == DType::boolean)) throw Refuse{"output dtype"};
+      const bool sums = out.mode == OutMode::kRows || out.mode == OutMode::kLeaves;
+      if (sums ? !is_float_reg(d) : !(is_float_reg(d) || d == DType::boolean)) throw Refuse{"output dtype"};
+      if (out.mode == OutMode::kLeaves) {
+        const int64_t k = s_.leaf_k;
+        if (k < 16 || k > (int64_t(1) << 24) || (k & (k - 1))) throw Refuse{"leaf row length not a power of two in [16, 2^24]"};
+      }
       outs_of_[out.slot].push_back(int(o));
       any_stream_ |= out.mode == OutMode::kStream;
+      any_leaves_ |= out.mode == OutMode::kLeaves;
     }
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
@@ -422,6 +431,19 @@ class Gen : public Xbyak::CodeGenerator {
       vmovups(masked ? dst | k7 : dst, v);
       return;
     }
+    if (out.mode == OutMode::kLeaves) {  // slot r15 += v, the slot first (its NaN wins)
+      lea(rax, ptr[rax + r15 * 4]);
+      if (masked) {
+        vmovups(zmm0 | k7 | T_z, ptr[rax]);
+        vaddps(zmm0, zmm0, v);
+        vmovups(ptr[rax] | k7, zmm0);
+      } else {
+        vmovups(zmm0, ptr[rax]);
+        vaddps(zmm0, zmm0, v);
+        vmovups(ptr[rax], zmm0);
+      }
+      return;
+    }
     const bool nt = out.mode == OutMode::kStream && !masked;
     const Xbyak::Address dst = at(rax, rcx, storage_scale(d));
     const Xbyak::Address mdst = masked ? dst | k7 : dst;
@@ -615,6 +637,15 @@ class Gen : public Xbyak::CodeGenerator {
 
   void body(bool masked) {
     split_lanes(masked);
+    if (any_leaves_) {  // r15 = the leaf slot of element i, for every kLeaves output
+      const int lk = __builtin_ctzll(uint64_t(s_.leaf_k));
+      mov(r15, rcx);
+      shr(r15, lk + 4);
+      shl(r15, lk);
+      mov(rdx, rcx);
+      and_(rdx, int(s_.leaf_k - 1));
+      add(r15, rdx);
+    }
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
       if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty())) {
@@ -635,6 +666,7 @@ std::string key_of(const Spec& s) {
   for (size_t l = 0; l < s.load_kind.size(); ++l) { put(int64_t(s.load_kind[l])); put(s.period[l]); }
   put(int64_t(s.outs.size()));
   for (const auto& o : s.outs) { put(o.slot); put(int64_t(o.mode)); }
+  put(s.leaf_k);
   return key;
 }
 }  // namespace
@@ -645,6 +677,7 @@ class Kernel {
   void (*fn)(const uint64_t*) = nullptr;
   std::vector<int64_t> periods;
   size_t nloads = 0, nouts = 0;
+  bool leaves = false;  // has kLeaves outputs
 };
 
 std::shared_ptr<const Kernel> compile(const Spec& spec) {
@@ -665,6 +698,7 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
     kern->gen = std::move(gen);
     kern->nloads = spec.load_kind.size();
     kern->nouts = spec.outs.size();
+    for (const auto& o : spec.outs) kern->leaves |= o.mode == OutMode::kLeaves;
     k = kern;
     ++g_compiled;
   } catch (const Refuse& r) {
@@ -692,6 +726,7 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
   for (size_t o = 0; o < k.nouts; ++o) args[kArgFirst + k.nloads + o] = reinterpret_cast<uint64_t>(out[o]);
   k.fn(args);
   g_runs.fetch_add(1, std::memory_order_relaxed);
+  if (k.leaves) g_leaf_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -705,6 +740,6 @@ bool enabled() {
   return e && int(cpu::active_isa()) >= int(cpu::Isa::avx512);
 }
 void set_enabled(bool on) { g_enabled = on ? 1 : 0; }
-Stats stats() { return Stats{g_compiled.load(), g_refused.load(), g_runs.load()}; }
+Stats stats() { return Stats{g_compiled.load(), g_refused.load(), g_runs.load(), g_leaf_runs.load()}; }
 
 }  // namespace podlet::fused_jit

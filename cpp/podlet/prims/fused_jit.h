@@ -25,13 +25,22 @@ namespace podlet::fused_jit {
 // A program as the code generator sees it: instructions after the interpreter's
 // bf16-convert folding, how each load reads its input, and where each output goes.
 enum class LoadKind { kFull, kScalar, kPeriodic, kRowConst, kOther };
-enum class OutMode { kStore, kStream, kRows };
+// kRows: an f32 copy of every element, for the caller's row sums. kLeaves: the column
+// sums of each 16-row leaf of rows of `leaf_k` columns (a power of two, >= 16), added
+// in the JIT: leaf slot j of element i is ((i / (16 leaf_k)) leaf_k + i % leaf_k), and
+// the code adds the element into it (the slot first: x86's add returns its first
+// operand's NaN, reduce_sum's rule). The caller fills the slots with -0.0 first (-0.0 +
+// x is x, signed zeros included; a NaN comes out quieted, as it does after a leaf's
+// second row anyway) and adds the leaves up in the tree's order (fused_ops.h
+// sum_leaves_f32): the sums of the rows path, without writing and re-reading the rows.
+enum class OutMode { kStore, kStream, kRows, kLeaves };
 struct Spec {
   std::vector<fused::Instr> code;
   std::vector<LoadKind> load_kind;  // per load index
   std::vector<int64_t> period;      // per load index: element i reads i % period (kPeriodic), i / period (kRowConst)
   struct Out { int slot; OutMode mode; };
   std::vector<Out> outs;
+  int64_t leaf_k = 0;  // the row length of kLeaves outputs
 };
 
 class Kernel;
@@ -41,7 +50,8 @@ std::shared_ptr<const Kernel> compile(const Spec& spec);
 
 // Runs elements [begin, end): `load_src[l]` is load l's input base, `out[o]` output o's
 // base, and for a kRows output `out[o]` is where element `begin` goes (the chunk's row
-// block; element i at out[o] + (i - begin)). False (nothing run) when `begin` is not on
+// block; element i at out[o] + (i - begin)); for a kLeaves output, the float at which
+// leaf slot 0 would be (slot j at out[o] + j). False (nothing run) when `begin` is not on
 // a 16-lane boundary of a period that is a multiple of 16 (the code keeps such a
 // period's vectors whole).
 bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out);
@@ -50,7 +60,7 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
 // is not 0), and the number of programs compiled / refused since start (tests).
 bool enabled();
 void set_enabled(bool on);
-struct Stats { int64_t compiled = 0, refused = 0, runs = 0; };
+struct Stats { int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0; };  // leaf_runs: with kLeaves outputs
 Stats stats();
 
 }  // namespace podlet::fused_jit

@@ -307,6 +307,25 @@ void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* s
   for (; j < w; ++j) acc[j] = comb(acc[j], scratch[j]);
 }
 
+// acc[0..w) = the sum of n leaf sums p[n][w] (fused_jit.h kLeaves: each the column sums
+// of 16 rows) in sum_rows_f32's tree above its 16-row leaves: for a chunk of 16 * n rows,
+// n a power of two, the same additions in the same order.
+void sum_leaves_f32(const float* p, int64_t n, int64_t w, float* acc, float* scratch) {
+  if (n == 1) {
+    std::memcpy(acc, p, size_t(w) * 4);
+    return;
+  }
+  const int64_t h = n / 2;
+  sum_leaves_f32(p, h, w, acc, scratch + w);
+  sum_leaves_f32(p + h * w, n - h, w, scratch, scratch + w);
+  int64_t j = 0;
+#ifdef __AVX512F__
+  for (; j + 16 <= w; j += 16)
+    _mm512_storeu_ps(acc + j, add_keep_first_nan(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(scratch + j)));
+#endif
+  for (; j < w; ++j) acc[j] = acc[j] != acc[j] ? acc[j] + 0.0f : acc[j] + scratch[j];
+}
+
 // d = instruction ins applied to a, b, c (b, c null when unused), m elements.
 void exec_instr(const Instr& ins, const void* a, const void* b, const void* c, void* d, int64_t m) {
   const int64_t op = ins.op;
