@@ -180,13 +180,13 @@ def _leaf_runs():
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("shape", [(4, 37, 33, 64), (2, 9, 11, 512), (5, 300, 48), (3, 77, 41, 16),
-                                   (2, 30, 31, 128), (7, 13, 17, 256)],
-                         ids=["64ch", "512ch", "48ch", "16ch", "128ch", "256ch"])
+                                   (2, 30, 31, 128), (7, 13, 17, 256), (8, 64, 65, 64)],
+                         ids=["64ch", "512ch", "48ch", "16ch", "128ch", "256ch", "many_chunks"])
 def test_fused_sums_come_out_of_compiled_passes(shape, dtype):
     # BatchNorm's statistics. A whole chunk of rows of a power of two of >= 16 columns
     # adds its 16-row leaves in the compiled code (kLeaves); other chunks (48 columns;
     # the partial last chunk of the others) write their rows for sum_rows. Both in
-    # reduce_sum's order.
+    # reduce_sum's order. many_chunks: tasks of several chunks (130 of them).
     rng = np.random.default_rng(17)
     x = _special(rng, shape, dtype)
     f = bn_statistics(len(shape), dtype)
