@@ -370,15 +370,19 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
   const auto kern = jit_kernel(p, stream, out, chunk);
   std::vector<const void*> load_src;
   for (const Load& l : p.loads) load_src.push_back(in[l.input].raw());
+  // The compiled code's output bases: reduced(o) for a reduced output, else out[o]'s.
+  // (Per thread, valid until its next call.)
+  auto out_ptrs = [&](auto&& reduced) {
+    static thread_local std::vector<void*> v;
+    v.resize(p.outs.size());
+    for (size_t o = 0; o < p.outs.size(); ++o) v[o] = p.reduced[o] ? reduced(int(o)) : out[o].raw();
+    return v.data();
+  };
+  // A float pointer moved back by k floats (the compiled code indexes from element 0).
+  auto back = [](float* f, int64_t k) { return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(f) - uintptr_t(k) * 4); };
   auto range = [&](int64_t cb, int64_t ce, auto&& sum_rows) {
     if (!kern) return run_range(cb, ce, sum_rows);
-    void* outp[64];
-    std::vector<void*> heap;
-    void** op = outp;
-    if (p.outs.size() > 64) { heap.resize(p.outs.size()); op = heap.data(); }
-    for (size_t o = 0; o < p.outs.size(); ++o)
-      op[o] = p.reduced[o] ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(sum_rows(int(o), cb)) - uintptr_t(cb) * 4)
-                           : out[o].raw();
+    void* const* op = out_ptrs([&](int o) { return back(sum_rows(o, cb), cb); });
     if (!fused_jit::run(*kern, cb, ce, load_src.data(), op)) run_range(cb, ce, sum_rows);
   };
   if (reduced_outs.empty()) {
@@ -414,16 +418,9 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
       const int64_t cb = c * chunk, ce = std::min(n, cb + chunk);
       if (leaf_kern && ce - cb == chunk) {
         leaves.assign(size_t(nred) * size_t(nleaf) * size_t(K), -0.0f);
-        void* op[64];
-        std::vector<void*> heap;
-        void** opp = op;
-        if (p.outs.size() > 64) { heap.resize(p.outs.size()); opp = heap.data(); }
         const int64_t slot0 = cb / (16 * K) * K;  // the leaf slot of element cb
-        for (size_t o = 0; o < p.outs.size(); ++o)
-          opp[o] = p.reduced[o] ? reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(leaves.data() + size_t(red_index[o]) * nleaf * K) -
-                                                          uintptr_t(slot0) * 4)
-                                : out[o].raw();
-        if (fused_jit::run(*leaf_kern, cb, ce, load_src.data(), opp)) {
+        void* const* op = out_ptrs([&](int o) { return back(leaves.data() + size_t(red_index[o]) * nleaf * K, slot0); });
+        if (fused_jit::run(*leaf_kern, cb, ce, load_src.data(), op)) {
           for (int r = 0; r < nred; ++r)
             tk.sum_leaves(leaves.data() + size_t(r) * nleaf * K, nleaf, K, part.data() + (size_t(r) * nch + c) * K,
                           scratch.data());

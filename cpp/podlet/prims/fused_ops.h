@@ -263,6 +263,18 @@ void store_elems_stream(DType dt, const void* reg, void* dst, int64_t base, int6
 // masked add.
 using kernels::add_keep_first_nan;
 
+// acc[j] += right[j] with reduce_sum's NaN rule (a NaN acc[j] stays, quieted): a tree
+// node's two halves added, 16 columns at a time (as scalar compares and selects this was
+// ~half of a BatchNorm statistics pass's summing at 64 columns).
+inline void add_halves(float* acc, const float* right, int64_t w) {
+  int64_t j = 0;
+#ifdef __AVX512F__
+  for (; j + 16 <= w; j += 16)
+    _mm512_storeu_ps(acc + j, add_keep_first_nan(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(right + j)));
+#endif
+  for (; j < w; ++j) acc[j] = acc[j] != acc[j] ? acc[j] + 0.0f : acc[j] + right[j];
+}
+
 // acc[0..w) = the column sums of p's nrows rows of w floats: reduce_ops.h's
 // pairwise_rows<SumOp<float>> (the tree and the NaN rule of reduce_sum's column
 // reduction), repeated here because that header cannot enter an ISA-specific file.
@@ -297,14 +309,7 @@ void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* s
   const int64_t h = nrows / 2;
   sum_rows_f32(p, h, w, acc, scratch + w);
   sum_rows_f32(p + h * w, nrows - h, w, scratch, scratch + w);
-  int64_t j = 0;
-#ifdef __AVX512F__
-  // The halves' sums added 16 columns at a time (as scalar compares and selects this was
-  // ~half of a BatchNorm statistics pass's summing at 64 columns).
-  for (; j + 16 <= w; j += 16)
-    _mm512_storeu_ps(acc + j, add_keep_first_nan(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(scratch + j)));
-#endif
-  for (; j < w; ++j) acc[j] = comb(acc[j], scratch[j]);
+  add_halves(acc, scratch, w);
 }
 
 // acc[0..w) = the sum of n leaf sums p[n][w] (fused_jit.h kLeaves: each the column sums
@@ -318,12 +323,7 @@ void sum_leaves_f32(const float* p, int64_t n, int64_t w, float* acc, float* scr
   const int64_t h = n / 2;
   sum_leaves_f32(p, h, w, acc, scratch + w);
   sum_leaves_f32(p + h * w, n - h, w, scratch, scratch + w);
-  int64_t j = 0;
-#ifdef __AVX512F__
-  for (; j + 16 <= w; j += 16)
-    _mm512_storeu_ps(acc + j, add_keep_first_nan(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(scratch + j)));
-#endif
-  for (; j < w; ++j) acc[j] = acc[j] != acc[j] ? acc[j] + 0.0f : acc[j] + scratch[j];
+  add_halves(acc, scratch, w);
 }
 
 // d = instruction ins applied to a, b, c (b, c null when unused), m elements.
