@@ -8,11 +8,17 @@
 
 namespace podlet::kernels {
 
+// What output 0 is, and whether an EMA of the new parameter is written as output 3 (and
+// with which operand of its add first). Shared with the scalar loops (prims/optim.cc).
+enum class AdamWOut { kUpdate, kApply, kApplyEma, kApplyEmaNewFirst };
+
 struct AdamWF32 {
   const float *p, *g, *m, *v, *ema;  // ema: null without the EMA output
   float *o, *mo, *vo, *eo;
   float one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm, ema_c_old, ema_c_new;
-  bool clip, decay, apply, ema_new_first, stream;
+  bool clip, decay;
+  AdamWOut out;
+  bool stream;
 };
 
 // Elements [b, e) of the update; false when the active ISA has no AVX-512 (the caller's

@@ -11,16 +11,16 @@ namespace {
 // that may both be NaN.
 inline __m512 add_first(__m512 a, __m512 b) { return add_keep_first_nan(a, b); }
 
-enum Out { kUpdate, kApply, kApplyEma, kApplyEmaNewFirst };
+using Out = AdamWOut;
 
-template <bool kClip, bool kDecay, int kOut>
+template <bool kClip, bool kDecay, Out kOut>
 void run(const AdamWF32& a, int64_t b, int64_t e) {
   const __m512 one_m_b1 = _mm512_set1_ps(a.one_m_b1), b1 = _mm512_set1_ps(a.b1), one_m_b2 = _mm512_set1_ps(a.one_m_b2),
                b2 = _mm512_set1_ps(a.b2), eps = _mm512_set1_ps(a.eps), eps_root = _mm512_set1_ps(a.eps_root),
                wd = _mm512_set1_ps(a.wd), neg_lr = _mm512_set1_ps(a.neg_lr), bc1 = _mm512_set1_ps(a.bc1),
                bc2 = _mm512_set1_ps(a.bc2), gnorm = _mm512_set1_ps(a.gnorm), max_norm = _mm512_set1_ps(a.max_norm),
                c_old = _mm512_set1_ps(a.ema_c_old), c_new = _mm512_set1_ps(a.ema_c_new);
-  constexpr bool kEma = kOut == kApplyEma || kOut == kApplyEmaNewFirst;
+  constexpr bool kEma = kOut == Out::kApplyEma || kOut == Out::kApplyEmaNewFirst;
   // Elements [i, i + 16) under mask k; streamed when `nt` (whole aligned vectors).
   auto step = [&](int64_t i, __mmask16 k, bool nt) {
     const __m512 pi = _mm512_maskz_loadu_ps(k, a.p + i);
@@ -37,14 +37,14 @@ void run(const AdamWF32& a, int64_t b, int64_t e) {
       if (nt) _mm512_stream_ps(d + i, x);
       else _mm512_mask_storeu_ps(d + i, k, x);
     };
-    if constexpr (kOut == kUpdate) {
+    if constexpr (kOut == Out::kUpdate) {
       put(a.o, u);
     } else {
       const __m512 np = add_first(pi, u);
       put(a.o, np);
       if constexpr (kEma) {
         const __m512 old = _mm512_mul_ps(c_old, _mm512_maskz_loadu_ps(k, a.ema + i)), nw = _mm512_mul_ps(c_new, np);
-        put(a.eo, kOut == kApplyEma ? add_first(old, nw) : add_first(nw, old));
+        put(a.eo, kOut == Out::kApplyEma ? add_first(old, nw) : add_first(nw, old));
       }
     }
     put(a.mo, mu);
@@ -69,10 +69,12 @@ void run(const AdamWF32& a, int64_t b, int64_t e) {
 
 template <bool kClip, bool kDecay>
 void run_out(const AdamWF32& a, int64_t b, int64_t e) {
-  if (!a.apply) return run<kClip, kDecay, kUpdate>(a, b, e);
-  if (!a.ema) return run<kClip, kDecay, kApply>(a, b, e);
-  if (a.ema_new_first) return run<kClip, kDecay, kApplyEmaNewFirst>(a, b, e);
-  run<kClip, kDecay, kApplyEma>(a, b, e);
+  switch (a.out) {
+    case Out::kUpdate: return run<kClip, kDecay, Out::kUpdate>(a, b, e);
+    case Out::kApply: return run<kClip, kDecay, Out::kApply>(a, b, e);
+    case Out::kApplyEma: return run<kClip, kDecay, Out::kApplyEma>(a, b, e);
+    case Out::kApplyEmaNewFirst: return run<kClip, kDecay, Out::kApplyEmaNewFirst>(a, b, e);
+  }
 }
 
 }  // namespace

@@ -258,28 +258,30 @@ void store_elems_stream(DType dt, const void* reg, void* dst, int64_t base, int6
 #endif
 }
 
-// kernels::add_keep_first_nan (first_nan_add.h) has comb's NaN rule: each row of the
+// kernels::add_keep_first_nan (first_nan_add.h) has comb_f32's NaN rule: each row of the
 // column sums below is one add on its accumulator's chain instead of a compare and a
 // masked add.
 using kernels::add_keep_first_nan;
 
-// acc[j] += right[j] with reduce_sum's NaN rule (a NaN acc[j] stays, quieted): a tree
-// node's two halves added, 16 columns at a time (as scalar compares and selects this was
-// ~half of a BatchNorm statistics pass's summing at 64 columns).
+// SumOp's comb for f32: a + b, a NaN a kept (quieted).
+inline float comb_f32(float a, float b) { return a != a ? a + 0.0f : a + b; }
+
+// acc[j] = comb_f32(acc[j], right[j]): a tree node's two halves added, 16 columns at a time
+// (as scalar compares and selects this was ~half of a BatchNorm statistics pass's
+// summing at 64 columns).
 inline void add_halves(float* acc, const float* right, int64_t w) {
   int64_t j = 0;
 #ifdef __AVX512F__
   for (; j + 16 <= w; j += 16)
     _mm512_storeu_ps(acc + j, add_keep_first_nan(_mm512_loadu_ps(acc + j), _mm512_loadu_ps(right + j)));
 #endif
-  for (; j < w; ++j) acc[j] = acc[j] != acc[j] ? acc[j] + 0.0f : acc[j] + right[j];
+  for (; j < w; ++j) acc[j] = comb_f32(acc[j], right[j]);
 }
 
 // acc[0..w) = the column sums of p's nrows rows of w floats: reduce_ops.h's
 // pairwise_rows<SumOp<float>> (the tree and the NaN rule of reduce_sum's column
 // reduction), repeated here because that header cannot enter an ISA-specific file.
 void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* scratch) {
-  auto comb = [](float a, float b) { return a != a ? a + 0.0f : a + b; };
   if (nrows <= 16) {
     // Column blocks of 64 held in registers down the rows (the row-by-row form kept acc
     // in memory: each row waited for the previous row's store; 4 independent vectors
@@ -297,13 +299,13 @@ void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* s
       float v[kB];
       for (int64_t l = 0; l < kB; ++l) v[l] = p[j0 + l];
       for (int64_t r = 1; r < nrows; ++r)
-        for (int64_t l = 0; l < kB; ++l) v[l] = comb(v[l], p[r * w + j0 + l]);
+        for (int64_t l = 0; l < kB; ++l) v[l] = comb_f32(v[l], p[r * w + j0 + l]);
       for (int64_t l = 0; l < kB; ++l) acc[j0 + l] = v[l];
 #endif
     }
     for (int64_t j = j0; j < w; ++j) acc[j] = p[j];
     for (int64_t r = 1; r < nrows; ++r)
-      for (int64_t j = j0; j < w; ++j) acc[j] = comb(acc[j], p[r * w + j]);
+      for (int64_t j = j0; j < w; ++j) acc[j] = comb_f32(acc[j], p[r * w + j]);
     return;
   }
   const int64_t h = nrows / 2;

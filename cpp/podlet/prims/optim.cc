@@ -58,9 +58,7 @@ struct AdamWConsts {
   double ema_c_old = 0, ema_c_new = 0;
 };
 
-// What output 0 is, and whether an EMA of the new parameter is written as output 3 (and
-// with which operand of its add first).
-enum class Out { kUpdate, kApply, kApplyEma, kApplyEmaNewFirst };
+using Out = kernels::AdamWOut;
 
 // Loads, rounds and stores of T in its arithmetic type A (float for bf16). The bf16 ones
 // are bf16::from_f32 / to_f32 written branch-free (a select for NaN instead of an early
@@ -151,8 +149,7 @@ void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const Ada
                               float(c.one_m_b1), float(c.b1), float(c.one_m_b2), float(c.b2), float(c.eps),
                               float(c.eps_root), float(c.wd), float(c.neg_lr), float(c.bc1), float(c.bc2),
                               float(c.gnorm), float(c.max_norm), float(c.ema_c_old), float(c.ema_c_new),
-                              kClip, kDecay, kOut != Out::kUpdate, kOut == Out::kApplyEmaNewFirst,
-                              in[0].size() * 4 >= (int64_t(256) << 10)};
+                              kClip, kDecay, kOut, in[0].size() * 4 >= (int64_t(256) << 10)};
     parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
       if (!kernels::adamw_f32(f, b, e)) adamw_chunk<T, kClip, kDecay, kOut>(p, gr, m, v, ema, o, mo, vo, eo, c, b, e);
     });
