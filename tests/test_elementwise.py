@@ -529,6 +529,35 @@ def test_convert_f32_to_bf16_bits_match_ml_dtypes():
                             hex(want.view(np.uint16)[i])) for i in bad[:5]]
 
 
+@pytest.mark.parametrize("n", [1, 15, 16, 33, 70_001, 300_017])
+def test_convert_f32_bf16_avx512_loops_match_the_scalar_loop(n):
+    """The AVX-512 float32 <-> bfloat16 loops (kernels/convert.h) against the baseline
+    loop (PODLET_ISA=ref) and ml_dtypes: tricky words at every lane and chunk edge, tails
+    of every length, and the fast loops must have run."""
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    x[rng.integers(0, n, min(n, 64))] = rng.choice(TRICKY_F32[:30], min(n, 64))
+    x[-min(n, 30):] = TRICKY_F32[:min(n, 30)]  # the tail's lanes too
+    with np.errstate(invalid="ignore"):
+        want = x.astype(BF16)
+    isa = _core.cpu_info()["active_isa"]
+    try:
+        before = _core.convert_fast_calls()
+        down = ap("convert_element_type", x, new_dtype="bfloat16")
+        up = ap("convert_element_type", want, new_dtype="float32")
+        fast = _core.convert_fast_calls() - before
+        _core.set_isa("ref")
+        down_ref = ap("convert_element_type", x, new_dtype="bfloat16")
+        up_ref = ap("convert_element_type", want, new_dtype="float32")
+    finally:
+        _core.set_isa(isa)
+    np.testing.assert_array_equal(down.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(down_ref.view(np.uint16), want.view(np.uint16))
+    np.testing.assert_array_equal(up.view(np.uint32), want.astype(np.float32).view(np.uint32))
+    np.testing.assert_array_equal(up_ref.view(np.uint32), up.view(np.uint32))
+    assert fast >= (2 if isa.startswith("avx512") else 0)
+
+
 @pytest.mark.parametrize("src", [np.float64, np.int32, np.uint32, np.uint8, np.bool_], ids=lambda d: np.dtype(d).name)
 def test_convert_to_bf16_matches_ml_dtypes(src):
     if src == np.float64:

@@ -10,6 +10,7 @@
 #include "podlet/ir/optim_fusion.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
+#include "podlet/kernels/convert.h"
 #include "podlet/kernels/pool.h"
 #include "podlet/kernels/peak.h"
 #include "registry.h"
@@ -52,6 +53,8 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     return d;
   }, "Convolutions run by the Winograd kernels since start (forward, backward-data, backward-filter) and whether the path is on "
      "(kernels/conv_winograd.h).");
+  m.def("convert_fast_calls", &kernels::convert_fast_calls,
+        "Chunks of float32 <-> bfloat16 convert_element_type run by the AVX-512 loops since start (kernels/convert.h).");
   m.def("maxpool_fwd_fast_calls", &kernels::maxpool_fwd_fast_calls,
         "Max-pools (reduce_window max on f32 NHWC images) run by the AVX-512 kernel since start (kernels/pool.h).");
   m.def("maxpool_grad_fast_calls", &kernels::maxpool_grad_fast_calls,

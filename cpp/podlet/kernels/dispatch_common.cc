@@ -10,6 +10,7 @@
 #include "podlet/kernels/conv.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/gemm.h"
+#include "podlet/kernels/convert.h"
 #include "podlet/kernels/optim.h"
 #include "podlet/kernels/pool.h"
 
@@ -142,6 +143,24 @@ bool adamw_f32(const AdamWF32& a, int64_t b, int64_t e) {
   adamw_f32_avx512(a, b, e);
   return true;
 }
+
+namespace {
+std::atomic<int64_t> g_convert_fast{0};
+}  // namespace
+
+bool convert_f32_bf16(const float* x, uint16_t* y, int64_t b, int64_t e) {
+  if (!isa_at_least(Isa::avx512)) return false;
+  g_convert_fast.fetch_add(1, std::memory_order_relaxed);
+  convert_f32_bf16_avx512(x, y, b, e);
+  return true;
+}
+bool convert_bf16_f32(const uint16_t* x, float* y, int64_t b, int64_t e) {
+  if (!isa_at_least(Isa::avx512)) return false;
+  g_convert_fast.fetch_add(1, std::memory_order_relaxed);
+  convert_bf16_f32_avx512(x, y, b, e);
+  return true;
+}
+int64_t convert_fast_calls() { return g_convert_fast.load(); }
 
 namespace {
 std::atomic<int64_t> g_maxpool_fast{0}, g_maxpool_fwd_fast{0};

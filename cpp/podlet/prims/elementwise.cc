@@ -32,6 +32,7 @@
 // caller's.
 #pragma GCC optimize("no-trapping-math")
 #include "podlet/prims/common.h"
+#include "podlet/kernels/convert.h"
 #include <array>
 #include <cmath>
 #include <limits>
@@ -1001,6 +1002,11 @@ static Register reg_convert("convert_element_type", PrimDef{
           using D = typename decltype(dtag)::type;
           const S* x = static_cast<const S*>(in[0].raw()); D* y = static_cast<D*>(out[0].raw());
           parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
+            if constexpr (std::is_same_v<S, float> && std::is_same_v<D, uint16_t>) {
+              if (kernels::convert_f32_bf16(x, y, b, e)) return;
+            } else if constexpr (std::is_same_v<S, uint16_t> && std::is_same_v<D, float>) {
+              if (kernels::convert_bf16_f32(x, y, b, e)) return;
+            }
             for (int64_t i = b; i < e; ++i) y[i] = convert_one<S, D>(x[i]);
           });
         });
