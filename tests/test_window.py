@@ -433,8 +433,117 @@ def test_bits_do_not_depend_on_thread_count():
                     outs.append(np.asarray(bind("reduce_window_sum_transpose", as_podlet(ct),
                                                 **wattrs(c, operand_shape=list(c[0])))).copy())
                     outs.append(np.asarray(bind("select_and_scatter_add", as_podlet(ct), as_podlet(x), **wattrs(c))).copy())
+                    y, sel = bind("reduce_window_argmax", as_podlet(x), **wattrs(c))
+                    outs += [np.asarray(y).copy(), np.asarray(sel).copy(),
+                             np.asarray(bind("scatter_add_at_argmax", as_podlet(ct), sel,
+                                             **wattrs(c, operand_shape=list(c[0])))).copy()]
             runs.append(outs)
     finally:
         podlet.config.update("num_threads", n0)
     for a, b in zip(*runs):
         assert a.tobytes() == b.tobytes()
+
+
+# ---- reduce_window_argmax / scatter_add_at_argmax and the pass that makes them ----------
+def _tricky_pool_input(shape, seed, nan_frac=0.0):
+    """Ties (small integers), NaNs with distinct payloads, zeros of both signs, infinities;
+    with nan_frac, that share of NaNs more (windows with several: the forward keeps the
+    last one's payload, the gradient goes to the first)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 3, shape).astype(np.float32)
+    flat = x.reshape(-1)
+    many = rng.random(x.size) < nan_frac
+    flat[many] = (np.uint32(0x7fc00000) + rng.integers(1, 1000, many.sum()).astype(np.uint32)).view(np.float32)
+    idx = rng.choice(x.size, min(x.size, 12), replace=False)
+    flat[idx[:4]] = np.array([0x7fc00001, 0xffc00002, 0x7f800003, 0x7fc00004], np.uint32).view(np.float32)[:len(idx[:4])]
+    flat[idx[4:8]] = -0.0
+    flat[idx[8:10]] = np.inf
+    flat[idx[10:]] = -np.inf
+    x[x == 0] = np.where(rng.random((x == 0).sum()) < 0.5, -0.0, 0.0).astype(np.float32)
+    return x
+
+
+ARGMAX_CASES = {**{f"fast_{k}": v for k, v in FAST_POOLS.items()},
+                **{k: CASES[k] for k in ("maxpool_3x3_s2_p1", "window_over_every_dim", "rank1", "global_pool",
+                                         "padding_wider_than_window")}}
+
+
+@pytest.mark.parametrize("nan_frac", [0.0, 0.3])
+@pytest.mark.parametrize("isa", ["active", "ref"])
+@pytest.mark.parametrize("name", list(ARGMAX_CASES))
+def test_argmax_pool_matches_reduce_window_and_select_and_scatter_add(name, isa, nan_frac):
+    """The forward's y is reduce_window max's, bit for bit (the last NaN's payload), and
+    the gradient from the kept selection is select_and_scatter_add's (the first maximum,
+    the first NaN), on the AVX-512 kernels and on the reference loops."""
+    from podlet import _core
+    case = ARGMAX_CASES[name]
+    shape, wd, ws, pad = case
+    x = _tricky_pool_input(shape, seed=11, nan_frac=nan_frac)
+    src = np.random.default_rng(12).standard_normal(_out_shape(shape, wd, ws, pad)).astype(np.float32)
+    src.reshape(-1)[:3] = -0.0
+    was = _core.active_isa()
+    if isa == "ref":
+        _core.set_isa("ref")
+    try:
+        before = _core.maxpool_select_fast_calls()
+        y, sel = bind("reduce_window_argmax", as_podlet(x), **wattrs(case))
+        dx = bind("scatter_add_at_argmax", as_podlet(src), sel, **wattrs(case, operand_shape=list(shape)))
+        fast = _core.maxpool_select_fast_calls() - before
+        want_y = bind("reduce_window", as_podlet(x), **wattrs(case, computation="max"))
+        want_dx = bind("select_and_scatter_add", as_podlet(src), as_podlet(x), **wattrs(case))
+    finally:
+        _core.set_isa(was)
+    assert np.asarray(sel).dtype == np.uint8 and np.asarray(sel).shape == np.asarray(y).shape
+    assert np.asarray(y).tobytes() == np.asarray(want_y).tobytes()
+    assert np.asarray(dx).tobytes() == np.asarray(want_dx).tobytes()
+    takes_fast = isa == "active" and name.startswith("fast_") and "avx512" in _core.cpu_info()["available_isas"] \
+        and np.asarray(y).size > 0
+    assert fast == (2 if takes_fast else 0)
+
+
+def test_argmax_pool_errors():
+    x = as_podlet(np.zeros((1, 16, 16, 2), np.float32))
+    with pytest.raises(podlet.PodletError, match="window of 144 elements; the selection holds window positions up to 127"):
+        bind("reduce_window_argmax", x, window_dimensions=[1, 12, 12, 1])
+    _, sel = bind("reduce_window_argmax", x, window_dimensions=[1, 2, 2, 1], window_strides=[1, 2, 2, 1])
+    with pytest.raises(podlet.DTypeError, match="sel must be uint8"):
+        bind("scatter_add_at_argmax", as_podlet(np.zeros((1, 8, 8, 2), np.float32)),
+             as_podlet(np.zeros((1, 8, 8, 2), np.float32)), window_dimensions=[1, 2, 2, 1],
+             window_strides=[1, 2, 2, 1], operand_shape=[1, 16, 16, 2])
+    with pytest.raises(podlet.ShapeError, match=r"expected \(1, 8, 8, 2\)"):
+        bind("scatter_add_at_argmax", as_podlet(np.zeros((1, 7, 8, 2), np.float32)), sel,
+             window_dimensions=[1, 2, 2, 1], window_strides=[1, 2, 2, 1], operand_shape=[1, 16, 16, 2])
+
+
+def _pool_step():
+    """A stem-like step: max-pool of a ReLU, its gradient, and a second max-pool of the
+    same x with another window (its own selection)."""
+    def loss(x):
+        h = podlet.nn.relu(x)
+        a = podlet.nn.max_pool(h, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+        b = podlet.nn.max_pool(h, (2, 2), strides=(2, 2))
+        return (a * a).sum() + (b * 3.0).sum()
+    return podlet.jit(podlet.value_and_grad(loss))
+
+
+def test_pool_selection_pass_keeps_the_forward_selection(monkeypatch):
+    from podlet import _core
+    from podlet._src import fusion
+    x = _tricky_pool_input((2, 14, 12, 16), seed=5)
+    x[np.isnan(x)] = 1.0  # a NaN in the loss makes every gradient NaN: nothing left to compare
+    step = _pool_step()
+    lowered = step.lower(as_podlet(x))
+    g = fusion.executable_graph(lowered)
+    prims = [l.split("=")[-1].strip().split("[")[0].split("(")[0] for l in g.dump().splitlines()]
+    text = g.dump()
+    assert _core.pool_selection_stats(lowered.graph) == 2
+    assert text.count("reduce_window_argmax") == 2 and text.count("scatter_add_at_argmax") == 2, prims
+    assert "select_and_scatter_add" not in text and "reduce_window(" not in text
+    before = _core.maxpool_select_fast_calls()
+    l1, g1 = step(as_podlet(x))
+    if "avx512" in _core.cpu_info()["available_isas"]:
+        assert _core.maxpool_select_fast_calls() - before == 4
+    monkeypatch.setenv("PODLET_FUSION", "0")
+    l0, g0 = _pool_step()(as_podlet(x))
+    assert np.asarray(l1).tobytes() == np.asarray(l0).tobytes()
+    assert np.asarray(g1).tobytes() == np.asarray(g0).tobytes()

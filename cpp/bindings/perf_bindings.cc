@@ -8,6 +8,7 @@
 #include "podlet/ir/remat.h"
 #include "podlet/ir/memory_plan.h"
 #include "podlet/ir/optim_fusion.h"
+#include "podlet/ir/pool_fusion.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/convert.h"
@@ -100,6 +101,16 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   m.def("fuse_optimizer", [](const Graph& g) { return fuse_optimizer(g); }, py::arg("graph"),
         "A copy of the graph with apply_updates' add and an EMA of the new params folded into adamw_update "
         "(bit-identical results).");
+  m.def("fuse_pool_selection", [](const Graph& g) { return fuse_pool_selection(g); }, py::arg("graph"),
+        "A copy of the graph whose max-pool gradients reuse the forward pass's selection (reduce_window_argmax / "
+        "scatter_add_at_argmax; bit-identical results).");
+  m.def("pool_selection_stats", [](const Graph& g) {
+    int pools = 0;
+    fuse_pool_selection(g, &pools);
+    return pools;
+  }, py::arg("graph"), "How many max-pools fuse_pool_selection rewrites in the graph.");
+  m.def("maxpool_select_fast_calls", &kernels::maxpool_select_fast_calls,
+        "reduce_window_argmax / scatter_add_at_argmax calls run by the AVX-512 kernels since start (kernels/pool.h).");
   m.def("optimizer_fusion_stats", [](const Graph& g) {
     OptimFusionStats s;
     fuse_optimizer(g, &s);

@@ -182,4 +182,25 @@ bool maxpool_grad(const Pool2d& q, const float* x, const float* src, float* dx) 
 }
 int64_t maxpool_grad_fast_calls() { return g_maxpool_fast.load(); }
 
+namespace {
+std::atomic<int64_t> g_maxpool_select_fast{0};
+bool maxpool_select_ok(const Pool2d& q) {
+  return isa_at_least(Isa::avx512) && q.C % 16 == 0 && q.KH * q.KW <= 127 && q.N * q.Ho * q.Wo * q.C > 0;
+}
+}  // namespace
+
+bool maxpool_fwd_select(const Pool2d& q, const float* x, float* y, int8_t* sel) {
+  if (!maxpool_select_ok(q)) return false;
+  g_maxpool_select_fast.fetch_add(1, std::memory_order_relaxed);
+  maxpool_fwd_select_avx512(q, x, y, sel);
+  return true;
+}
+bool maxpool_scatter(const Pool2d& q, const int8_t* sel, const float* src, float* dx) {
+  if (!maxpool_select_ok(q) || q.H * q.W == 0) return false;
+  g_maxpool_select_fast.fetch_add(1, std::memory_order_relaxed);
+  maxpool_scatter_avx512(q, sel, src, dx);
+  return true;
+}
+int64_t maxpool_select_fast_calls() { return g_maxpool_select_fast.load(); }
+
 }  // namespace podlet::kernels

@@ -26,4 +26,16 @@ int64_t maxpool_grad_fast_calls();  // calls taken by the AVX-512 kernel since s
 
 void maxpool_grad_avx512(const Pool2d& q, const float* x, const float* src, float* dx);
 
+// The gradient split at its selection, for a graph that keeps it from the forward pass
+// (ir/pool_fusion.h): y and sel [N, Ho, Wo, C] (each window's first maximum per channel
+// as an int8 window position, -1 for a window with no input element) in one read of x;
+// then dx from src and sel alone. Same conditions as maxpool_grad.
+bool maxpool_fwd_select(const Pool2d& q, const float* x, float* y, int8_t* sel);
+bool maxpool_scatter(const Pool2d& q, const int8_t* sel, const float* src, float* dx);
+int64_t maxpool_select_fast_calls();  // calls of either taken by the AVX-512 kernels since start (tests)
+
+void maxpool_select_avx512(const Pool2d& q, const float* x, int8_t* sel);
+void maxpool_fwd_select_avx512(const Pool2d& q, const float* x, float* y, int8_t* sel);
+void maxpool_scatter_avx512(const Pool2d& q, const int8_t* sel, const float* src, float* dx);
+
 }  // namespace podlet::kernels

@@ -328,19 +328,18 @@ void select_first_max(const WinGeom& q, const T* x, std::vector<int32_t>& sel) {
   });
 }
 
-void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
-  WinGeom q = win_geom(in[1].shape(), a);
-  if (out[0].size() == 0) return;
+void check_window_operand(const AVal& operand) {
+  if (operand.dtype == DType::boolean) throw DTypeError("operand of dtype bool is not supported");
+}
+
+// dx = the source values scattered to the selected elements (sel as select_first_max
+// makes it), summed per element over its covering windows in row-major output order.
+void scatter_selected(const WinGeom& q, const std::vector<int32_t>& sel, const Array& source, Array& dx) {
   const int64_t I = q.inner;
-  if (is_pool2d(q) && in[0].dtype() == DType::f32 && in[1].dtype() == DType::f32 &&
-      kernels::maxpool_grad(pool2d_of(q), in[1].data<float>(), in[0].data<float>(), out[0].data<float>()))
-    return;
-  std::vector<int32_t> sel;
-  float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
-  float_or_int_switch(in[0].dtype(), [&](auto tag) {
+  float_or_int_switch(source.dtype(), [&](auto tag) {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const T* src = in[0].data<T>(); T* y = out[0].data<T>();
+    const T* src = source.data<T>(); T* y = dx.data<T>();
     if (is_pool2d(q)) {  // per input row (n, ih): covering windows in row-major output order
       const int64_t H = q.in[1], W = q.in[2], Ho = q.out[1], Wo = q.out[2], KW = q.win[2];
       parallel_for(q.out[0] * H, std::max<int64_t>(1, grain_for(q, q.win_size()) / std::max<int64_t>(1, W)),
@@ -393,6 +392,83 @@ void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const
   });
 }
 
+void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  WinGeom q = win_geom(in[1].shape(), a);
+  if (out[0].size() == 0) return;
+  if (is_pool2d(q) && in[0].dtype() == DType::f32 && in[1].dtype() == DType::f32 &&
+      kernels::maxpool_grad(pool2d_of(q), in[1].data<float>(), in[0].data<float>(), out[0].data<float>()))
+    return;
+  std::vector<int32_t> sel;
+  float_or_int_switch(in[1].dtype(), [&](auto tag) { select_first_max(q, in[1].data<decltype(tag)>(), sel); });
+  scatter_selected(q, sel, in[0], out[0]);
+}
+
+// ---- reduce_window_argmax / scatter_add_at_argmax (ir/pool_fusion.h) ----
+// A max-pool and its gradient with the selection made once, in the forward pass:
+//   reduce_window_argmax(x; window attrs) -> (y, sel): y = reduce_window max (same bits),
+//     sel (uint8, y's shape) = select_first_max's window position as an int8 (0xff: a
+//     window with no input element); window size <= 127.
+//   scatter_add_at_argmax(source, sel; window attrs, operand_shape) -> dx: the
+//     select_and_scatter_add of source onto the x that sel was taken from (same bits).
+// The gradient then reads 1 byte an output element instead of x (102 MB at the
+// ResNet stem), and x dies after the forward pass.
+constexpr int64_t kMaxSelWindow = 127;
+
+WinGeom argmax_geom(const Shape& operand, const Attrs& a) {
+  WinGeom q = win_geom(operand, a);
+  if (q.win_size() > kMaxSelWindow)
+    throw ValueError(fmt("window of ", q.win_size(), " elements; the selection holds window positions up to ",
+                         kMaxSelWindow));
+  return q;
+}
+
+std::vector<AVal> argmax_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 1);
+  check_window_operand(in[0]);
+  const WinGeom q = argmax_geom(in[0].shape, a);
+  return {AVal{in[0].dtype, q.out}, AVal{DType::u8, q.out}};
+}
+
+void argmax_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  const WinGeom q = argmax_geom(in[0].shape(), a);
+  if (out[0].size() == 0) return;
+  if (is_pool2d(q) && in[0].dtype() == DType::f32 &&
+      kernels::maxpool_fwd_select(pool2d_of(q), in[0].data<float>(), out[0].data<float>(), out[1].data<int8_t>()))
+    return;
+  Attrs ma = a;
+  ma.set("computation", std::string("max"));
+  std::vector<Array> y{out[0]};
+  reduce_window_kernel(in, y, ma);
+  std::vector<int32_t> sel;
+  float_or_int_switch(in[0].dtype(), [&](auto tag) { select_first_max(q, in[0].data<decltype(tag)>(), sel); });
+  int8_t* s = out[1].data<int8_t>();
+  for (size_t i = 0; i < sel.size(); ++i) s[i] = int8_t(sel[i]);
+}
+
+std::vector<AVal> scatter_at_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 2);
+  if (in[0].dtype == DType::boolean) throw DTypeError("source of dtype bool is not supported");
+  if (in[1].dtype != DType::u8) throw DTypeError(fmt("sel must be uint8 (reduce_window_argmax's), got ", dtype_name(in[1].dtype)));
+  const Shape os = a.ints("operand_shape");
+  const WinGeom q = argmax_geom(os, a);
+  if (in[0].shape != q.out || in[1].shape != q.out)
+    throw ShapeError(fmt("source and sel have shapes ", shape_str(in[0].shape), " and ", shape_str(in[1].shape),
+                         ", expected ", shape_str(q.out), " (the reduce_window output for operand_shape ",
+                         shape_str(os), ")"));
+  return {AVal{in[0].dtype, os}};
+}
+
+void scatter_at_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  const WinGeom q = argmax_geom(a.ints("operand_shape"), a);
+  if (out[0].size() == 0) return;
+  if (is_pool2d(q) && in[0].dtype() == DType::f32 &&
+      kernels::maxpool_scatter(pool2d_of(q), in[1].data<int8_t>(), in[0].data<float>(), out[0].data<float>()))
+    return;
+  const int8_t* s = in[1].data<int8_t>();
+  std::vector<int32_t> sel(s, s + in[1].size());
+  scatter_selected(q, sel, in[0], out[0]);
+}
+
 void gather_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
   WinGeom q = win_geom(in[1].shape(), a);
   if (out[0].size() == 0) return;
@@ -417,10 +493,6 @@ void gather_kernel(const std::vector<Array>& in, std::vector<Array>& out, const 
       }
     });
   });
-}
-
-void check_window_operand(const AVal& operand) {
-  if (operand.dtype == DType::boolean) throw DTypeError("operand of dtype bool is not supported");
 }
 
 std::vector<AVal> scatter_shape(const std::vector<AVal>& in, const Attrs& a) {
@@ -484,6 +556,20 @@ static Register reg_scatter("select_and_scatter_add", PrimDef{
     },
     .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
       return window_flops_for(in[1].shape, a); }});
+
+static Register reg_argmax("reduce_window_argmax", PrimDef{
+    .shape = argmax_shape,
+    .kernel = argmax_kernel,
+    .vjp = nullptr,  // made by ir/pool_fusion.cc in graphs about to run, after autodiff
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+      return window_flops_for(in[0].shape, a); }});
+
+static Register reg_scatter_at("scatter_add_at_argmax", PrimDef{
+    .shape = scatter_at_shape,
+    .kernel = scatter_at_kernel,
+    .vjp = nullptr,
+    .flops = [](const std::vector<AVal>&, const std::vector<AVal>& out, const Attrs& a) {
+      return window_flops_for(out[0].shape, a); }});
 
 static Register reg_gather("select_and_gather_add", PrimDef{
     .shape = gather_shape,

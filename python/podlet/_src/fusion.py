@@ -1,6 +1,7 @@
 """The graph jit executes: the traced graph with the optimizer's follow-up ops folded
 into the fused AdamW primitive (cpp/podlet/ir/optim_fusion.h: apply_updates' add and an
-EMA of the new params) and then elementwise chains fused (cpp/podlet/ir/fusion.h), built
+EMA of the new params), max-pool gradients reading the selection their forward pass made
+(cpp/podlet/ir/pool_fusion.h) and then elementwise chains fused (cpp/podlet/ir/fusion.h), built
 once per cache entry. Only concrete execution uses it: a graph inlined into an outer
 trace (grad of a jit'd function, nested jit) stays unfused, so autodiff never sees a
 fused node. pmap runs the same passes; its executor runs a fused node over every
@@ -26,12 +27,16 @@ def _fuse_optimizer(graph):
     return _core.fuse_optimizer(graph) if hasattr(_core, "fuse_optimizer") else graph
 
 
+def _fuse_pools(graph):
+    return _core.fuse_pool_selection(graph) if hasattr(_core, "fuse_pool_selection") else graph
+
+
 def remat_enabled():
     return os.environ.get("PODLET_REMAT", "1").lower() not in ("0", "false", "no", "off")
 
 
 def _passes(graph):
-    g = _fuse_optimizer(graph)
+    g = _fuse_pools(_fuse_optimizer(graph))
     if remat_enabled():
         g = _core.rematerialize(g)
     return _core.fuse_elementwise(g)
