@@ -162,7 +162,7 @@ def test_special_values_match_the_unfused_chain(dtype, new_first):
         return params, opt_state, ptu.tree_map(ema_fn, ema, params)
 
     g = step.lower(params, state, ema, grads).graph
-    assert _core.optimizer_fusion_stats(g) == {"applies_folded": 1, "emas_folded": 1}
+    assert _core.optimizer_fusion_stats(g) == {"applies_folded": 1, "emas_folded": 1, "grads_widened": 0}
     assert ("ema_new_first=1" in _core.fuse_optimizer(g).dump()) == new_first
     old = podlet.config.num_threads
     try:
@@ -208,13 +208,15 @@ def test_primitive_ema_checks():
 # ---------------------------------------------------------------------------------
 # the seed's jit'd train step: fused on == off, bit for bit, and really fused
 # ---------------------------------------------------------------------------------
-def _seed_setup(dtype):
+def _seed_setup(dtype, param_dtype=None):
+    """param_dtype: the params' dtype (default: dtype; float32 with a bfloat16 dtype is
+    the seed's mixed precision)."""
     model = models.ResNet(stage_sizes=[1, 1], num_filters=8, num_classes=5, dtype=dtype)
     rng = np.random.default_rng(1)
     x = pnp.asarray(rng.standard_normal((4, 24, 24, 1)).astype(np.float32))
     y = pnp.asarray(rng.integers(0, 5, 4).astype(np.int32))
     v = model.init(podlet.random.PRNGKey(0), x, train=False)
-    params = ptu.tree_map(lambda p: p.astype(dtype), v["params"])
+    params = ptu.tree_map(lambda p: p.astype(param_dtype or dtype), v["params"])
     st = TrainState.create(apply_fn=model.apply, params=params, tx=seed_tx(), batch_stats=v["batch_stats"],
                            ema_params=params)
     ema_decay = 0.99
@@ -256,6 +258,27 @@ def test_seed_jit_step_bitwise_fusion_on_off(dtype):
     assert not np.array_equal(e0, e1) and not np.array_equal(e1, p1)
 
 
+def test_mixed_precision_weight_grads_are_read_widened():
+    """float32 params, bfloat16 compute: each kernel's (and the dense bias's) grad comes
+    out of its bf16 conv / dense through a convert to float32; adamw_update reads the bf16 grad instead (one pass
+    less per kernel), with the seed's clip (whose global norm still reads the converts) and
+    EMA, bit for bit the unfused steps."""
+    train_step, st, x, y = _seed_setup(pnp.bfloat16, param_dtype=pnp.float32)
+    entry = podlet.jit(train_step).lower(st, x, y)
+    # the convolution and dense kernels and the dense bias: the leaves cast to bf16
+    kernels = [k for k, _ in ptu.tree_flatten_with_path(st.params)[0] if "kernel" in str(k[-1]) or "Dense" in str(k[0])]
+    stats = _core.optimizer_fusion_stats(entry.graph)
+    assert stats["grads_widened"] == len(kernels) > 0, stats
+    with fusion_env(True):
+        eg = fusion.executable_graph(entry)
+    dtype_of = {int(v): d for v, d in re.findall(r"%(\d+):(\w+)\(", eg.dump())}
+    ad = [n for n in nodes_of(eg) if n[0] == "adamw_update"]
+    assert sum(1 for _, ins, _, _ in ad if dtype_of.get(ins[1]) == "bfloat16") == len(kernels), ad[:2]
+    off = _run(train_step, st, x, y, 3, False)
+    on = _run(train_step, st, x, y, 3, True)
+    assert_trees_bitwise(on, off)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_seed_jit_step_graph_has_one_node_per_leaf(dtype):
     train_step, st, x, y = _seed_setup(getattr(pnp, dtype))
@@ -263,7 +286,7 @@ def test_seed_jit_step_graph_has_one_node_per_leaf(dtype):
     entry = step.lower(st, x, y)
     g = entry.graph
     n_leaves = len(ptu.tree_leaves(st.params))
-    assert _core.optimizer_fusion_stats(g) == {"applies_folded": n_leaves, "emas_folded": n_leaves}
+    assert _core.optimizer_fusion_stats(g) == {"applies_folded": n_leaves, "emas_folded": n_leaves, "grads_widened": 0}
     with fusion_env(True):
         eg = fusion.executable_graph(entry)
     # One adamw_update per leaf, each with the EMA attached.
@@ -333,7 +356,7 @@ def test_pmap_seed_step_bitwise_fusion_on_off_and_fused():
     p_step(jax_utils.replicate(state), {"image": x[0], "label": y[0]})
     (entry,) = p_step._cache.values()
     n_leaves = len(ptu.tree_leaves(state.params))
-    assert _core.optimizer_fusion_stats(entry.graph) == {"applies_folded": n_leaves, "emas_folded": n_leaves}
+    assert _core.optimizer_fusion_stats(entry.graph) == {"applies_folded": n_leaves, "emas_folded": n_leaves, "grads_widened": 0}
     with fusion_env(True):
         assert fusion.pmap_graph(entry).prim_counts()["adamw_update"] == n_leaves
         assert "ema_c_old" in fusion.pmap_graph(entry).dump()
@@ -466,7 +489,7 @@ def test_broadcast_scalar_constant_is_folded(update_first):
     g.outputs = [newp, m1, v1, e]
     fg = _core.fuse_optimizer(g)
     folded = 0 if update_first else 1
-    assert _core.optimizer_fusion_stats(g) == {"applies_folded": folded, "emas_folded": folded}
+    assert _core.optimizer_fusion_stats(g) == {"applies_folded": folded, "emas_folded": folded, "grads_widened": 0}
     if not update_first:
         assert fg.prim_counts() == {"adamw_update": 1}, fg.dump()
     assert fg.flops() == g.flops()

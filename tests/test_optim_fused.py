@@ -124,8 +124,13 @@ def test_primitive_checks_operands():
     kw = dict(b1=0.9, b2=0.999, eps=1e-8)
     with pytest.raises(Exception, match="mu must have the param shape"):
         _fused.adamw_update(a, a, pnp.ones((2, 3)), a, s, s, s, s, **kw)
-    with pytest.raises(Exception, match="grad must have the param dtype"):
-        _fused.adamw_update(a, a.astype("bfloat16"), a, a, s, s, s, s, **kw)
+    with pytest.raises(Exception, match=r"grad must have the param dtype float32 \(or bfloat16\), got int32"):
+        _fused.adamw_update(a, a.astype("int32"), a, a, s, s, s, s, **kw)
+    b = a.astype("bfloat16")
+    with pytest.raises(Exception, match="grad must have the param dtype bfloat16, got float32"):
+        _fused.adamw_update(b, a, b, b, s, s, s, s, **kw)
+    with pytest.raises(Exception, match="mu must have the param dtype float32, got bfloat16"):
+        _fused.adamw_update(a, a, b, a, s, s, s, s, **kw)
     with pytest.raises(Exception, match="must be a 0-d scalar"):
         _fused.adamw_update(a, a, a, a, pnp.ones((1,)), s, s, s, **kw)
     with pytest.raises(Exception, match="param must be a float array"):
@@ -309,6 +314,43 @@ def test_f32_update_has_the_scalar_loops_bits_on_every_isa(n):
                 for i in isas:
                     for a, b in zip(outs[i], outs["ref"]):
                         np.testing.assert_array_equal(a, b, err_msg=i)
+    finally:
+        _core.set_isa(isa)
+
+
+@pytest.mark.parametrize("n", [5, 37, 70001])
+@pytest.mark.parametrize("pdtype", [np.float32, np.float64])
+def test_bf16_grads_read_widened_match_the_converted_grads(n, pdtype):
+    """adamw_update of a float32 / float64 param takes bfloat16 grads (what the graph pass
+    ir/optim_fusion.cc folds a grad convert into): on every ISA the host runs, the same
+    bits as the float grads convert_element_type makes from them, for every output form,
+    with and without clip and decay, NaN and inf grads included."""
+    import ml_dtypes
+    from podlet import _core
+    from podlet._src.core import bind
+    from prim_check import as_podlet
+    rng = np.random.default_rng(22)
+    p, m, e = (rng.normal(size=n).astype(pdtype) for _ in range(3))
+    v = (rng.random(n) * 0.01).astype(pdtype)
+    g16 = rng.normal(size=n).astype(ml_dtypes.bfloat16)
+    g16[1], g16[3 % n] = np.nan, -np.inf
+    g16.view(np.uint16)[4 % n] = 0x0001  # a subnormal: exact when widened
+    isa = _core.active_isa()
+    try:
+        for i in _core.cpu_info()["available_isas"]:
+            _core.set_isa(i)
+            for gnorm, wd in ((3.0, 1e-2), (0.5, 0.0)):
+                sc = [pnp.asarray(np.float32(x)) for x in (1e-2, gnorm, 0.5, 0.01)]
+                base = dict(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, weight_decay=wd, max_norm=2.0)
+                for extra in (dict(apply=0), dict(apply=1), dict(apply=1, ema_c_old=0.9, ema_c_new=0.1)):
+                    tail = [as_podlet(e)] if "ema_c_old" in extra else []
+                    got = bind("adamw_update", as_podlet(p), as_podlet(g16), as_podlet(m), as_podlet(v),
+                               *sc, *tail, **base, **extra)
+                    want = bind("adamw_update", as_podlet(p), as_podlet(g16.astype(pdtype)), as_podlet(m),
+                                as_podlet(v), *sc, *tail, **base, **extra)
+                    assert np.asarray(got[0]).dtype == pdtype  # float64 stays float64 (no x64 canonicalising)
+                    for a, b in zip(got, want):
+                        np.testing.assert_array_equal(bits(a), bits(b), err_msg=f"{i} {extra}")
     finally:
         _core.set_isa(isa)
 

@@ -115,7 +115,7 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     OptimFusionStats s;
     fuse_optimizer(g, &s);
     py::dict d;
-    d["applies_folded"] = s.applies_folded; d["emas_folded"] = s.emas_folded;
+    d["applies_folded"] = s.applies_folded; d["emas_folded"] = s.emas_folded; d["grads_widened"] = s.grads_widened;
     return d;
   }, py::arg("graph"));
 });

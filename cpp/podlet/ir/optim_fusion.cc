@@ -147,11 +147,31 @@ int fold_ema(Graph& g) {
   return folded;
 }
 
+// Rewrite 3: adamw_update reading convert_element_type(bf16 grad -> param dtype) reads
+// the bf16 grad (the kernel widens it exactly). The convert goes when nothing else reads
+// it; when something does (a global norm), elementwise fusion folds it into that pass.
+int fold_grad_convert(Graph& g) {
+  int folded = 0;
+  for (Node& n : g.nodes) {
+    if (!is_prim(n, "adamw_update")) continue;
+    const int p = g.producer[n.in[1]];
+    if (p < 0 || !is_prim(g.nodes[p], "convert_element_type")) continue;
+    const int u = g.nodes[p].in[0];
+    const DType pd = g.aval(n.in[0]).dtype;
+    if (g.aval(u).dtype != DType::bf16 || pd == DType::bf16 || g.aval(n.in[1]).dtype != pd) continue;
+    n.in[1] = u;
+    ++folded;
+  }
+  if (folded) g.dce();
+  return folded;
+}
+
 }  // namespace
 
 Graph fuse_optimizer(const Graph& g, OptimFusionStats* stats) {
   Graph out = g;
   OptimFusionStats st;
+  st.grads_widened = fold_grad_convert(out);
   st.applies_folded = fold_apply(out);
   st.emas_folded = fold_ema(out);
   if (stats) *stats = st;

@@ -16,6 +16,11 @@
 //              node, and neither product has another reader
 //              -> adamw_update(..., ema; ema_c_old=C1, ema_c_new=C2), output 3 = the add's
 //              value (the seed's `decay * o + (1 - decay) * n` tree_map).
+//   3. grads:  adamw_update(param, convert_element_type(g16), ...) where g16 is bfloat16
+//              and the param is not -> adamw_update(param, g16, ...), which widens g16 as
+//              it reads it (mixed precision's weight grads: ResNet-34's 21M of them made a
+//              pass of their own, reading 2 and writing 4 bytes each). The convert stays
+//              for its other readers (a global norm), if any.
 // The EMA add's operand order is recorded (attr ema_new_first): it decides which NaN
 // comes out when both operands are NaN.
 // Anything else (a traced decay, an EMA of something other than the new param, a product
@@ -34,6 +39,7 @@ namespace podlet {
 struct OptimFusionStats {
   int applies_folded = 0;  // apply_updates adds folded into adamw_update (apply=1)
   int emas_folded = 0;     // EMA mul/mul/add triples folded into adamw_update
+  int grads_widened = 0;   // bf16 -> param dtype grad converts folded into adamw_update
 };
 
 // A copy of g with the rewrites above; g is unchanged.

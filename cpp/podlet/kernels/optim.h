@@ -13,7 +13,10 @@ namespace podlet::kernels {
 enum class AdamWOut { kUpdate, kApply, kApplyEma, kApplyEmaNewFirst };
 
 struct AdamWF32 {
-  const float *p, *g, *m, *v, *ema;  // ema: null without the EMA output
+  const float* p;
+  const float* g;          // null when the grads are bf16 (g16)
+  const uint16_t* g16;     // bf16 grads, widened exactly; null when g is set
+  const float *m, *v, *ema;  // ema: null without the EMA output
   float *o, *mo, *vo, *eo;
   float one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm, ema_c_old, ema_c_new;
   bool clip, decay;

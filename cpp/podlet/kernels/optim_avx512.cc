@@ -13,7 +13,7 @@ inline __m512 add_first(__m512 a, __m512 b) { return add_keep_first_nan(a, b); }
 
 using Out = AdamWOut;
 
-template <bool kClip, bool kDecay, Out kOut>
+template <bool kClip, bool kDecay, Out kOut, bool kG16>
 void run(const AdamWF32& a, int64_t b, int64_t e) {
   const __m512 one_m_b1 = _mm512_set1_ps(a.one_m_b1), b1 = _mm512_set1_ps(a.b1), one_m_b2 = _mm512_set1_ps(a.one_m_b2),
                b2 = _mm512_set1_ps(a.b2), eps = _mm512_set1_ps(a.eps), eps_root = _mm512_set1_ps(a.eps_root),
@@ -24,7 +24,11 @@ void run(const AdamWF32& a, int64_t b, int64_t e) {
   // Elements [i, i + 16) under mask k; streamed when `nt` (whole aligned vectors).
   auto step = [&](int64_t i, __mmask16 k, bool nt) {
     const __m512 pi = _mm512_maskz_loadu_ps(k, a.p + i);
-    __m512 g = _mm512_maskz_loadu_ps(k, a.g + i);
+    __m512 g;
+    if constexpr (kG16)
+      g = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, a.g16 + i)), 16));
+    else
+      g = _mm512_maskz_loadu_ps(k, a.g + i);
     if constexpr (kClip) g = _mm512_mul_ps(_mm512_div_ps(g, gnorm), max_norm);
     const __m512 mu = add_first(_mm512_mul_ps(one_m_b1, g), _mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, a.m + i)));
     const __m512 nu = add_first(_mm512_mul_ps(one_m_b2, _mm512_mul_ps(g, g)),
@@ -67,23 +71,28 @@ void run(const AdamWF32& a, int64_t b, int64_t e) {
   if (nt) _mm_sfence();
 }
 
-template <bool kClip, bool kDecay>
+template <bool kClip, bool kDecay, bool kG16>
 void run_out(const AdamWF32& a, int64_t b, int64_t e) {
   switch (a.out) {
-    case Out::kUpdate: return run<kClip, kDecay, Out::kUpdate>(a, b, e);
-    case Out::kApply: return run<kClip, kDecay, Out::kApply>(a, b, e);
-    case Out::kApplyEma: return run<kClip, kDecay, Out::kApplyEma>(a, b, e);
-    case Out::kApplyEmaNewFirst: return run<kClip, kDecay, Out::kApplyEmaNewFirst>(a, b, e);
+    case Out::kUpdate: return run<kClip, kDecay, Out::kUpdate, kG16>(a, b, e);
+    case Out::kApply: return run<kClip, kDecay, Out::kApply, kG16>(a, b, e);
+    case Out::kApplyEma: return run<kClip, kDecay, Out::kApplyEma, kG16>(a, b, e);
+    case Out::kApplyEmaNewFirst: return run<kClip, kDecay, Out::kApplyEmaNewFirst, kG16>(a, b, e);
   }
+}
+
+template <bool kClip, bool kDecay>
+void run_grads(const AdamWF32& a, int64_t b, int64_t e) {
+  if (a.g16) run_out<kClip, kDecay, true>(a, b, e); else run_out<kClip, kDecay, false>(a, b, e);
 }
 
 }  // namespace
 
 void adamw_f32_avx512(const AdamWF32& a, int64_t b, int64_t e) {
   if (a.clip) {
-    if (a.decay) run_out<true, true>(a, b, e); else run_out<true, false>(a, b, e);
+    if (a.decay) run_grads<true, true>(a, b, e); else run_grads<true, false>(a, b, e);
   } else {
-    if (a.decay) run_out<false, true>(a, b, e); else run_out<false, false>(a, b, e);
+    if (a.decay) run_grads<false, true>(a, b, e); else run_grads<false, false>(a, b, e);
   }
 }
 

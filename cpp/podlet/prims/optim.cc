@@ -3,6 +3,7 @@
 // adamw_update: param, grad, mu, nu (same shape, same float dtype T), then four 0-d float
 //   scalars of any float dtype: lr, gnorm, bc1, bc2 (inputs, so a traced schedule, a
 //   traced global norm and the step-dependent bias corrections work under jit).
+//   grad may also be bfloat16 for a float32 / float64 param (read widened, exactly).
 //   attrs: b1, b2, eps, eps_root, weight_decay (floats); max_norm (float, <= 0: no
 //   clipping; gnorm is then ignored); apply (int, default 1).
 //   outputs: (new_param | update, new_mu, new_nu), all of dtype T; zero_grad.
@@ -88,8 +89,8 @@ template <class A> inline A add_first(A a, A b) { return a != a ? a + a : a + b;
 // One chunk [b, e). A function of its own so that every pointer is a restrict argument and
 // every constant a local: reading them through a lambda's closure, the compiler must assume
 // each store may change them, and the loop does not vectorise.
-template <class T, bool kClip, bool kDecay, Out kOut>
-void adamw_chunk(const T* __restrict p, const T* __restrict gr, const T* __restrict m, const T* __restrict v,
+template <class T, class G, bool kClip, bool kDecay, Out kOut>
+void adamw_chunk(const T* __restrict p, const G* __restrict gr, const T* __restrict m, const T* __restrict v,
                  const T* __restrict ema, T* __restrict o, T* __restrict mo, T* __restrict vo, T* __restrict eo,
                  const AdamWConsts& c, int64_t b, int64_t e) {
   using A = acc_t<T>;
@@ -101,7 +102,7 @@ void adamw_chunk(const T* __restrict p, const T* __restrict gr, const T* __restr
   auto R = [](A x) { return L::round(x); };  // an intermediate rounded to T (no-op for f32/f64)
   for (int64_t i = b; i < e; ++i) {
     const A pi = L::load(p, i);
-    A g = L::load(gr, i);
+    A g = A(Lane<G>::load(gr, i));  // a bf16 grad of an f32 param: widened, exactly
     if constexpr (kClip) g = R(R(g / gnorm) * max_norm);
     // The adds of two values that may both be NaN keep the first one's, as the unfused
     // chain's add does (a compiler may commute a plain a + b: the decay add returned the
@@ -132,7 +133,6 @@ void adamw_chunk(const T* __restrict p, const T* __restrict gr, const T* __restr
 template <class T, bool kClip, bool kDecay, Out kOut>
 void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c) {
   const T* p = in[0].data<T>();
-  const T* gr = in[1].data<T>();
   const T* m = in[2].data<T>();
   const T* v = in[3].data<T>();
   constexpr bool kEma = kOut == Out::kApplyEma || kOut == Out::kApplyEmaNewFirst;
@@ -141,22 +141,27 @@ void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const Ada
   T* mo = out[1].data<T>();
   T* vo = out[2].data<T>();
   T* eo = kEma ? out[3].data<T>() : nullptr;
+  const bool g16 = in[1].dtype() == DType::bf16 && !std::is_same_v<T, bf16>;
   if constexpr (std::is_same_v<T, float>) {
     // The AVX-512 loop (kernels/optim.h): same ops, same bits. Outputs of 256 KB or more
     // are streamed: ResNet-34's 21.3M-parameter update 18-19 -> 11-12 ms (4 MB and up
     // only: 12.5-16 ms; alternating processes, 2 threads).
-    const kernels::AdamWF32 f{p, gr, m, v, ema, o, mo, vo, eo,
+    const kernels::AdamWF32 f{p, g16 ? nullptr : in[1].data<float>(), g16 ? in[1].data<uint16_t>() : nullptr,
+                              m, v, ema, o, mo, vo, eo,
                               float(c.one_m_b1), float(c.b1), float(c.one_m_b2), float(c.b2), float(c.eps),
                               float(c.eps_root), float(c.wd), float(c.neg_lr), float(c.bc1), float(c.bc2),
                               float(c.gnorm), float(c.max_norm), float(c.ema_c_old), float(c.ema_c_new),
                               kClip, kDecay, kOut, in[0].size() * 4 >= (int64_t(256) << 10)};
     parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
-      if (!kernels::adamw_f32(f, b, e)) adamw_chunk<T, kClip, kDecay, kOut>(p, gr, m, v, ema, o, mo, vo, eo, c, b, e);
+      if (kernels::adamw_f32(f, b, e)) return;
+      if (g16) adamw_chunk<T, bf16, kClip, kDecay, kOut>(p, in[1].data<bf16>(), m, v, ema, o, mo, vo, eo, c, b, e);
+      else adamw_chunk<T, T, kClip, kDecay, kOut>(p, in[1].data<T>(), m, v, ema, o, mo, vo, eo, c, b, e);
     });
     return;
   }
   parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
-    adamw_chunk<T, kClip, kDecay, kOut>(p, gr, m, v, ema, o, mo, vo, eo, c, b, e);
+    if (g16) adamw_chunk<T, bf16, kClip, kDecay, kOut>(p, in[1].data<bf16>(), m, v, ema, o, mo, vo, eo, c, b, e);
+    else adamw_chunk<T, T, kClip, kDecay, kOut>(p, in[1].data<T>(), m, v, ema, o, mo, vo, eo, c, b, e);
   });
 }
 
@@ -190,9 +195,12 @@ std::vector<AVal> adamw_shape(const std::vector<AVal>& in, const Attrs& a) {
     throw DTypeError(fmt("adamw_update: param must be a float array, got ", dtype_name(p.dtype)));
   for (int k : {1, 2, 3, 8}) {
     if (k == 8 && !ema) break;
-    if (in[k].dtype != p.dtype)
+    // A bfloat16 grad of a wider param is read widened (exactly): the convert_element_type
+    // that the graph pass ir/optim_fusion.cc folds in.
+    const bool widened = k == 1 && in[k].dtype == DType::bf16 && p.dtype != DType::bf16;
+    if (in[k].dtype != p.dtype && !widened)
       throw DTypeError(fmt("adamw_update: ", names[k], " must have the param dtype ", dtype_name(p.dtype),
-                           ", got ", dtype_name(in[k].dtype)));
+                           k == 1 && p.dtype != DType::bf16 ? " (or bfloat16)" : "", ", got ", dtype_name(in[k].dtype)));
     if (in[k].shape != p.shape)
       throw ShapeError(fmt("adamw_update: ", names[k], " must have the param shape ", shape_str(p.shape),
                            ", got ", shape_str(in[k].shape)));
