@@ -178,6 +178,10 @@ def _leaf_runs():
     return _core.fused_jit_stats()["leaf_runs"]
 
 
+def _reg_leaf_runs():
+    return _core.fused_jit_stats()["reg_leaf_runs"]
+
+
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("shape", [(4, 37, 33, 64), (2, 9, 11, 512), (5, 300, 48), (3, 77, 41, 16),
                                    (2, 30, 31, 128), (7, 13, 17, 256), (8, 64, 65, 64)],
@@ -190,10 +194,13 @@ def test_fused_sums_come_out_of_compiled_passes(shape, dtype):
     rng = np.random.default_rng(17)
     x = _special(rng, shape, dtype)
     f = bn_statistics(len(shape), dtype)
-    before = _leaf_runs()
+    before, before_reg = _leaf_runs(), _reg_leaf_runs()
     fg = _run(f, x)
     assert "reduce_sum" not in fg.prim_counts()
     assert (_leaf_runs() > before) == (HAVE_JIT and shape[-1] != 48)
+    # The two sums' leaves in registers up to 128 columns (16 accumulators); in memory
+    # slots at 256 and 512.
+    assert (_reg_leaf_runs() > before_reg) == (HAVE_JIT and shape[-1] in (16, 64, 128))
 
 
 def test_leaf_sums_start_like_the_rows_path():
@@ -218,10 +225,11 @@ def test_leaf_sums_start_like_the_rows_path():
         xf = x.astype(np.float32)
         return jnp.sum(xf, (0, 1, 2)), jnp.sum(-(xf * xf), (0, 1, 2))
 
-    before = _leaf_runs()
+    before, before_reg = _leaf_runs(), _reg_leaf_runs()
     fg = _run(f, x)
     assert "reduce_sum" not in fg.prim_counts()
     assert (_leaf_runs() > before) == HAVE_JIT
+    assert (_reg_leaf_runs() > before_reg) == HAVE_JIT
 
 
 @pytest.mark.parametrize("channels", [64, 512, 80])
@@ -243,9 +251,10 @@ def test_fused_sums_keep_the_first_nan(channels):
             bits[r3, j] = payloads[(j + 2) % 6]
         if j % 4 == 1:  # an infinity before the NaNs in some columns
             rows[0, j] = np.inf
-    before = _leaf_runs()
+    before, before_reg = _leaf_runs(), _reg_leaf_runs()
     _run(bn_statistics(4, np.float32), x)
     assert (_leaf_runs() > before) == (HAVE_JIT and channels != 80)  # 256 rows: whole chunks
+    assert (_reg_leaf_runs() > before_reg) == (HAVE_JIT and channels == 64)  # 512: memory slots
 
 
 def test_batchnorm_train_pass_forward_and_backward():

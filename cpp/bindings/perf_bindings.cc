@@ -41,6 +41,7 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     const auto s = fused_jit::stats();
     py::dict d;
     d["compiled"] = s.compiled; d["refused"] = s.refused; d["runs"] = s.runs; d["leaf_runs"] = s.leaf_runs;
+    d["reg_leaf_runs"] = s.reg_leaf_runs;
     d["enabled"] = fused_jit::enabled();
     return d;
   }, "Fused programs compiled to AVX-512 code / left to the interpreter since start, chunks run compiled (and of those, "

@@ -33,6 +33,9 @@ enum class LoadKind { kFull, kScalar, kPeriodic, kRowConst, kOther };
 // x is x, signed zeros included; a NaN comes out quieted, as it does after a leaf's
 // second row anyway) and adds the leaves up in the tree's order (fused_ops.h
 // sum_leaves_f32): the sums of the rows path, without writing and re-reading the rows.
+// When the accumulators fit in registers beside the program's values (leaf_k / 16 per
+// kLeaves output), whole leaves are added in registers and written at the leaf's end
+// (the same additions; BatchNorm statistics 32x56x56x64 bf16 0.67 -> 0.34 ms).
 enum class OutMode { kStore, kStream, kRows, kLeaves };
 struct Spec {
   std::vector<fused::Instr> code;
@@ -60,7 +63,9 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
 // is not 0), and the number of programs compiled / refused since start (tests).
 bool enabled();
 void set_enabled(bool on);
-struct Stats { int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0; };  // leaf_runs: with kLeaves outputs
+// leaf_runs: with kLeaves outputs; reg_leaf_runs: of those, with the leaves in registers
+// (leaf_k / 16 accumulators per kLeaves output, when they fit beside the program's values)
+struct Stats { int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0, reg_leaf_runs = 0; };
 Stats stats();
 
 }  // namespace podlet::fused_jit
