@@ -22,13 +22,17 @@ inline int64_t floor_div(int64_t a, int64_t b) {
   return (a % b != 0 && ((a < 0) != (b < 0))) ? d - 1 : d;
 }
 
-}  // namespace
-
 // Per output row (n, oh): each output pixel's window in registers, 16 channels a vector
 // (window.cc's loops kept a per-pixel accumulator array in memory): the stem's 3x3/2
 // pool at batch 32 7.4 -> 4.7-5.1 ms. Plain stores: streaming them was 3-7% faster alone
 // but neutral in a ResNet-18 step, whose next op reads y.
-void maxpool_fwd_avx512(const Pool2d& q, const float* x, float* y) {
+// kSelect: pass 1 as well, in the same read of x. y keeps the forward's rule (from -inf,
+// take v when v > y or v is NaN: the last NaN; the first element is always taken). The
+// selection takes the first element, then v when v > y or v is NaN and y is not: until a
+// NaN, y is pass 1's running maximum, and from the first NaN on neither test passes, as
+// in pass 1 (whose maximum stays that NaN).
+template <bool kSelect>
+void fwd_rows(const Pool2d& q, const float* x, float* y, int8_t* sel) {
   const int64_t C = q.C;
   const double work = double(q.N * q.Ho * q.Wo) * double(C * q.KH * q.KW);
   engine::run_units(q.N * q.Ho, work >= 2e5, [&](int64_t r) {
@@ -39,17 +43,35 @@ void maxpool_fwd_avx512(const Pool2d& q, const float* x, float* y) {
       float* out = y + (r * q.Wo + ow) * C;
       for (int64_t c = 0; c < C; c += 16) {
         __m512 m = _mm512_set1_ps(-__builtin_inff());
+        __m512i pick = _mm512_set1_epi32(-1);
+        bool first = true;
         for (int64_t kh = kh0; kh < kh1; ++kh)
           for (int64_t kw = kw0; kw < kw1; ++kw) {
             const int64_t ih = oh * q.sh + kh - q.ph, iw = ow * q.sw + kw - q.pw;
             const __m512 v = _mm512_loadu_ps(x + ((n * q.H + ih) * q.W + iw) * C + c);
-            m = _mm512_mask_mov_ps(m, _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ) | _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+            const __m512i w = _mm512_set1_epi32(int(kh * q.KW + kw));
+            if (first) {  // max(-inf, v) is v (or -inf, which v then is)
+              m = v;
+              if constexpr (kSelect) pick = w;
+              first = false;
+              continue;
+            }
+            const __mmask16 gt = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+            if constexpr (kSelect) pick = _mm512_mask_mov_epi32(pick, gt | (nan & _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q)), w);
+            m = _mm512_mask_mov_ps(m, gt | nan, v);
           }
         _mm512_storeu_ps(out + c, m);
+        if constexpr (kSelect)
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(sel + (r * q.Wo + ow) * C + c), _mm512_cvtepi32_epi8(pick));
       }
     }
   });
 }
+
+}  // namespace
+
+void maxpool_fwd_avx512(const Pool2d& q, const float* x, float* y) { fwd_rows<false>(q, x, y, nullptr); }
+void maxpool_fwd_select_avx512(const Pool2d& q, const float* x, float* y, int8_t* sel) { fwd_rows<true>(q, x, y, sel); }
 
 // Pass 1, per output row (n, oh): each window's first maximum per channel (int8 window
 // positions, -1 for a window with no input element).
@@ -78,46 +100,6 @@ void maxpool_select_avx512(const Pool2d& q, const float* x, int8_t* sel) {
             pick = _mm512_mask_mov_epi32(pick, take, _mm512_set1_epi32(int(kh * q.KW + kw)));
           }
         }
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(s + c), _mm512_cvtepi32_epi8(pick));
-      }
-    }
-  });
-}
-
-// The forward and pass 1 in one read of x. y keeps the forward's rule (from -inf, take v
-// when v > y or v is NaN: the last NaN). The selection takes the first element, then v
-// when v > y or v is NaN and y is not: until a NaN, y is pass 1's running maximum, and
-// from the first NaN on neither test passes, as in pass 1 (whose maximum stays that NaN).
-void maxpool_fwd_select_avx512(const Pool2d& q, const float* x, float* y, int8_t* sel) {
-  const int64_t C = q.C;
-  const double work = double(q.N * q.Ho * q.Wo) * double(C * q.KH * q.KW);
-  engine::run_units(q.N * q.Ho, work >= 2e5, [&](int64_t r) {
-    const int64_t n = r / q.Ho, oh = r % q.Ho;
-    const int64_t kh0 = imax(0, q.ph - oh * q.sh), kh1 = imin(q.KH, q.H + q.ph - oh * q.sh);
-    for (int64_t ow = 0; ow < q.Wo; ++ow) {
-      const int64_t kw0 = imax(0, q.pw - ow * q.sw), kw1 = imin(q.KW, q.W + q.pw - ow * q.sw);
-      float* out = y + (r * q.Wo + ow) * C;
-      int8_t* s = sel + (r * q.Wo + ow) * C;
-      for (int64_t c = 0; c < C; c += 16) {
-        __m512 m = _mm512_set1_ps(-__builtin_inff());
-        __m512i pick = _mm512_set1_epi32(-1);
-        bool first = true;
-        for (int64_t kh = kh0; kh < kh1; ++kh)
-          for (int64_t kw = kw0; kw < kw1; ++kw) {
-            const int64_t ih = oh * q.sh + kh - q.ph, iw = ow * q.sw + kw - q.pw;
-            const __m512 v = _mm512_loadu_ps(x + ((n * q.H + ih) * q.W + iw) * C + c);
-            const __m512i w = _mm512_set1_epi32(int(kh * q.KW + kw));
-            if (first) {  // the window's first element: y = max(-inf, v) is v (or -inf = v)
-              m = v;
-              pick = w;
-              first = false;
-              continue;
-            }
-            const __mmask16 gt = _mm512_cmp_ps_mask(v, m, _CMP_GT_OQ), nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
-            pick = _mm512_mask_mov_epi32(pick, gt | (nan & _mm512_cmp_ps_mask(m, m, _CMP_ORD_Q)), w);
-            m = _mm512_mask_mov_ps(m, gt | nan, v);
-          }
-        _mm512_storeu_ps(out + c, m);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(s + c), _mm512_cvtepi32_epi8(pick));
       }
     }
