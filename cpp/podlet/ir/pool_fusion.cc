@@ -5,6 +5,7 @@
 // (topological) node order: a gradient node reads x, so it comes after x's producer, and
 // it is matched only to a max-pool node before it.
 #include "podlet/ir/pool_fusion.h"
+#include "podlet/kernels/pool.h"
 
 namespace podlet {
 namespace {
@@ -22,12 +23,6 @@ Window window_of(const Node& n, size_t rank) {
           n.attrs.ints("padding", Shape(2 * rank, 0))};
 }
 
-int64_t elements(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
 }  // namespace
 
 Graph fuse_pool_selection(const Graph& g, int* pools) {
@@ -38,7 +33,7 @@ Graph fuse_pool_selection(const Graph& g, int* pools) {
     const int x = out.nodes[i].in[0];
     const AVal xa = out.aval(x);
     const Window w = window_of(out.nodes[i], xa.shape.size());
-    if (w.win.size() != xa.shape.size() || elements(w.win) > 127 || xa.dtype == DType::boolean) continue;
+    if (w.win.size() != xa.shape.size() || numel(w.win) > kernels::kMaxSelectWindow || xa.dtype == DType::boolean) continue;
     std::vector<int> grads;
     for (int j = i + 1; j < int(out.nodes.size()); ++j) {
       const Node& s = out.nodes[j];

@@ -2,6 +2,7 @@
 #include "podlet/kernels/convert.h"
 #include <immintrin.h>
 #include <cstdint>
+#include "podlet/kernels/avx512_engine.h"
 
 namespace podlet::kernels {
 namespace {
@@ -19,7 +20,9 @@ inline __m256i to_bf16(__m512 v) {
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
 }
 
-inline __mmask16 tail(int64_t n) { return __mmask16((1u << n) - 1u); }
+using avx512::load16;
+using avx512::maskload16;
+using avx512::tail16;
 
 }  // namespace
 
@@ -30,22 +33,16 @@ void convert_f32_bf16_avx512(const float* x, uint16_t* y, int64_t b, int64_t e) 
     _mm512_storeu_si512(y + i, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
   }
   for (; i < e; i += 16) {
-    const __mmask16 k = e - i >= 16 ? __mmask16(0xffff) : tail(e - i);
+    const __mmask16 k = e - i >= 16 ? __mmask16(0xffff) : tail16(e - i);
     _mm256_mask_storeu_epi16(y + i, k, to_bf16(_mm512_maskz_loadu_ps(k, x + i)));
   }
 }
 
 void convert_bf16_f32_avx512(const uint16_t* x, float* y, int64_t b, int64_t e) {
+  const bf16* h = reinterpret_cast<const bf16*>(x);
   int64_t i = b;
-  for (; i + 16 <= e; i += 16) {
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
-    _mm512_storeu_ps(y + i, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
-  }
-  if (i < e) {
-    const __mmask16 k = tail(e - i);
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x + i));
-    _mm512_mask_storeu_ps(y + i, k, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
-  }
+  for (; i + 16 <= e; i += 16) _mm512_storeu_ps(y + i, load16(h + i));
+  if (i < e) _mm512_mask_storeu_ps(y + i, tail16(e - i), maskload16(h + i, tail16(e - i)));
 }
 
 }  // namespace podlet::kernels

@@ -175,7 +175,7 @@ bool maxpool_fwd(const Pool2d& q, const float* x, float* y) {
 int64_t maxpool_fwd_fast_calls() { return g_maxpool_fwd_fast.load(); }
 
 bool maxpool_grad(const Pool2d& q, const float* x, const float* src, float* dx) {
-  if (!isa_at_least(Isa::avx512) || q.C % 16 != 0 || q.KH * q.KW > 127 || q.N * q.H * q.W * q.C == 0) return false;
+  if (!isa_at_least(Isa::avx512) || q.C % 16 != 0 || q.KH * q.KW > kMaxSelectWindow || q.N * q.H * q.W * q.C == 0) return false;
   g_maxpool_fast.fetch_add(1, std::memory_order_relaxed);
   maxpool_grad_avx512(q, x, src, dx);
   return true;
@@ -185,7 +185,7 @@ int64_t maxpool_grad_fast_calls() { return g_maxpool_fast.load(); }
 namespace {
 std::atomic<int64_t> g_maxpool_select_fast{0};
 bool maxpool_select_ok(const Pool2d& q) {
-  return isa_at_least(Isa::avx512) && q.C % 16 == 0 && q.KH * q.KW <= 127 && q.N * q.Ho * q.Wo * q.C > 0;
+  return isa_at_least(Isa::avx512) && q.C % 16 == 0 && q.KH * q.KW <= kMaxSelectWindow && q.N * q.Ho * q.Wo * q.C > 0;
 }
 }  // namespace
 

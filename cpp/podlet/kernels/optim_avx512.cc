@@ -1,5 +1,6 @@
 // AdamW on f32 parameters, AVX-512 (kernels/optim.h).
 #include "podlet/kernels/optim.h"
+#include "podlet/kernels/avx512_engine.h"
 #include "podlet/kernels/first_nan_add.h"
 #include <immintrin.h>
 #include <cstdint>
@@ -25,10 +26,8 @@ void run(const AdamWF32& a, int64_t b, int64_t e) {
   auto step = [&](int64_t i, __mmask16 k, bool nt) {
     const __m512 pi = _mm512_maskz_loadu_ps(k, a.p + i);
     __m512 g;
-    if constexpr (kG16)
-      g = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, a.g16 + i)), 16));
-    else
-      g = _mm512_maskz_loadu_ps(k, a.g + i);
+    if constexpr (kG16) g = avx512::maskload16(reinterpret_cast<const bf16*>(a.g16 + i), k);
+    else g = _mm512_maskz_loadu_ps(k, a.g + i);
     if constexpr (kClip) g = _mm512_mul_ps(_mm512_div_ps(g, gnorm), max_norm);
     const __m512 mu = add_first(_mm512_mul_ps(one_m_b1, g), _mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, a.m + i)));
     const __m512 nu = add_first(_mm512_mul_ps(one_m_b2, _mm512_mul_ps(g, g)),

@@ -11,6 +11,10 @@
 
 namespace podlet::kernels {
 
+// The most window positions a selection holds: they are int8 (-1: a window with no input
+// element).
+constexpr int64_t kMaxSelectWindow = 127;
+
 struct Pool2d {
   int64_t N, H, W, C, Ho, Wo, KH, KW, sh, sw, ph, pw;  // ph / pw: low padding (may be < 0)
 };

@@ -412,13 +412,13 @@ void scatter_kernel(const std::vector<Array>& in, std::vector<Array>& out, const
 //     select_and_scatter_add of source onto the x that sel was taken from (same bits).
 // The gradient then reads 1 byte an output element instead of x (102 MB at the
 // ResNet stem), and x dies after the forward pass.
-constexpr int64_t kMaxSelWindow = 127;
+using kernels::kMaxSelectWindow;
 
 WinGeom argmax_geom(const Shape& operand, const Attrs& a) {
   WinGeom q = win_geom(operand, a);
-  if (q.win_size() > kMaxSelWindow)
+  if (q.win_size() > kMaxSelectWindow)
     throw ValueError(fmt("window of ", q.win_size(), " elements; the selection holds window positions up to ",
-                         kMaxSelWindow));
+                         kMaxSelectWindow));
   return q;
 }
 
