@@ -17,6 +17,16 @@ static PyObject* g_ShapeError = nullptr;
 static PyObject* g_DTypeError = nullptr;
 
 static AttrValue to_attr(const std::string& key, py::handle v) {
+  // Sub-graphs (control flow, custom rules) are copied once into an immutable shared graph.
+  if (py::isinstance<Graph>(v)) return GraphRef(std::make_shared<const Graph>(v.cast<const Graph&>()));
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    auto seq = v.cast<py::sequence>();
+    if (py::len(seq) > 0 && py::isinstance<Graph>(seq[0])) {
+      std::vector<GraphRef> gs;
+      for (auto e : seq) gs.push_back(std::make_shared<const Graph>(e.cast<const Graph&>()));
+      return gs;
+    }
+  }
   if (py::isinstance<py::bool_>(v)) return int64_t(v.cast<bool>());
   if (py::isinstance<py::int_>(v)) return v.cast<int64_t>();
   if (py::isinstance<py::float_>(v)) return v.cast<double>();
@@ -228,6 +238,12 @@ PYBIND11_MODULE(_core, m) {
         for (int v : g.outputs) r.push_back(py::make_tuple(dtype_name(g.aval(v).dtype), shape_tuple(g.aval(v).shape)));
         return r; })
       .def("vjp", &vjp_graph, py::arg("wrt"), py::arg("ct_outputs"))
+      .def("batch", [](const Graph& g, const std::vector<int>& in_bdim, int64_t size, const std::string& axis_name) {
+        std::vector<int> ob;
+        Graph r = batch_graph(g, in_bdim, size, axis_name, ob);
+        return py::make_tuple(std::move(r), ob);
+      }, py::arg("in_bdims"), py::arg("size"), py::arg("axis_name") = "")
+      .def("copy", [](const Graph& g) { return Graph(g); })
       .def("run", [](const Graph& g, const std::vector<Array>& args) {
         py::gil_scoped_release nogil;
         return run_graph(g, args);

@@ -3,6 +3,7 @@
 // flattened by the Python wrapper, which documents the layout per primitive).
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -11,7 +12,12 @@
 
 namespace podlet {
 
-using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>>;
+class Graph;
+// A sub-graph held by a control-flow or custom-rule node (scan's body, cond's branches,
+// custom_vjp's fwd/bwd). Shared and immutable: transformations build new graphs.
+using GraphRef = std::shared_ptr<const Graph>;
+using AttrValue = std::variant<int64_t, double, std::string, std::vector<int64_t>, std::vector<double>,
+                               GraphRef, std::vector<GraphRef>>;
 
 class Attrs {
  public:
@@ -38,6 +44,8 @@ class Attrs {
   }
   std::vector<int64_t> ints(const std::string& k, std::vector<int64_t> dflt) const { return has(k) ? ints(k) : dflt; }
   std::vector<double> floats(const std::string& k) const { return get<std::vector<double>>(k); }
+  const GraphRef& graph(const std::string& k) const { return get<GraphRef>(k); }
+  const std::vector<GraphRef>& graphs(const std::string& k) const { return get<std::vector<GraphRef>>(k); }
 
   bool operator==(const Attrs& o) const { return m_ == o.m_; }
   size_t hash() const;

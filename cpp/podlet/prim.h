@@ -2,7 +2,8 @@
 // registered together in the file of its family (cpp/podlet/prims/*.cc):
 //
 //   static Register reg_exp("exp", {.shape = same_shape, .kernel = exp_kernel,
-//                                   .vjp = exp_vjp, .flops = elementwise_flops(1)});
+//                                   .vjp = exp_vjp, .flops = elementwise_flops(1),
+//                                   .batch = batch_elementwise});
 #pragma once
 #include <functional>
 #include <string>
@@ -24,14 +25,34 @@ using Kernel = std::function<void(const std::vector<Array>& in, std::vector<Arra
 using VjpRule = std::function<std::vector<int>(Graph& g, const Node& n, const std::vector<int>& cts)>;
 using FlopCount = std::function<double(const std::vector<AVal>& in, const std::vector<AVal>& out, const Attrs&)>;
 
+// vmap's batching rule (batching.cc drives it). The node `n` is the per-element one:
+// its attrs, and in_avals / out_avals, the shapes one element of the batch sees. `in` are
+// the input ids in g, the batched graph being built; bdim[k] is 0 when input k carries the
+// mapped axis (of `size` elements) in front, -1 when it is the same for every element.
+// The rule appends the batched computation to g, returns the outputs' ids and sets
+// out_bdim (0 or -1) for each output. Collectives naming `axis_name` reduce over it.
+struct BatchCtx {
+  const Node& n;
+  std::vector<AVal> in_avals, out_avals;
+  int64_t size;
+  std::string axis_name;
+};
+using BatchRule = std::function<std::vector<int>(Graph& g, const BatchCtx& c, const std::vector<int>& in,
+                                                 const std::vector<int>& bdim, std::vector<int>& out_bdim)>;
+
 struct PrimDef {
   std::string name;
   ShapeRule shape;
   Kernel kernel;
   VjpRule vjp;          // empty: not differentiable (error if a gradient must flow through it)
   FlopCount flops;      // empty: 0
+  BatchRule batch;      // empty: vmap of this primitive over a batched input is an error naming it
   bool zero_grad = false;  // outputs carry no gradient (comparisons, argmax, iota, random bits)
   bool kernel_allocates = false;  // kernel sets its outputs itself (aliasing ops like reshape)
+  bool batch_always = false;  // vmap calls the batching rule even when no input is batched (collectives)
+  // Declared unbatchable, with the reason vmap reports (kept beside the other rows so that
+  // tests/prim_check.py can tell an omission from a decision).
+  const char* no_batch_reason = nullptr;
 };
 
 const PrimDef& lookup_prim(const std::string& name);  // throws ValueError naming the prim

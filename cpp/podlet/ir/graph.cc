@@ -187,6 +187,9 @@ size_t Attrs::hash() const {
       using T = std::decay_t<decltype(x)>;
       if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
         for (auto e : x) mix(std::hash<std::decay_t<decltype(e)>>()(e));
+      else if constexpr (std::is_same_v<T, std::vector<GraphRef>>)
+        for (auto& e : x) mix(std::hash<const void*>()(e.get()));
+      else if constexpr (std::is_same_v<T, GraphRef>) mix(std::hash<const void*>()(x.get()));
       else mix(std::hash<T>()(x));
     }, v);
   }
@@ -202,6 +205,10 @@ std::string Attrs::repr() const {
       using T = std::decay_t<decltype(x)>;
       if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>) {
         o << "["; for (size_t i = 0; i < x.size(); ++i) o << (i ? "," : "") << x[i]; o << "]";
+      } else if constexpr (std::is_same_v<T, GraphRef>) {
+        o << "<graph: " << x->nodes.size() << " nodes>";
+      } else if constexpr (std::is_same_v<T, std::vector<GraphRef>>) {
+        o << "["; for (size_t i = 0; i < x.size(); ++i) o << (i ? "," : "") << "<graph: " << x[i]->nodes.size() << " nodes>"; o << "]";
       } else o << x;
     }, v);
   }

@@ -72,4 +72,12 @@ bool memory_plan_enabled();
 // g.inputs; zeros where no gradient flows).
 Graph vjp_graph(const Graph& g, const std::vector<int>& wrt, const std::vector<int>& ct_outputs);
 
+// vmap as a graph transformation (batching.cc). in_bdim[i] is 0 when input i carries a
+// mapped axis of `size` elements in front, -1 when it does not. Returns the batched
+// graph (its inputs are g's, with the mapped axis added where in_bdim says) and sets
+// out_bdim for g's outputs the same way. Collectives naming `axis_name` reduce over the
+// mapped axis.
+Graph batch_graph(const Graph& g, const std::vector<int>& in_bdim, int64_t size, const std::string& axis_name,
+                  std::vector<int>& out_bdim);
+
 }  // namespace podlet

@@ -16,6 +16,7 @@
 //   dw = bwd_filter(x, g):     dx = bwd_data(g, ct),    dg = conv(x, ct)
 #include "podlet/prims/common.h"
 #include "podlet/kernels/conv.h"
+#include "podlet/ir/batch_ops.h"
 
 namespace podlet {
 namespace {
@@ -140,6 +141,103 @@ double flops_of(const ConvGeom& q) {
   return 2.0 * double(q.N) * double(q.Ho) * double(q.Wo) * double(q.O) * double(q.KH) * double(q.KW) * double(q.Cg());
 }
 
+
+// ---- batching (vmap), as XLA does it: a batched lhs alone folds into N; otherwise the
+// mapped axis becomes feature groups (B * G groups: each element's channels convolve
+// with its own filter), which is also what per-example weight gradients need.
+using Ids = std::vector<int>;
+namespace bt = batching;
+
+int fold_front(Graph& g, int x) {  // [B, N, ...] -> [B*N, ...]
+  Shape s = g.aval(x).shape;
+  Shape t(s.begin() + 1, s.end());
+  t[0] *= s[0];
+  return ops::reshape(g, x, t);
+}
+int unfold_front(Graph& g, int x, int64_t B) {  // [B*N, ...] -> [B, N, ...]
+  Shape s = g.aval(x).shape;
+  Shape t = s;
+  t[0] = s[0] / B;
+  t.insert(t.begin(), B);
+  return ops::reshape(g, x, t);
+}
+// Activation [B, N, H, W, C] with C = G * Cg -> [N, H, W, G' = B*G groups of Cg], group
+// order (b, g).
+int act_to_groups(Graph& g, int x) {
+  const Shape s = g.aval(x).shape;
+  const int t = ops::transpose(g, x, {1, 2, 3, 0, 4});
+  return ops::reshape(g, t, {s[1], s[2], s[3], s[0] * s[4]});
+}
+int act_from_groups(Graph& g, int y, int64_t B) {  // [N, H, W, B*C] -> [B, N, H, W, C]
+  const Shape s = g.aval(y).shape;
+  const int r = ops::reshape(g, y, {s[0], s[1], s[2], B, s[3] / B});
+  return ops::transpose(g, r, {3, 0, 1, 2, 4});
+}
+// Filter [B, KH, KW, Cg, O] with O = G * Og -> [KH, KW, Cg, G*B*Og] when `outer_groups`
+// (the conv keeps G groups, each holding B*Og outputs), else [KH, KW, Cg, B*O] (B*G groups).
+int filt_fold(Graph& g, int w, int64_t G, bool outer_groups) {
+  const Shape s = g.aval(w).shape;
+  const int64_t B = s[0], O = s[4], Og = O / G;
+  if (!outer_groups) {
+    const int t = ops::transpose(g, w, {1, 2, 3, 0, 4});
+    return ops::reshape(g, t, {s[1], s[2], s[3], B * O});
+  }
+  const int r = ops::reshape(g, w, {B, s[1], s[2], s[3], G, Og});
+  const int t = ops::transpose(g, r, {1, 2, 3, 4, 0, 5});
+  return ops::reshape(g, t, {s[1], s[2], s[3], B * O});
+}
+
+Attrs with_groups(const Attrs& a, int64_t G) { Attrs r = a; r.set("feature_group_count", G); return r; }
+
+Ids batch_conv(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const int64_t B = c.size, G = c.n.attrs.i("feature_group_count", 1);
+  ob = {0};
+  if (bd[1] < 0) {  // lhs only: fold into N
+    const int y = g.add1("conv_general_dilated", {fold_front(g, in[0]), in[1]}, c.n.attrs);
+    return {unfold_front(g, y, B)};
+  }
+  if (bd[0] < 0) {  // rhs only: the batch joins each group's output features
+    const int y = g.add1("conv_general_dilated", {in[0], filt_fold(g, in[1], G, true)}, c.n.attrs);
+    const Shape s = g.aval(y).shape;  // [N, Ho, Wo, G*B*Og]
+    const int64_t Og = s[3] / (G * B);
+    const int r = ops::reshape(g, y, {s[0], s[1], s[2], G, B, Og});
+    const int t = ops::transpose(g, r, {4, 0, 1, 2, 3, 5});
+    return {ops::reshape(g, t, {B, s[0], s[1], s[2], G * Og})};
+  }
+  const int y = g.add1("conv_general_dilated", {act_to_groups(g, in[0]), filt_fold(g, in[1], G, false)},
+                       with_groups(c.n.attrs, B * G));
+  return {act_from_groups(g, y, B)};
+}
+
+Ids batch_conv_bwd_data(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const int64_t B = c.size, G = c.n.attrs.i("feature_group_count", 1);
+  ob = {0};
+  Shape ls = c.n.attrs.ints("lhs_shape");
+  if (bd[1] < 0) {  // cotangent only: fold into N
+    Attrs a = c.n.attrs;
+    ls[0] *= B;
+    a.set("lhs_shape", ls);
+    return {unfold_front(g, g.add1("conv_bwd_data", {fold_front(g, in[0]), in[1]}, a), B)};
+  }
+  const int gy = bt::materialize(g, in[0], bd[0], B);
+  Attrs a = with_groups(c.n.attrs, B * G);
+  a.set("lhs_shape", Shape{ls[1 - 1], ls[1], ls[2], B * ls[3]});
+  const int dx = g.add1("conv_bwd_data", {act_to_groups(g, gy), filt_fold(g, in[1], G, false)}, a);
+  return {act_from_groups(g, dx, B)};
+}
+
+Ids batch_conv_bwd_filter(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const int64_t B = c.size, G = c.n.attrs.i("feature_group_count", 1);
+  ob = {0};
+  const Ids m = bt::materialize_all(g, in, bd, B);
+  const Shape rs = c.n.attrs.ints("rhs_shape");  // [KH, KW, Cg, O]
+  Attrs a = with_groups(c.n.attrs, B * G);
+  a.set("rhs_shape", Shape{rs[0], rs[1], rs[2], B * rs[3]});
+  const int dw = g.add1("conv_bwd_filter", {act_to_groups(g, m[0]), act_to_groups(g, m[1])}, a);
+  const int r = ops::reshape(g, dw, {rs[0], rs[1], rs[2], B, rs[3]});
+  return {ops::transpose(g, r, {3, 0, 1, 2, 4})};
+}
+
 static Register reg_conv("conv_general_dilated", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       check_arity(in, 2);
@@ -156,7 +254,8 @@ static Register reg_conv("conv_general_dilated", PrimDef{
       return {bwd_data(g, ct[0], w, n.attrs, xa.shape, xa.dtype), bwd_filter(g, x, ct[0], n.attrs, wa.shape, wa.dtype)};
     },
     .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
-      return flops_of(conv_geom(in[0].shape, in[1].shape, conv_params(a))); }});
+      return flops_of(conv_geom(in[0].shape, in[1].shape, conv_params(a))); },
+    .batch = batch_conv});
 
 static Register reg_conv_bwd_data("conv_bwd_data", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
@@ -176,7 +275,8 @@ static Register reg_conv_bwd_data("conv_bwd_data", PrimDef{
       return {conv(g, ct[0], w, n.attrs, ga.dtype), bwd_filter(g, ct[0], gy, n.attrs, wa.shape, wa.dtype)};
     },
     .flops = [](const std::vector<AVal>& in, const std::vector<AVal>& out, const Attrs& a) {
-      return flops_of(conv_geom(out[0].shape, in[1].shape, conv_params(a))); }});
+      return flops_of(conv_geom(out[0].shape, in[1].shape, conv_params(a))); },
+    .batch = batch_conv_bwd_data});
 
 static Register reg_conv_bwd_filter("conv_bwd_filter", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
@@ -196,7 +296,8 @@ static Register reg_conv_bwd_filter("conv_bwd_filter", PrimDef{
       return {bwd_data(g, gy, ct[0], n.attrs, xa.shape, xa.dtype), conv(g, x, ct[0], n.attrs, ga.dtype)};
     },
     .flops = [](const std::vector<AVal>& in, const std::vector<AVal>& out, const Attrs& a) {
-      return flops_of(conv_geom(in[0].shape, out[0].shape, conv_params(a))); }});
+      return flops_of(conv_geom(in[0].shape, out[0].shape, conv_params(a))); },
+    .batch = batch_conv_bwd_filter});
 
 }  // namespace
 }  // namespace podlet

@@ -10,6 +10,7 @@
 // dtype). Integer operands must share a dtype and wrap like it.
 #include "podlet/prims/common.h"
 #include "podlet/kernels/gemm.h"
+#include "podlet/ir/batch_ops.h"
 #include <numeric>
 
 namespace podlet {
@@ -171,7 +172,36 @@ double dot_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const At
          double(prod(pick(in[1].shape, d.rfree))) * double(prod(pick(in[0].shape, d.lc)));
 }
 
-static Register reg_dot("dot_general", PrimDef{.shape = dot_shape, .kernel = dot_kernel, .vjp = dot_vjp, .flops = dot_flops});
+// Batching: both operands batched -> one more batch dim (in front of the output, where
+// vmap wants it); one operand batched -> one more free dim of that operand, moved to the
+// front of the output.
+std::vector<int> dot_batch(Graph& g, const BatchCtx& c, const std::vector<int>& in, const std::vector<int>& bd,
+                           std::vector<int>& ob) {
+  const int lr = int(c.in_avals[0].shape.size()), rr = int(c.in_avals[1].shape.size());
+  DotDims d = dot_dims(c.n.attrs, lr, rr);
+  auto shift = [](std::vector<int64_t> v, bool on) { if (on) for (auto& x : v) x += 1; return v; };
+  const bool bl = bd[0] >= 0, br = bd[1] >= 0;
+  Attrs a = c.n.attrs;
+  std::vector<int64_t> lb = shift(d.lb, bl), rb = shift(d.rb, br);
+  if (bl && br) { lb.insert(lb.begin(), 0); rb.insert(rb.begin(), 0); }
+  a.set("lhs_contracting", shift(d.lc, bl));
+  a.set("rhs_contracting", shift(d.rc, br));
+  a.set("lhs_batch", lb);
+  a.set("rhs_batch", rb);
+  int y = g.add1("dot_general", in, a);
+  ob = {0};
+  if (bl && br) return {y};
+  const int64_t nb = int64_t(d.lb.size());
+  const int64_t pos = bl ? nb : nb + int64_t(d.lfree.size());
+  if (pos == 0) return {y};
+  const int64_t r = int64_t(g.aval(y).shape.size());
+  std::vector<int64_t> perm = {pos};
+  for (int64_t i = 0; i < r; ++i) if (i != pos) perm.push_back(i);
+  return {transpose(g, y, perm)};
+}
+
+static Register reg_dot("dot_general", PrimDef{.shape = dot_shape, .kernel = dot_kernel, .vjp = dot_vjp, .flops = dot_flops,
+                                              .batch = dot_batch});
 
 }  // namespace
 }  // namespace podlet

@@ -33,6 +33,7 @@
 #pragma GCC optimize("no-trapping-math")
 #include "podlet/prims/common.h"
 #include "podlet/kernels/convert.h"
+#include "podlet/ir/batch_ops.h"
 #include <array>
 #include <cmath>
 #include <limits>
@@ -618,7 +619,7 @@ int unb(Graph& g, const Node& n, int k, int c) { return sum_to_shape(g, c, g.ava
 template <class Fn>
 PrimDef unary_float_def(VjpRule vjp, bool zero_grad = false) {
   return PrimDef{.shape = unary_shape<kFloat>, .kernel = unary_kernel<kFloat>(Fn{}), .vjp = std::move(vjp),
-                 .flops = elementwise_flops_of, .zero_grad = zero_grad};
+                 .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = zero_grad};
 }
 
 // jax's _balanced_eq: the share of the cotangent of max/min that goes to the operand
@@ -692,7 +693,7 @@ static Register reg_round("round", PrimDef{
         unary_kernel<kFloat>([](auto x) {
           if constexpr (is_f64<decltype(x)>) return std::nearbyint(x); else return fm::round_even(x); })(in, out, a);
     },
-    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+    .vjp = nullptr, .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = true});
 
 // =====================================================================================
 // registrations: unary, any dtype
@@ -704,7 +705,7 @@ static Register reg_neg("neg", PrimDef{
       using A = decltype(x);
       if constexpr (std::is_floating_point_v<A>) return -x; else return wrap_sub(A(0), x); }),
     .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids { return {neg(g, ct[0])}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 static Register reg_abs("abs", PrimDef{
     .shape = unary_shape<kNum>,
@@ -713,12 +714,12 @@ static Register reg_abs("abs", PrimDef{
     .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
       const int x = n.in[0];
       return {select(g, cmp(g, "ge", x, cst(g, x, 0.0)), ct[0], neg(g, ct[0]))}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 static Register reg_sign("sign", PrimDef{
     .shape = unary_shape<kNum>,
     .kernel = unary_kernel<kNum>([](auto x) { return do_sign(x); }),
-    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+    .vjp = nullptr, .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = true});
 
 // not: logical for bool, bitwise for integers.
 static Register reg_not("not", PrimDef{
@@ -726,7 +727,7 @@ static Register reg_not("not", PrimDef{
     .kernel = unary_kernel<kIntBool>([](auto x) {
       using A = decltype(x);
       if constexpr (std::is_same_v<A, bool>) return !x; else return A(~x); }),
-    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+    .vjp = nullptr, .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = true});
 
 static Register reg_is_finite("is_finite", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
@@ -739,7 +740,7 @@ static Register reg_is_finite("is_finite", PrimDef{
         unary_loop<T, bool>(in[0], out[0], [](auto x) { return (x - x) == (x - x); });  // false for inf, NaN
       });
     },
-    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+    .vjp = nullptr, .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = true});
 
 // integer_pow(x; y): x^y by repeated squaring in jax's multiplication order; y < 0 gives
 // 1 / x^|y| (floats only). Integers wrap.
@@ -791,7 +792,7 @@ static Register reg_integer_pow("integer_pow", PrimDef{
       const int xm = y == 2 ? x : g.add1("integer_pow", {x}, {{"y", int64_t(y - 1)}});
       return {mul(g, ct[0], mul(g, cst(g, x, double(y)), xm))};
     },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 // =====================================================================================
 // registrations: binary arithmetic
@@ -801,21 +802,21 @@ static Register reg_add("add", PrimDef{
     .kernel = binary_kernel<kNum>([](auto x, auto y) { return wrap_add(x, y); }),
     .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
       return {unb(g, n, 0, ct[0]), unb(g, n, 1, ct[0])}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 static Register reg_sub("sub", PrimDef{
     .shape = binary_shape<kNum>,
     .kernel = binary_kernel<kNum>([](auto x, auto y) { return wrap_sub(x, y); }),
     .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
       return {unb(g, n, 0, ct[0]), unb(g, n, 1, neg(g, ct[0]))}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 static Register reg_mul("mul", PrimDef{
     .shape = binary_shape<kNum>,
     .kernel = binary_kernel<kNum>([](auto x, auto y) { return wrap_mul(x, y); }),
     .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
       return {unb(g, n, 0, mul(g, ct[0], n.in[1])), unb(g, n, 1, mul(g, n.in[0], ct[0]))}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 // jax: d/dx = g / y, d/dy = (-g * x) * y^-2
 static Register reg_div("div", PrimDef{
@@ -825,7 +826,7 @@ static Register reg_div("div", PrimDef{
       const int x = n.in[0], y = n.in[1];
       const int y2 = g.add1("integer_pow", {y}, {{"y", int64_t(-2)}});
       return {unb(g, n, 0, div(g, ct[0], y)), unb(g, n, 1, mul(g, mul(g, neg(g, ct[0]), x), y2))}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 // jax (float exponent): d/dx = g * (y * x^(y-1)); d/dy = g * (log(x == 0 ? 1 : x) * ans)
 static Register reg_pow("pow", PrimDef{
@@ -838,7 +839,7 @@ static Register reg_pow("pow", PrimDef{
       const int safe_x = select(g, cmp(g, "eq", x, cst(g, x, 0.0)), one, x);
       const int dy = mul(g, ct[0], mul(g, un1(g, "log", safe_x), n.out[0]));
       return {unb(g, n, 0, dx), unb(g, n, 1, dy)}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 static Register reg_max("max", PrimDef{
     .shape = binary_shape<kAll>,
@@ -846,7 +847,7 @@ static Register reg_max("max", PrimDef{
     .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
       auto [cx, cy] = balanced_cts(g, n, ct[0]);
       return {cx, cy}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 static Register reg_min("min", PrimDef{
     .shape = binary_shape<kAll>,
@@ -854,7 +855,7 @@ static Register reg_min("min", PrimDef{
     .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
       auto [cx, cy] = balanced_cts(g, n, ct[0]);
       return {cx, cy}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 // rem: C fmod (the result has the sign of x). jax: d/dx = g, d/dy = -g * sign(x/y) * floor(|x/y|)
 static Register reg_rem("rem", PrimDef{
@@ -864,7 +865,7 @@ static Register reg_rem("rem", PrimDef{
       const int q = div(g, n.in[0], n.in[1]);
       const int t = mul(g, un1(g, "sign", q), un1(g, "floor", un1(g, "abs", q)));
       return {unb(g, n, 0, ct[0]), unb(g, n, 1, mul(g, neg(g, ct[0]), t))}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 // atan2(x, y) = the angle of (y, x). jax: d/dx = g * y / (x^2 + y^2), d/dy = g * -x / (x^2 + y^2)
 static Register reg_atan2("atan2", PrimDef{
@@ -874,7 +875,7 @@ static Register reg_atan2("atan2", PrimDef{
       const int x = n.in[0], y = n.in[1];
       const int r2 = add(g, mul(g, x, x), mul(g, y, y));
       return {unb(g, n, 0, mul(g, ct[0], div(g, y, r2))), unb(g, n, 1, mul(g, ct[0], div(g, neg(g, x), r2)))}; },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 // =====================================================================================
 // registrations: bitwise / logical, shifts (no gradient)
@@ -882,7 +883,7 @@ static Register reg_atan2("atan2", PrimDef{
 #define NOGRAD_BINARY(VAR, NAME, KINDS, EXPR)                                      \
   static Register VAR(NAME, PrimDef{.shape = binary_shape<KINDS>,                  \
                                     .kernel = binary_kernel<KINDS>([](auto x, auto y) { return EXPR; }), \
-                                    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+                                    .vjp = nullptr, .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = true});
 NOGRAD_BINARY(reg_and, "and", kIntBool, decltype(x)(x & y))
 NOGRAD_BINARY(reg_or, "or", kIntBool, decltype(x)(x | y))
 NOGRAD_BINARY(reg_xor, "xor", kIntBool, decltype(x)(x ^ y))
@@ -897,7 +898,7 @@ NOGRAD_BINARY(reg_shra, "shift_right_arithmetic", kInt, do_shr_arith(x, y))
 #define COMPARE(VAR, NAME, OP)                                                      \
   static Register VAR(NAME, PrimDef{.shape = binary_shape<kAll, true>,             \
                                     .kernel = binary_kernel<kAll, true>([](auto x, auto y) { return bool(x OP y); }), \
-                                    .vjp = nullptr, .flops = elementwise_flops_of, .zero_grad = true});
+                                    .vjp = nullptr, .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = true});
 COMPARE(reg_eq, "eq", ==)
 COMPARE(reg_ne, "ne", !=)
 COMPARE(reg_lt, "lt", <)
@@ -932,7 +933,7 @@ static Register reg_select("select", PrimDef{
       const int z = cst(g, ct[0], 0.0);  // 0-d: select broadcasts it
       return {-1, unb(g, n, 1, select(g, n.in[0], ct[0], z)), unb(g, n, 2, select(g, n.in[0], z, ct[0]))};
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batching::elementwise});
 
 // clamp(lo, x, hi) = min(max(x, lo), hi) (XLA; NaN x stays NaN); all three broadcast.
 // jax: d lo = g where lo > x and lo < hi; d x = g where lo < x < hi; d hi = g where hi < x.
@@ -960,7 +961,7 @@ static Register reg_clamp("clamp", PrimDef{
       const int d_hi = select(g, cmp(g, "lt", hi, x), ct[0], z);
       return {unb(g, n, 0, d_lo), unb(g, n, 1, d_x), unb(g, n, 2, d_hi)};
     },
-    .flops = elementwise_flops_of});
+    .flops = elementwise_flops_of, .batch = batching::elementwise});
 
 // =====================================================================================
 // registrations: conversions
@@ -1014,7 +1015,7 @@ static Register reg_convert("convert_element_type", PrimDef{
     },
     .vjp = [](Graph& g, const Node& n, const Cts& ct) -> Ids {
       return {convert(g, ct[0], g.aval(n.in[0]).dtype)}; },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batching::elementwise});
 
 // bitcast_convert_type: the same bits read as another dtype of the same size (float32,
 // int32, uint32 among themselves; any dtype to itself). Shares the input's buffer.
@@ -1031,7 +1032,7 @@ static Register reg_bitcast("bitcast_convert_type", PrimDef{
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       out[0] = Array(dtype_from_name(a.s("new_dtype")), in[0].shape(), in[0].raw(), in[0].storage());
     },
-    .vjp = nullptr, .flops = nullptr, .zero_grad = true, .kernel_allocates = true});
+    .vjp = nullptr, .flops = nullptr, .batch = batching::elementwise, .zero_grad = true, .kernel_allocates = true});
 
 }  // namespace
 }  // namespace podlet

@@ -9,6 +9,7 @@
 // pairwise tree keeps the float error at O(log n) ulps instead of O(n).
 // bf16 and f32 accumulate in f32, f64 in f64; integers wrap (unsigned arithmetic).
 #include "podlet/prims/common.h"
+#include "podlet/ir/batch_ops.h"
 #include "podlet/prims/reduce_ops.h"
 #include <algorithm>
 #include <cmath>
@@ -171,7 +172,7 @@ static Register reg_reduce_sum("reduce_sum", PrimDef{
       auto axes = normalize_axes(n.attrs.ints("axes"), is.size(), "axis");
       return {broadcast_in_dim(g, ct[0], is, kept_dims(is, axes))};
     },
-    .flops = reduce_flops});
+    .flops = reduce_flops, .batch = batching::axes_attr({"axes"})});
 
 // d max = ct split equally between the positions equal to the max (jax convention).
 VjpRule chooser_vjp() {
@@ -192,13 +193,13 @@ static Register reg_reduce_max("reduce_max", PrimDef{
     .shape = reduce_shape,
     .kernel = reduce_kernel_for<MaxOp>(true),
     .vjp = chooser_vjp(),
-    .flops = reduce_flops});
+    .flops = reduce_flops, .batch = batching::axes_attr({"axes"})});
 
 static Register reg_reduce_min("reduce_min", PrimDef{
     .shape = reduce_shape,
     .kernel = reduce_kernel_for<MinOp>(true),
     .vjp = chooser_vjp(),
-    .flops = reduce_flops});
+    .flops = reduce_flops, .batch = batching::axes_attr({"axes"})});
 
 // d prod / dx_i = product of the other elements = (exclusive cumprod from the left) *
 // (exclusive cumprod from the right): exact with zeros, unlike prod / x_i.
@@ -236,7 +237,7 @@ static Register reg_reduce_prod("reduce_prod", PrimDef{
       (void)nkept;
       return {transpose(g, dt, inv)};
     },
-    .flops = reduce_flops});
+    .flops = reduce_flops, .batch = batching::axes_attr({"axes"})});
 
 // ---- argmax / argmin ------------------------------------------------------------------
 // Views x as [outer, n, inner] around `axis`.
@@ -300,9 +301,9 @@ void arg_dispatch(const std::vector<Array>& in, std::vector<Array>& out, const A
 double arg_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) { return double(in[0].size()); }
 
 static Register reg_argmax("argmax", PrimDef{
-    .shape = arg_shape, .kernel = arg_dispatch<true>, .vjp = nullptr, .flops = arg_flops, .zero_grad = true});
+    .shape = arg_shape, .kernel = arg_dispatch<true>, .vjp = nullptr, .flops = arg_flops, .batch = batching::axes_attr({"axis"}), .zero_grad = true});
 static Register reg_argmin("argmin", PrimDef{
-    .shape = arg_shape, .kernel = arg_dispatch<false>, .vjp = nullptr, .flops = arg_flops, .zero_grad = true});
+    .shape = arg_shape, .kernel = arg_dispatch<false>, .vjp = nullptr, .flops = arg_flops, .batch = batching::axes_attr({"axis"}), .zero_grad = true});
 
 // ---- argsort --------------------------------------------------------------------------
 // Stable; NaN sorts after everything ascending and before everything descending
@@ -348,6 +349,7 @@ static Register reg_argsort("argsort", PrimDef{
       const int64_t n = s[normalize_axes({a.i("axis", -1)}, s.size(), "axis")[0]];
       return double(in[0].size()) * std::max(1.0, std::log2(double(std::max<int64_t>(n, 1))));
     },
+    .batch = batching::axes_attr({"axis"}),
     .zero_grad = true});
 
 // ---- cumulative ops -------------------------------------------------------------------
@@ -412,15 +414,15 @@ static Register reg_cumsum("cumsum", PrimDef{
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       return {g.add1("cumsum", {ct[0]}, {{"axis", n.attrs.i("axis")}, {"reverse", int64_t(n.attrs.i("reverse", 0) ? 0 : 1)}})};
     },
-    .flops = cum_flops});
+    .flops = cum_flops, .batch = batching::axes_attr({"axis"})});
 
 // cumprod/cummax/cummin: forward only (cumprod is the helper of reduce_prod's VJP).
 static Register reg_cumprod("cumprod", PrimDef{
-    .shape = cum_shape_nobool, .kernel = cum_kernel_for<ProdOp>(false), .vjp = nullptr, .flops = cum_flops});
+    .shape = cum_shape_nobool, .kernel = cum_kernel_for<ProdOp>(false), .vjp = nullptr, .flops = cum_flops, .batch = batching::axes_attr({"axis"})});
 static Register reg_cummax("cummax", PrimDef{
-    .shape = cum_shape, .kernel = cum_kernel_for<MaxOp>(true), .vjp = nullptr, .flops = cum_flops});
+    .shape = cum_shape, .kernel = cum_kernel_for<MaxOp>(true), .vjp = nullptr, .flops = cum_flops, .batch = batching::axes_attr({"axis"})});
 static Register reg_cummin("cummin", PrimDef{
-    .shape = cum_shape, .kernel = cum_kernel_for<MinOp>(true), .vjp = nullptr, .flops = cum_flops});
+    .shape = cum_shape, .kernel = cum_kernel_for<MinOp>(true), .vjp = nullptr, .flops = cum_flops, .batch = batching::axes_attr({"axis"})});
 
 }  // namespace
 }  // namespace podlet

@@ -5,6 +5,7 @@
 // element size (all 7 dtypes alike) through copy_strided (prims/common.h): a box of the
 // output is read from the input through per-dimension strides.
 #include "podlet/prims/common.h"
+#include "podlet/ir/batch_ops.h"
 #include <cstring>
 
 namespace podlet {
@@ -35,6 +36,94 @@ std::string list_str(const std::vector<int64_t>& v) {
   return s + "]";
 }
 
+
+// ---- batching rules (vmap): the mapped axis is axis 0 of every batched operand -------
+namespace bt = batching;
+using Ids = std::vector<int>;
+
+Ids batch_reshape(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  Attrs a = c.n.attrs;
+  a.set("new_sizes", bt::with_batch(a.ints("new_sizes"), c.size));
+  return bt::reapply(g, c, in, a, ob);
+}
+Ids batch_transpose(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  Attrs a = c.n.attrs;
+  auto p = a.ints("permutation");
+  std::vector<int64_t> q = {0};
+  for (auto v : p) q.push_back(v + 1);
+  a.set("permutation", q);
+  return bt::reapply(g, c, in, a, ob);
+}
+Ids batch_broadcast_in_dim(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  Attrs a = c.n.attrs;
+  auto dims = a.ints("broadcast_dimensions");
+  std::vector<int64_t> d2 = {0};
+  for (auto v : dims) d2.push_back(v + 1);
+  a.set("shape", bt::with_batch(a.ints("shape"), c.size));
+  a.set("broadcast_dimensions", d2);
+  return bt::reapply(g, c, in, a, ob);
+}
+Ids batch_slice(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  Attrs a = c.n.attrs;
+  auto st = a.ints("start_indices"), lim = a.ints("limit_indices"), str = a.ints("strides", {});
+  st.insert(st.begin(), 0);
+  lim.insert(lim.begin(), c.size);
+  if (!str.empty()) str.insert(str.begin(), 1);
+  a.set("start_indices", st);
+  a.set("limit_indices", lim);
+  if (!str.empty()) a.set("strides", str);
+  return bt::reapply(g, c, in, a, ob);
+}
+// Start indices must be the same for the whole batch: the mapped axis gets start 0 and
+// its full size. (Per-element starts would be a gather.)
+Ids batch_dynamic_slice(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  for (size_t k = 1; k < in.size(); ++k)
+    if (bd[k] >= 0) bt::no_rule(c, "with start indices that differ across the mapped axis is not supported");
+  Attrs a = c.n.attrs;
+  a.set("slice_sizes", bt::with_batch(a.ints("slice_sizes"), c.size));
+  Ids x = {in[0], g.add_const(full(in.size() > 1 ? g.aval(in[1]).dtype : DType::i32, {}, 0.0))};
+  x.insert(x.end(), in.begin() + 1, in.end());
+  return bt::reapply(g, c, x, a, ob);
+}
+Ids batch_dynamic_update_slice(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  for (size_t k = 2; k < in.size(); ++k)
+    if (bd[k] >= 0) bt::no_rule(c, "with start indices that differ across the mapped axis is not supported");
+  Ids x = {bt::materialize(g, in[0], bd[0], c.size), bt::materialize(g, in[1], bd[1], c.size),
+           g.add_const(full(in.size() > 2 ? g.aval(in[2]).dtype : DType::i32, {}, 0.0))};
+  x.insert(x.end(), in.begin() + 2, in.end());
+  return bt::reapply(g, c, x, c.n.attrs, ob);
+}
+Ids batch_concatenate(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  Attrs a = c.n.attrs;
+  a.set("dimension", bt::shift_axes({a.i("dimension")}, int64_t(c.in_avals[0].shape.size()))[0]);
+  return bt::reapply(g, c, bt::materialize_all(g, in, bd, c.size), a, ob);
+}
+// A per-element padding value becomes a select between the padded operand and the
+// padding value broadcast over the batch.
+Ids batch_pad(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  Attrs a = c.n.attrs;
+  auto lo = a.ints("low"), hi = a.ints("high"), it = a.ints("interior", {});
+  lo.insert(lo.begin(), 0);
+  hi.insert(hi.begin(), 0);
+  if (!it.empty()) it.insert(it.begin(), 0);
+  a.set("low", lo);
+  a.set("high", hi);
+  if (!it.empty()) a.set("interior", it);
+  const int x = bt::materialize(g, in[0], bd[0], c.size);
+  if (bd[1] < 0) return bt::reapply(g, c, {x, in[1]}, a, ob);
+  // pad with 0, pad a mask of ones with 0, select(mask, padded, value)
+  const int zero = g.add_const(full(g.aval(in[1]).dtype, {}, 0.0));
+  const int padded = g.add1("pad", {x, zero}, a);
+  const int ones = g.add_const(full(DType::boolean, {}, 1.0));
+  const int mask1 = ops::broadcast_in_dim(g, ones, g.aval(x).shape, {});
+  const int fls = g.add_const(full(DType::boolean, {}, 0.0));
+  const int mask = g.add1("pad", {mask1, fls}, a);
+  const Shape os = g.aval(padded).shape;
+  const int val = ops::broadcast_in_dim(g, in[1], os, {0});
+  ob = {0};
+  return {ops::select(g, mask, padded, val)};
+}
+
 // ---- reshape / transpose / broadcast_in_dim -------------------------------------------
 
 static Register reg_reshape("reshape", PrimDef{
@@ -52,7 +141,7 @@ static Register reg_reshape("reshape", PrimDef{
       out[0] = in[0].reshaped(a.ints("new_sizes")); },
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       return {reshape(g, ct[0], g.aval(n.in[0]).shape)}; },
-    .flops = nullptr,
+    .flops = nullptr, .batch = batch_reshape,
     .kernel_allocates = true});
 
 std::vector<int64_t> checked_permutation(const Attrs& a, int r) {
@@ -90,7 +179,7 @@ static Register reg_transpose("transpose", PrimDef{
       for (size_t i = 0; i < p.size(); ++i) inv[p[i]] = i;
       return {transpose(g, ct[0], inv)};
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batch_transpose});
 
 static Register reg_bcast("broadcast_in_dim", PrimDef{
     // Operand dim i maps to output dim broadcast_dimensions[i]; its size must be 1 or equal.
@@ -131,7 +220,7 @@ static Register reg_bcast("broadcast_in_dim", PrimDef{
       for (size_t d = 0; d < os.size(); ++d) if (!kept[d]) axes.push_back(d);
       return {reshape(g, reduce_sum(g, ct[0], axes), is)};
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batch_broadcast_in_dim});
 
 // ---- slice ----------------------------------------------------------------------------
 
@@ -182,7 +271,7 @@ static Register reg_slice("slice", PrimDef{
       int zero = scalar_like(g, ct[0], 0.0);
       return {g.add1("pad", {ct[0], zero}, {{"low", lo}, {"high", hi}, {"interior", interior}})};
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batch_slice});
 
 // ---- dynamic_slice / dynamic_update_slice ---------------------------------------------
 
@@ -239,7 +328,7 @@ static Register reg_dynamic_slice("dynamic_slice", PrimDef{
       r.resize(n.in.size(), -1);
       return r;
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batch_dynamic_slice});
 
 static Register reg_dynamic_update_slice("dynamic_update_slice", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs&) -> std::vector<AVal> {
@@ -272,7 +361,7 @@ static Register reg_dynamic_update_slice("dynamic_update_slice", PrimDef{
       r.resize(n.in.size(), -1);
       return r;
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batch_dynamic_update_slice});
 
 // ---- concatenate ----------------------------------------------------------------------
 
@@ -321,7 +410,7 @@ static Register reg_concatenate("concatenate", PrimDef{
       }
       return r;
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batch_concatenate});
 
 // ---- pad ------------------------------------------------------------------------------
 
@@ -399,7 +488,7 @@ static Register reg_pad("pad", PrimDef{
       int t_pv = sub(g, reduce_sum(g, ct[0], all_ct), reduce_sum(g, t_op, all_in));
       return {t_op, t_pv};
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = batch_pad});
 
 // ---- rev ------------------------------------------------------------------------------
 
@@ -427,7 +516,7 @@ static Register reg_rev("rev", PrimDef{
     },
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       return {g.add1("rev", {ct[0]}, n.attrs)}; },
-    .flops = nullptr});
+    .flops = nullptr, .batch = bt::axes_attr({"dimensions"})});
 
 // ---- iota -----------------------------------------------------------------------------
 
@@ -468,7 +557,7 @@ static Register reg_stop_gradient("stop_gradient", PrimDef{
     // Free: the output is the input buffer (arrays are immutable).
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) { out[0] = in[0]; },
     .vjp = nullptr,
-    .flops = nullptr,
+    .flops = nullptr, .batch = bt::elementwise,
     .zero_grad = true,
     .kernel_allocates = true});
 
@@ -476,7 +565,7 @@ static Register reg_copy("copy", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs&) -> std::vector<AVal> { check_arity(in, 1); return {in[0]}; },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) { copy_all(in[0], out[0]); },
     .vjp = [](Graph&, const Node&, const std::vector<int>& ct) -> std::vector<int> { return {ct[0]}; },
-    .flops = nullptr});
+    .flops = nullptr, .batch = bt::elementwise});
 
 }  // namespace
 }  // namespace podlet

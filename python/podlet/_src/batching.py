@@ -1,0 +1,155 @@
+"""jax.vmap: trace the per-element function once, batch its Graph in C++.
+
+The function is traced on per-element shapes (the mapped axis removed); the C++
+transformation (cpp/podlet/batching.cc) walks the graph and lets each primitive's
+batching rule, registered beside its kernel and VJP, add the mapped axis in front. The
+batched graph then runs (eagerly, fused) or is inlined into the enclosing trace, so
+``jit(vmap(f))``, ``grad(vmap(f))``, ``vmap(grad(f))``, nesting and ``pmap(vmap(f))``
+compose like any other traced code. ``axis_name`` binds the mapped axis for
+collectives (``lax.psum(x, 'batch')`` sums over the batch) exactly as pmap binds its
+device axis.
+"""
+import functools
+
+from .. import tree_util
+from . import fusion
+from . import pmap as _pmap
+from .core import (Array, Tracer, _Traced, _abstractify_all, _top_trace, _trace_stack, bind, call_graph,
+                   _reraise_with_location)
+from .errors import PodletError
+
+_NOT_MAPPED = None
+
+
+def _axes_per_leaf(what, axes, tree, n_leaves):
+    if axes is None or isinstance(axes, int):
+        return [axes] * n_leaves
+    if isinstance(axes, list):
+        axes = tuple(axes)
+    prefix = tree_util.tree_structure(axes, is_leaf=lambda x: x is None)
+    specs = tree_util.tree_leaves(axes, is_leaf=lambda x: x is None)
+    try:
+        subtrees = prefix.flatten_up_to(tree)
+    except ValueError as e:
+        raise ValueError(f"vmap {what} {axes!r} is not a tree prefix of the {'arguments' if what == 'in_axes' else 'outputs'}: {e}") from None
+    out = []
+    for spec, sub in zip(specs, subtrees):
+        if spec is not None and not isinstance(spec, int):
+            raise TypeError(f"vmap {what} entries must be int or None, got {spec!r}")
+        out.extend([spec] * len(tree_util.tree_leaves(sub)))
+    return out
+
+
+def _moveaxis(x, src, dst):
+    nd = len(x.shape)
+    if src == dst:
+        return x
+    perm = [d for d in range(nd) if d != src]
+    perm.insert(dst, src)
+    return bind("transpose", x, permutation=perm)
+
+
+def _broadcast_front(x, size):
+    shape = (size,) + tuple(x.shape)
+    return bind("broadcast_in_dim", x, shape=list(shape), broadcast_dimensions=list(range(1, len(shape))))
+
+
+class _GraphEntry:
+    def __init__(self, graph):
+        self.graph = graph
+
+
+def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
+    """jax.vmap: maps `fun` over an axis of its arguments.
+
+    in_axes / out_axes: an int, None (not mapped / broadcast), or a pytree prefix of the
+    positional arguments / outputs. Keyword arguments are mapped over axis 0.
+    axis_size: the mapped size when no argument is mapped. axis_name: binds the axis for
+    collectives (psum, pmean, pmax, pmin, all_gather, ppermute, axis_index) inside fun.
+    """
+    if not callable(fun):
+        raise TypeError(f"vmap: fun must be callable, got {fun!r}")
+    if isinstance(in_axes, list):
+        in_axes = tuple(in_axes)
+
+    @functools.wraps(fun)
+    def vmapped(*args, **kwargs):
+        if isinstance(in_axes, tuple) and len(in_axes) != len(args):
+            raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding to the "
+                             f"positional arguments passed to the function, but got len(in_axes)={len(in_axes)}, "
+                             f"len(args)={len(args)}")
+        arg_leaves = tree_util.tree_leaves(args)
+        axes = _axes_per_leaf("in_axes", in_axes, args, len(arg_leaves))
+        kw_leaves = tree_util.tree_leaves(kwargs)
+        axes = axes + [0] * len(kw_leaves)
+        leaves, in_tree = tree_util.tree_flatten((args, kwargs))
+        conv, sig = _abstractify_all(leaves)
+        size = None
+        sizes = []
+        for x, ax in zip(conv, axes):
+            if ax is None:
+                continue
+            nd = len(x.shape)
+            if not -nd <= ax < nd:
+                raise ValueError(f"vmap was requested to map its argument along axis {ax}, which implies that "
+                                 f"its rank should be at least {max(ax + 1, -ax)}, but is only {nd} "
+                                 f"(its shape is {tuple(x.shape)})")
+            sizes.append(x.shape[ax % nd])
+        if sizes:
+            if any(s != sizes[0] for s in sizes):
+                raise ValueError(f"vmap got inconsistent sizes for the array axes to be mapped: {sorted(set(sizes))} "
+                                 f"(in_axes={in_axes!r})")
+            size = sizes[0]
+            if axis_size is not None and axis_size != size:
+                raise ValueError(f"vmap got axis_size={axis_size} but the mapped arguments have size {size}")
+        elif axis_size is not None:
+            size = int(axis_size)
+        else:
+            raise ValueError("vmap must have at least one non-None value in in_axes (or pass axis_size)")
+        moved, elem_sig, bdims = [], [], []
+        for x, s, ax in zip(conv, sig, axes):
+            if ax is None:
+                moved.append(x)
+                elem_sig.append(s)
+                bdims.append(-1)
+            else:
+                ax = ax % len(x.shape)
+                moved.append(_moveaxis(x, ax, 0))
+                elem_sig.append((s[0], tuple(s[1][:ax]) + tuple(s[1][ax + 1:]), s[2]))
+                bdims.append(0)
+        name = axis_name if axis_name is not None else object()  # an unnamed axis no collective can name
+        _pmap._axis_env.append((name, size, len(_trace_stack)))
+        try:
+            entry = _Traced(lambda a, k: fun(*a, **k), elem_sig, in_tree)
+        finally:
+            _pmap._axis_env.pop()
+        bdims = bdims + [-1] * len(entry.captures)
+        try:
+            batched, out_bd = entry.graph.batch(bdims, size, str(axis_name) if axis_name is not None else "")
+        except PodletError as e:
+            _reraise_with_location(e)
+        batched.dce()
+        args_all = moved + list(entry.captures)
+        graph = batched if _top_trace(args_all) else fusion.executable_graph(_GraphEntry(batched))
+        outs = call_graph(graph, args_all)
+        for o, w in zip(outs, entry.out_weak):
+            if w:
+                o.weak_type = True
+        out_struct = tree_util.tree_unflatten(entry.out_tree, list(range(len(outs))))
+        oaxes = _axes_per_leaf("out_axes", out_axes, out_struct, len(outs))
+        res = []
+        for o, b, oa in zip(outs, out_bd, oaxes):
+            if oa is None:
+                if b >= 0:
+                    raise ValueError("vmap has mapped output but out_axes is None")
+                res.append(o)
+                continue
+            if b < 0:
+                o = _broadcast_front(o, size)
+            nd = len(o.shape)
+            if not -nd <= oa < nd:
+                raise ValueError(f"vmap out_axes {oa} is out of range for an output of rank {nd - 1}")
+            res.append(_moveaxis(o, 0, oa % nd))
+        return tree_util.tree_unflatten(entry.out_tree, res)
+
+    return vmapped
