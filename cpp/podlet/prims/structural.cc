@@ -630,6 +630,10 @@ static Register reg_iota("iota", PrimDef{
     },
     .vjp = nullptr,
     .flops = nullptr,
+    // No inputs, so never batched: the rule only restates that (the same iota for every element).
+    .batch = [](Graph& g, const BatchCtx& c, const Ids& in, const Ids&, Ids& ob) {
+      return bt::reapply(g, c, in, c.n.attrs, ob, -1);
+    },
     .zero_grad = true});
 
 // ---- stop_gradient / copy -------------------------------------------------------------
