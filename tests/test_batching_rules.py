@@ -121,26 +121,28 @@ def test_nested_vmaps_with_two_names():
     for g, w in zip(got, want):
         close(g, w, rtol=1e-5, atol=1e-5)
     # the other nesting order of the names
-    got = pj.vmap(pj.vmap(ours, axis_name="i"), axis_name="j", in_axes=1, out_axes=1)(x.transpose(1, 0, 2))
-    want = J.vmap(J.vmap(theirs, axis_name="i"), axis_name="j", in_axes=1, out_axes=1)(x.transpose(1, 0, 2))
+    got = pj.vmap(pj.vmap(ours, axis_name="i"), axis_name="j", in_axes=1, out_axes=1)(x)
+    want = J.vmap(J.vmap(theirs, axis_name="i"), axis_name="j", in_axes=1, out_axes=1)(x)
     for g, w in zip(got, want):
         close(g, w, rtol=1e-5, atol=1e-5)
 
 
 def test_vmap_inside_pmap():
-    # pmap over "p" (2 replicas) of a vmap over "b" (3 elements): collectives over either axis.
-    x = rng(6).standard_normal((2, 3, 4)).astype(np.float32)
+    # pmap over "p" (8 replicas) of a vmap over "b" (3 elements): collectives over either axis.
+    n = pj.local_device_count()
+    x = rng(6).standard_normal((n, 3, 4)).astype(np.float32)
+    perm = [(k, (k + 3) % n) for k in range(n)]
 
     def ours(v):
         s = lax.psum(v, "p") + lax.pmean(v, "b")
-        g = lax.all_gather(v, "p", axis=1)  # [4, 2]
-        r = lax.ppermute(v, "p", [(0, 1), (1, 0)])
+        g = lax.all_gather(v, "p", axis=1)  # [4, n]
+        r = lax.ppermute(v, "p", perm)
         return s * lax.axis_index("p") + r + g.sum(1) + lax.axis_index("b")
 
     def theirs(v):
         s = J.lax.psum(v, "p") + J.lax.pmean(v, "b")
         g = J.lax.all_gather(v, "p", axis=1)
-        r = J.lax.ppermute(v, "p", [(0, 1), (1, 0)])
+        r = J.lax.ppermute(v, "p", perm)
         return s * J.lax.axis_index("p") + r + g.sum(1) + J.lax.axis_index("b")
 
     got = pj.pmap(pj.vmap(ours, axis_name="b"), axis_name="p")(x)
