@@ -112,7 +112,7 @@ Ids batch_dynamic_slice(Graph& g, const BatchCtx& c, const Ids& in, const Ids& b
   bool any_b = false;
   for (size_t d = 0; d < r; ++d) {
     if (bd[d + 1] >= 0) { any_b = true; sz1[d] = xs[d]; starts.push_back(g.add_const(full(DType::i32, {}, 0.0))); }
-    else starts.push_back(i32_start(g, in[d + 1]));
+    else starts.push_back(in[d + 1]);
   }
   if (!any_b) {
     Attrs a = c.n.attrs;
