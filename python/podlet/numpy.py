@@ -833,14 +833,15 @@ class _IndexPlan:
 
     expanded: the operand's shape with a unit dim for each None / boolean scalar;
     entries:  one per expanded dim: ("slice", slice) | ("int", i) with 0 <= i < n |
-              ("array", integer np.ndarray or Tracer) -- ints out of range are arrays, so
-              they clamp or drop like every other dynamic index;
+              ("array", integer np.ndarray or Tracer). An int out of range is clamped
+              (clamp_ints: x[i], where jax slices statically) or becomes an array, to be
+              filled or dropped like every other index (.get(mode='fill'), scatters);
     adjacent: whether the ints and arrays sit next to each other (their broadcast shape
               then replaces them in place; otherwise it goes first).
     """
 
-    def __init__(self, shape, key, wrap=True):
-        self.wrap = wrap
+    def __init__(self, shape, key, wrap=True, clamp_ints=False):
+        self.wrap, self.clamp_ints = wrap, clamp_ints
         if not isinstance(key, tuple):
             key = (key,)
         items = [_classify(k, i) for i, k in enumerate(key)]
@@ -885,6 +886,8 @@ class _IndexPlan:
             i = v + n if v < 0 and self.wrap else v
             if n == 0:
                 raise IndexError(f"index {v} is out of bounds for axis {d} with size 0")
+            if self.clamp_ints:
+                i = _bi.min(_bi.max(i, 0), n - 1)
             kind, v = ("int", i) if 0 <= i < n else ("array", _np.asarray(v))
         elif kind == "array" and n == 0 and (isinstance(v, Tracer) or v.size):
             raise IndexError(f"index is out of bounds for axis {d} with size 0")
@@ -893,8 +896,13 @@ class _IndexPlan:
 
 
 def _gather_mode(mode):
+    """'promise' (jax's default for x[idx], PROMISE_IN_BOUNDS): out-of-range indices
+    clamp, and their gradient is dropped (XLA's scatter-add drops them); 'clip': clamp
+    both ways; 'fill': out-of-range reads give fill_value."""
     m = str(getattr(mode, "name", mode)).lower()
-    if mode is None or m in ("clip", "promise_in_bounds"):
+    if mode is None or m == "promise_in_bounds" or m == "promise":
+        return "promise"
+    if m == "clip":
         return "clip"
     if m in ("fill", "drop", "fill_or_drop"):
         return "fill"
@@ -963,13 +971,14 @@ def _gather(a, plan, mode=None, fill_value=None, wrap=True):
     if not adv:
         return a
     ns = [a.shape[i] for i in adv]
-    idx, valid = _index_arrays([plan.entries[keep[i]][1] for i in adv], ns, wrap, mode == "fill")
+    try:
+        bshape = tuple(_np.broadcast_shapes(*[tuple(plan.entries[keep[i]][1].shape) for i in adv]))
+    except ValueError:
+        shapes = [tuple(plan.entries[keep[i]][1].shape) for i in adv]
+        raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
+    idx, valid = _index_arrays([plan.entries[keep[i]][1] for i in adv], ns, wrap, mode != "clip")
     if builtins_any(isinstance(i, Tracer) for i in idx):
         idx = [i if _is_array(i) else to_array(i) for i in idx]
-    try:
-        bshape = tuple(_np.broadcast_shapes(*[tuple(i.shape) for i in idx]))
-    except ValueError:
-        raise ValueError(f"Incompatible shapes for broadcasting: shapes={[tuple(i.shape) for i in idx]}") from None
     # One flat index over the advanced dims (row-major), computed in NumPy when it can be.
     lin = idx[0]
     for i, n in zip(idx[1:], ns[1:]):
@@ -987,12 +996,19 @@ def _gather(a, plan, mode=None, fill_value=None, wrap=True):
     if _bi.min(out_shape, default=1) == 0:
         return _zeros_like_trace(a, out_shape)
     out = bind("take", reshape(a, merged), lin, axis=q)
-    if valid is not None and not (not _is_array(valid) and valid.all()):
-        fill = _default_fill(out.dtype) if fill_value is None else fill_value
+    if valid is not None and not (not _is_array(valid) and valid.all()) and (mode == "fill" or _is_traced(out)):
         vshape = (1,) * q + bshape + (1,) * (out.ndim - q - len(bshape))
         valid = reshape(broadcast_to(asarray(valid), bshape), vshape)
-        out = bind("select", valid, out, to_array(_np.asarray(fill, dtype=out.dtype)))
+        if mode == "fill":
+            fill = _default_fill(out.dtype) if fill_value is None else fill_value
+            out = bind("select", valid, out, to_array(_np.asarray(fill, dtype=out.dtype)))
+        else:  # the clamped value, without a gradient
+            out = bind("select", valid, out, bind("stop_gradient", out))
     return out
+
+
+def _is_traced(x):
+    return isinstance(x, Tracer)
 
 
 def _zeros_like_trace(ref, shape, dtype=None):
@@ -1000,7 +1016,7 @@ def _zeros_like_trace(ref, shape, dtype=None):
 
 
 def _getitem(a, key):
-    return _gather(a, _IndexPlan(a.shape, key))
+    return _gather(a, _IndexPlan(a.shape, key, clamp_ints=True))
 
 
 def _wrap_mode_index(indices, n):
@@ -1029,7 +1045,7 @@ def take(a, indices, axis=None, mode=None, unique_indices=False, indices_are_sor
         mode = "fill"
     elif _gather_mode(mode) == "clip":
         wrap = False  # jnp.take(mode='clip') clamps -1 to 0
-    plan = _IndexPlan(a.shape, (slice(None),) * axis + (indices,), wrap)
+    plan = _IndexPlan(a.shape, (slice(None),) * axis + (indices,), wrap, _gather_mode(mode) != "fill")
     return _gather(a, plan, mode, fill_value, wrap)
 
 
@@ -1314,7 +1330,7 @@ class _AtRef:
 
     def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None, fill_value=None,
             wrap_negative_indices=True):
-        plan = _IndexPlan(self.arr.shape, self.idx, wrap_negative_indices)
+        plan = _IndexPlan(self.arr.shape, self.idx, wrap_negative_indices, _gather_mode(mode) != "fill")
         return _gather(self.arr, plan, mode, fill_value, wrap_negative_indices)
 
     def _update(self, op, values, mode, wrap, func=None):
