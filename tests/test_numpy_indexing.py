@@ -151,6 +151,27 @@ def test_scalar_dynamic_index_under_jit_clamps():
         check(podlet.jit(lambda a, j: a[j, 1:])(pnp.asarray(x), pnp.asarray(np.int32(i))), want)
 
 
+def test_scalar_dynamic_index_gradient_lands_on_the_clamped_position():
+    # jax indexes with scalar tracers through dynamic_slice: out-of-range ones clamp in
+    # the forward pass and in the gradient.
+    x = operand((4, 3))
+    f = lambda lib: lambda a, j: lib.sum(a[j, 1:] ** 2)  # noqa: E731
+    for i in (2, -1, 9, -9):
+        want = jax.jit(jax.grad(f(jnp)))(jnp.asarray(x), i)
+        check(podlet.jit(podlet.grad(f(pnp)))(pnp.asarray(x), pnp.asarray(np.int32(i))), want, exact=False)
+
+
+def test_vmap_of_scalar_dynamic_index():
+    # A scalar index shared by the mapped rows (dynamic_slice has a batching rule; an
+    # index that differs per row, or an index array, needs take's, which podlet lacks).
+    x = operand((3, 4))
+    for i in (1, -1, 7):
+        want = jax.vmap(lambda a, j: a[j], in_axes=(0, None))(jnp.asarray(x), i)
+        got = podlet.vmap(lambda a, j: a[j], in_axes=(0, None))(pnp.asarray(x), pnp.asarray(np.int32(i)))
+        check(got, want)
+    check(podlet.vmap(lambda a: a[..., 1:3, None])(pnp.asarray(x)), jax.vmap(lambda a: a[..., 1:3, None])(x))
+
+
 def test_static_out_of_range_int_clamps_like_jax():
     # jax 0.10 clamps an out-of-range Python int in a gather (it no longer raises, unlike
     # NumPy); podlet follows jax. A size-0 axis has no element to clamp to: IndexError.

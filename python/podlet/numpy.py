@@ -977,6 +977,17 @@ def _gather(a, plan, mode=None, fill_value=None, wrap=True):
         shapes = [tuple(plan.entries[keep[i]][1].shape) for i in adv]
         raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
     idx, valid = _index_arrays([plan.entries[keep[i]][1] for i in adv], ns, wrap, mode != "clip")
+    if bshape == () and mode != "fill":
+        # Scalar indices only: a slice of size 1 at the (clamped) indices, dynamic when one
+        # is traced -- jax's dynamic_slice, whose gradient lands on the clamped position.
+        starts, sizes = [0] * a.ndim, list(a.shape)
+        for i, d in zip(idx, adv):
+            starts[d], sizes[d] = i, 1
+        if builtins_any(_is_array(s) for s in starts):
+            out = lax.dynamic_slice(a, starts, sizes)
+        else:
+            out = lax.slice(a, [int(s) for s in starts], [int(s) + z for s, z in zip(starts, sizes)])
+        return reshape(out, [n for d, n in enumerate(a.shape) if d not in adv])
     if builtins_any(isinstance(i, Tracer) for i in idx):
         idx = [i if _is_array(i) else to_array(i) for i in idx]
     # One flat index over the advanced dims (row-major), computed in NumPy when it can be.
