@@ -33,7 +33,7 @@ _core = _load_core()
 from . import tree_util  # noqa: E402
 from ._src import dtypes as _dtypes  # noqa: E402
 from ._src.errors import (PodletError, ShapeError, DTypeError, ConcretizationError,  # noqa: E402
-                          UnexpectedTracerError)
+                          UnexpectedTracerError, NonConcreteBooleanIndexError)
 from ._src.core import (Array, jit, grad, value_and_grad, vjp, device_get, block_until_ready,  # noqa: E402
                         make_graph, eval_shape, ShapeDtypeStruct)
 from ._src.config import config  # noqa: E402

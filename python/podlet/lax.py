@@ -437,6 +437,83 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
     return _tree_map(one, x)
 
 
+# ---- top-k ----
+def _sort_key(x):
+    """An integer key whose order is jax's total order of x's values: for floats
+    -NaN < -inf < ... < -0.0 < 0.0 < ... < inf < NaN (bf16 / f16 widen to f32 exactly)."""
+    d = _np.dtype(x.dtype)
+    if d == _np.bool_:
+        return convert_element_type(x, _np.int32)
+    if d.kind != "f" and d != _dtypes.bfloat16:
+        return x
+    if d.itemsize > 4:
+        return x  # float64: argsort's order (NaN last, -0.0 == 0.0)
+    bits = bitcast_convert_type(convert_element_type(x, _np.float32), _np.int32)
+    flipped = bind("xor", bits, to_array(_np.int32(0x7FFFFFFF)))
+    return select(lt(bits, to_array(_np.int32(0))), flipped, bits)
+
+
+def _top_k_last(operand, k, largest):
+    n = operand.shape[-1]
+    key = _sort_key(stop_gradient(operand))
+    # argsort is stable: among equal keys the lower index comes first, as in jax.lax.top_k.
+    order = bind("argsort", key, axis=len(operand.shape) - 1, descending=int(largest))
+    nd = len(operand.shape)
+    idx = order if k == n else slice(order, [0] * nd, list(operand.shape[:-1]) + [k])
+    return bind("take_along_axis", operand, idx, axis=nd - 1), idx
+
+
+def _check_k(operand, k, axis, what):
+    nd = len(operand.shape)
+    if nd == 0 or not -nd <= axis < nd:
+        raise ValueError(f"axis {axis} is out of bounds for array of dimension {nd}")
+    axis %= nd
+    if int(k) != k or k < 0:
+        raise ValueError(f"k argument to {what} must be a non-negative integer, got {k}")
+    if k > operand.shape[axis]:
+        raise ValueError(f"k argument to {what} must be no larger than size along axis; got k={k} with "
+                         f"shape={list(operand.shape)} and axis={axis}")
+    return int(k), axis
+
+
+def _top_k_axis(operand, k, axis, largest, what):
+    from . import numpy as jnp
+    operand = jnp.asarray(operand)
+    k, axis = _check_k(operand, k, axis, what)
+    nd = len(operand.shape)
+    if axis != nd - 1:
+        operand = jnp.moveaxis(operand, axis, -1)
+    vals, idx = _top_k_last(operand, k, largest)
+    if axis != nd - 1:
+        vals, idx = jnp.moveaxis(vals, -1, axis), jnp.moveaxis(idx, -1, axis)
+    return vals, idx
+
+
+def top_k(operand, k, *, axis=-1):
+    """jax.lax.top_k: the k largest entries along `axis` (default the last), sorted
+    descending, and their int32 indices. Exact; ties keep the lower index first; NaN is
+    above +inf and -NaN below -inf (jax's total order). The values' gradient scatters
+    the cotangent back to the chosen positions."""
+    return _top_k_axis(operand, k, axis, True, "top_k")
+
+
+def approx_max_k(operand, k, reduction_dimension=-1, recall_target=0.95, reduction_input_size_override=-1,
+                 aggregate_to_topk=True):
+    """jax.lax.approx_max_k, computed EXACTLY (recall 1.0): the same (values, indices)
+    as top_k along `reduction_dimension`. jax allows any result with at least the
+    requested recall; podlet returns the exact one (approximate top-k gave wrong answers
+    on TPU). recall_target and reduction_input_size_override are accepted and unused;
+    aggregate_to_topk=False also returns exactly k results (jax allows >= k)."""
+    return _top_k_axis(operand, k, reduction_dimension, True, "approx_max_k")
+
+
+def approx_min_k(operand, k, reduction_dimension=-1, recall_target=0.95, reduction_input_size_override=-1,
+                 aggregate_to_topk=True):
+    """jax.lax.approx_min_k, computed EXACTLY: the k smallest entries along
+    `reduction_dimension`, ascending, ties lower index first, NaN last (see approx_max_k)."""
+    return _top_k_axis(operand, k, reduction_dimension, False, "approx_min_k")
+
+
 # ---- control flow: nodes that own traced sub-graphs (_src/control_flow.py) ----
 from ._src.control_flow import (cond, switch, select_n, scan, fori_loop, while_loop,  # noqa: E402
                                 map, associative_scan)

@@ -12,7 +12,7 @@ from . import lax
 from . import tree_util as _tu
 from ._src import dtypes as _dtypes
 from ._src.core import Array, Tracer, bind, bind_like, to_array
-from ._src.errors import ShapeError as _ShapeError
+from ._src.errors import ShapeError as _ShapeError, NonConcreteBooleanIndexError
 
 ndarray = Array
 float32 = _np.float32
@@ -757,110 +757,428 @@ def argsort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
 def sort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
     a = asarray(a)
     idx = argsort(a, axis, descending=descending)
-    return take_along_axis(a, idx, axis)
+    return bind("take_along_axis", a, idx, axis=_norm_axis(axis, a.ndim))  # in range: no fill needed
 
 
 # ---------------------------------------------------------------------------------
 # indexing
+#
+# x[key], x.at[key].get/set/add/... and take share one front end, _IndexPlan: it
+# expands the Ellipsis, turns None and boolean scalars into unit dimensions of the
+# operand and concrete boolean masks into integer arrays (np.nonzero), and classifies
+# every dimension of that expanded operand as a static slice, a static int or an
+# integer-array index (NumPy's basic and advanced indexing). Then:
+#   gather  (_gather): static slices and ints are lax.rev / lax.slice / reshape; all the
+#           integer arrays together are ONE `take` over their dimensions flattened into
+#           one (its VJP is scatter_add, so gradients flow like jax's gather).
+#   scatter (_scatter): the flat positions of the indexed elements are the same gather
+#           applied to an iota; .add is one scatter_add, the other updates sort the
+#           positions and reduce repeated ones (last wins for .set, as jax on CPU).
+# Out-of-range indices clamp on gathers and are dropped on scatters (jax's defaults);
+# negative indices wrap first. Shapes follow NumPy: advanced indices separated by a
+# slice, None or Ellipsis put their broadcast shape first, adjacent ones keep its place.
 # ---------------------------------------------------------------------------------
-def take(a, indices, axis=None, mode=None, fill_value=None):
-    a = asarray(a)
-    if axis is None:
-        a, axis = ravel(a), 0
-    idx = asarray(indices)
-    if idx.dtype != _dtypes.int32:
-        idx = astype(idx, int32)
-    return bind("take", a, idx, axis=_norm_axis(axis, a.ndim))
+def _static_int(v):
+    return isinstance(v, (int, _np.integer)) and not isinstance(v, (bool, _np.bool_))
 
 
-def take_along_axis(arr, indices, axis, mode=None, fill_value=None):
-    arr = asarray(arr)
-    idx = asarray(indices)
-    if idx.dtype != _dtypes.int32:
-        idx = astype(idx, int32)
-    if axis is None:
-        arr, axis = ravel(arr), 0
-    return bind("take_along_axis", arr, idx, axis=_norm_axis(axis, arr.ndim))
+def _slice_bound(v, k, pos):
+    if v is None or _static_int(v):
+        return v if v is None else int(v)
+    if isinstance(v, (Array, _np.ndarray)) and v.ndim == 0 and _np.dtype(v.dtype).kind in "iu":
+        return int(v)
+    raise IndexError(f"Slice entries must be static integers. Got {k!r} at position {pos}")
+
+
+def _classify(k, pos):
+    """One entry of an index tuple as (kind, value, pos)."""
+    if k is None:
+        return "new", None, pos
+    if k is Ellipsis:
+        return "ellipsis", None, pos
+    if isinstance(k, slice):
+        return "slice", slice(*(_slice_bound(v, k, pos) for v in (k.start, k.stop, k.step))), pos
+    if isinstance(k, (bool, _np.bool_)):
+        return "bool", bool(k), pos
+    if _static_int(k):
+        return "int", int(k), pos
+    if isinstance(k, str):
+        raise TypeError(f"podlet does not support string indexing; got idx={k!r}")
+    if isinstance(k, (list, tuple)):
+        k = asarray(k) if _bi.any(_is_array(v) for v in _tu.tree_leaves(k)) else _np.asarray(k)
+        if k.size == 0 and not _is_array(k):
+            k = k.astype(_np.int32)
+    if isinstance(k, Tracer):
+        if k.dtype == _dtypes.bool_:
+            raise NonConcreteBooleanIndexError(
+                f"Array boolean indices must be concrete; got bool{list(k.shape)} (a boolean mask "
+                "gives a shape that depends on its values, which cannot be traced; use "
+                "podlet.numpy.where(mask, x, 0) or a static mask)")
+        if k.dtype.kind not in "iu":
+            raise TypeError(f"Indexer must have integer or boolean type, got indexer with type {k.dtype}")
+        return "array", k, pos
+    if isinstance(k, (Array, _np.ndarray, _np.generic, float, complex)):
+        k = _np.asarray(k)
+        if k.dtype == _np.bool_:
+            return ("bool", bool(k), pos) if k.ndim == 0 else ("mask", k, pos)
+        if k.dtype.kind not in "iu":
+            raise TypeError(f"Indexer must have integer or boolean type, got indexer with type {k.dtype}")
+        return "array", k, pos
+    raise TypeError(f"unsupported index {k!r} at position {pos}: podlet indexes with ints, slices, None, "
+                    "Ellipsis, booleans and integer or boolean arrays")
+
+
+class _IndexPlan:
+    """An index normalised against an operand shape.
+
+    expanded: the operand's shape with a unit dim for each None / boolean scalar;
+    entries:  one per expanded dim: ("slice", slice) | ("int", i) with 0 <= i < n |
+              ("array", integer np.ndarray or Tracer). An int out of range is clamped
+              (clamp_ints: x[i], where jax slices statically) or becomes an array, to be
+              filled or dropped like every other index (.get(mode='fill'), scatters);
+    adjacent: whether the ints and arrays sit next to each other (their broadcast shape
+              then replaces them in place; otherwise it goes first).
+    """
+
+    def __init__(self, shape, key, wrap=True, clamp_ints=False):
+        self.wrap, self.clamp_ints = wrap, clamp_ints
+        if not isinstance(key, tuple):
+            key = (key,)
+        items = [_classify(k, i) for i, k in enumerate(key)]
+        if [kind for kind, _, _ in items].count("ellipsis") > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        used = _bi.sum(v.ndim if kind == "mask" else 1 for kind, v, _ in items if kind in ("slice", "int", "array", "mask"))
+        if used > len(shape):
+            raise IndexError(f"Too many indices: array is {len(shape)}-dimensional, but {used} were indexed")
+        rest = [("slice", slice(None), None)] * (len(shape) - used)
+        kinds = [kind for kind, _, _ in items]
+        if "ellipsis" in kinds:
+            i = kinds.index("ellipsis")
+            items = items[:i] + rest + items[i + 1:]
+        else:
+            items = items + rest
+        self.shape = tuple(shape)
+        self.expanded, self.entries = [], []
+        d = 0
+        for kind, v, pos in items:
+            if kind in ("new", "bool"):
+                self.expanded.append(1)
+                self.entries.append(("slice", slice(None)) if kind == "new" else ("array", _np.zeros(int(v), _np.int32)))
+                continue
+            if kind == "mask":
+                dims = tuple(shape[d:d + v.ndim])
+                if v.shape != dims:
+                    raise IndexError(f"boolean index did not match shape of indexed array in index {pos}: "
+                                     f"got {v.shape}, expected {list(dims)}")
+                for nz in _np.nonzero(v):
+                    self._add(shape[d], "array", nz, d)
+                    d += 1
+                continue
+            self._add(shape[d], kind, v, d)
+            d += 1
+        adv = [d for d, (kind, _) in enumerate(self.entries) if kind != "slice"]
+        self.has_arrays = builtins_any(kind == "array" for kind, _ in self.entries)
+        self.adjacent = not adv or adv == list(range(adv[0], adv[0] + len(adv)))
+        self.traced = builtins_any(isinstance(v, Tracer) for _, v in self.entries)
+
+    def _add(self, n, kind, v, d):
+        if kind == "int":
+            i = v + n if v < 0 and self.wrap else v
+            if n == 0:
+                raise IndexError(f"index {v} is out of bounds for axis {d} with size 0")
+            if self.clamp_ints:
+                i = _bi.min(_bi.max(i, 0), n - 1)
+            kind, v = ("int", i) if 0 <= i < n else ("array", _np.asarray(v))
+        elif kind == "array" and n == 0 and (isinstance(v, Tracer) or v.size):
+            raise IndexError(f"index is out of bounds for axis {d} with size 0")
+        self.expanded.append(n)
+        self.entries.append((kind, v))
+
+
+def _gather_mode(mode):
+    """'promise' (jax's default for x[idx], PROMISE_IN_BOUNDS): out-of-range indices
+    clamp, and their gradient is dropped (XLA's scatter-add drops them); 'clip': clamp
+    both ways; 'fill': out-of-range reads give fill_value."""
+    m = str(getattr(mode, "name", mode)).lower()
+    if mode is None or m == "promise_in_bounds" or m == "promise":
+        return "promise"
+    if m == "clip":
+        return "clip"
+    if m in ("fill", "drop", "fill_or_drop"):
+        return "fill"
+    raise ValueError(f"unknown indexing mode {mode!r}: expected 'clip', 'fill', 'drop' or 'promise_in_bounds'")
+
+
+def _default_fill(dtype):
+    d = _np.dtype(dtype)
+    if _dtypes.is_float(d):
+        return _np.nan
+    if d == _np.bool_:
+        return True
+    return _np.iinfo(d).min if d.kind == "i" else _np.iinfo(d).max
+
+
+def _index_arrays(idx, ns, wrap, want_valid):
+    """Wraps negative entries (wrap), records which are in range, clamps into [0, n)."""
+    out, valid = [], None
+    for i, n in zip(idx, ns):
+        if isinstance(i, Tracer):
+            i = i if i.dtype == _dtypes.int32 else astype(i, int32)
+            if wrap and i.dtype.kind == "i":
+                i = where(i < 0, i + n, i)
+            ok = logical_and(i >= 0, i < n) if want_valid else None
+            i = clip(i, 0, n - 1)
+        else:
+            i = _np.asarray(i, _np.int64)
+            if wrap:
+                i = _np.where(i < 0, i + n, i)
+            ok = ((i >= 0) & (i < n)) if want_valid else None
+            i = _np.clip(i, 0, n - 1).astype(_np.int32)
+        out.append(i)
+        if ok is not None:
+            valid = ok if valid is None else logical_and(valid, ok) if _is_array(valid) or _is_array(ok) \
+                else valid & ok
+    return out, valid
+
+
+def _gather(a, plan, mode=None, fill_value=None, wrap=True):
+    """a[key] for a normalised key (see _IndexPlan)."""
+    mode = _gather_mode(mode)
+    a = reshape(a, plan.expanded)
+    starts, limits, strides, rev = [], [], [], []
+    for d, (kind, v) in enumerate(plan.entries):
+        n = plan.expanded[d]
+        if kind == "slice":
+            s, e, st = v.indices(n)
+            cnt = len(range(s, e, st))
+            if st < 0:
+                rev.append(d)
+                s, st = n - 1 - s, -st
+            starts.append(s if cnt else 0)
+            limits.append(s + (cnt - 1) * st + 1 if cnt else 0)
+            strides.append(st)
+        elif kind == "int":
+            starts.append(v), limits.append(v + 1), strides.append(1)
+        else:
+            starts.append(0), limits.append(n), strides.append(1)
+    if rev:
+        a = lax.rev(a, rev)
+    if (starts, limits) != ([0] * a.ndim, list(a.shape)) or builtins_any(s != 1 for s in strides):
+        a = lax.slice(a, starts, limits, strides)
+    keep = [d for d, (kind, _) in enumerate(plan.entries) if kind != "int"]
+    a = reshape(a, [a.shape[d] for d in keep])
+    adv = [i for i, d in enumerate(keep) if plan.entries[d][0] == "array"]
+    if not adv:
+        return a
+    ns = [a.shape[i] for i in adv]
+    try:
+        bshape = tuple(_np.broadcast_shapes(*[tuple(plan.entries[keep[i]][1].shape) for i in adv]))
+    except ValueError:
+        shapes = [tuple(plan.entries[keep[i]][1].shape) for i in adv]
+        raise ValueError(f"Incompatible shapes for broadcasting: shapes={shapes}") from None
+    idx, valid = _index_arrays([plan.entries[keep[i]][1] for i in adv], ns, wrap, mode != "clip")
+    if bshape == () and mode != "fill":
+        # Scalar indices only: a slice of size 1 at the (clamped) indices, dynamic when one
+        # is traced -- jax's dynamic_slice, whose gradient lands on the clamped position.
+        starts, sizes = [0] * a.ndim, list(a.shape)
+        for i, d in zip(idx, adv):
+            starts[d], sizes[d] = i, 1
+        if builtins_any(_is_array(s) for s in starts):
+            out = lax.dynamic_slice(a, starts, sizes)
+        else:
+            out = lax.slice(a, [int(s) for s in starts], [int(s) + z for s, z in zip(starts, sizes)])
+        return reshape(out, [n for d, n in enumerate(a.shape) if d not in adv])
+    if builtins_any(isinstance(i, Tracer) for i in idx):
+        idx = [i if _is_array(i) else to_array(i) for i in idx]
+    # One flat index over the advanced dims (row-major), computed in NumPy when it can be.
+    lin = idx[0]
+    for i, n in zip(idx[1:], ns[1:]):
+        lin = lin * n + i
+    lin = broadcast_to(lin, bshape) if _is_array(lin) else to_array(_np.broadcast_to(lin, bshape).astype(_np.int32))
+    others = [i for i in range(a.ndim) if i not in adv]
+    if plan.adjacent:  # the advanced dims are contiguous: merge them in place
+        q = adv[0]
+        merged = a.shape[:q] + (int(_np.prod(ns, dtype=_np.int64)),) + a.shape[q + len(adv):]
+    else:              # NumPy puts the broadcast shape first
+        q = 0
+        a = transpose(a, adv + others)
+        merged = (int(_np.prod(ns, dtype=_np.int64)),) + tuple(a.shape[len(adv):])
+    out_shape = merged[:q] + bshape + merged[q + 1:]
+    if _bi.min(out_shape, default=1) == 0:
+        return _zeros_like_trace(a, out_shape)
+    out = bind("take", reshape(a, merged), lin, axis=q)
+    if valid is not None and not (not _is_array(valid) and valid.all()) and (mode == "fill" or _is_traced(out)):
+        vshape = (1,) * q + bshape + (1,) * (out.ndim - q - len(bshape))
+        valid = reshape(broadcast_to(asarray(valid), bshape), vshape)
+        if mode == "fill":
+            fill = _default_fill(out.dtype) if fill_value is None else fill_value
+            out = bind("select", valid, out, to_array(_np.asarray(fill, dtype=out.dtype)))
+        else:  # the clamped value, without a gradient
+            out = bind("select", valid, out, bind("stop_gradient", out))
+    return out
+
+
+def _is_traced(x):
+    return isinstance(x, Tracer)
+
+
+def _zeros_like_trace(ref, shape, dtype=None):
+    return full_like(ref, 0, dtype or ref.dtype, shape)
 
 
 def _getitem(a, key):
-    if not isinstance(key, tuple):
-        key = (key,)
-    # Integer/bool array indices: one advanced index on one axis (the common cases).
-    if builtins_any(_is_array(k) or isinstance(k, (_np.ndarray, list)) for k in key):
-        if len(key) == 1:
-            k = key[0]
-            k = asarray(k) if not _is_array(k) else k
-            if k.dtype == _dtypes.bool_:
-                raise IndexError("boolean mask indexing has a data-dependent shape; use podlet.numpy.where")
-            return take(a, k, axis=0)
-        raise IndexError("podlet supports one integer-array index (x[idx]); use take / take_along_axis")
-    # Expand Ellipsis.
-    n_real = builtins_sum(1 for k in key if k is not None and k is not Ellipsis)
-    if builtins_sum(1 for k in key if k is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis")
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
-        key = key[:i] + (slice(None),) * (a.ndim - n_real) + key[i + 1:]
-    if n_real > a.ndim:
-        raise IndexError(f"too many indices for array of rank {a.ndim}")
-    key = key + (slice(None),) * (a.ndim - n_real)
-    starts, limits, strides, out_shape, squeeze_dims, rev_dims = [], [], [], [], [], []
-    dyn = []
-    dim = 0
-    new_axes = []
-    for k in key:
-        if k is None:
-            new_axes.append(len(out_shape))
-            out_shape.append(1)
-            continue
-        n = a.shape[dim]
-        if isinstance(k, slice):
-            s, e, st = k.indices(n)
-            if st < 0:
-                # reverse then slice forward
-                rev_dims.append(dim)
-                s, e = n - 1 - s, n - 1 - e
-                st = -st
-            cnt = _bi.max(0, (e - s + st - 1) // st)
-            starts.append(s)
-            limits.append(s + (cnt - 1) * st + 1 if cnt else s)
-            strides.append(st)
-            out_shape.append(cnt)
-        elif isinstance(k, (Tracer,)) or (isinstance(k, Array)):
-            dyn.append((dim, k))
-            starts.append(0)
-            limits.append(n)
-            strides.append(1)
-            squeeze_dims.append(dim)
+    return _gather(a, _IndexPlan(a.shape, key, clamp_ints=True))
+
+
+def _wrap_mode_index(indices, n):
+    """mode='wrap': indices taken modulo n (Python's sign convention)."""
+    if isinstance(indices, Tracer):
+        r = remainder(indices, n)
+        return where(r < 0, r + n, r)
+    return _np.mod(_np.asarray(indices, _np.int64), n)
+
+
+def take(a, indices, axis=None, mode=None, unique_indices=False, indices_are_sorted=False, fill_value=None):
+    """jnp.take: default mode 'fill' (out-of-range reads give NaN / the dtype's fill, as
+    jax); negative indices wrap; mode='clip' clamps, mode='wrap' takes them modulo n."""
+    a = asarray(a)
+    if axis is None:
+        a, axis = ravel(a), 0
+    axis = _norm_axis(axis, a.ndim)
+    if not _is_array(indices):
+        indices = _np.asarray(indices)
+    if _np.dtype(indices.dtype).kind not in "iu":
+        raise TypeError(f"take: indices must be integers, got {indices.dtype}")
+    wrap = True
+    if mode == "wrap":
+        indices, mode = _wrap_mode_index(indices, a.shape[axis]), "clip"
+    elif mode is None:
+        mode = "fill"
+    elif _gather_mode(mode) == "clip":
+        wrap = False  # jnp.take(mode='clip') clamps -1 to 0
+    plan = _IndexPlan(a.shape, (slice(None),) * axis + (indices,), wrap, _gather_mode(mode) != "fill")
+    return _gather(a, plan, mode, fill_value, wrap)
+
+
+def take_along_axis(arr, indices, axis=-1, mode=None, fill_value=None):
+    """jnp.take_along_axis: negative indices wrap; out-of-range ones give the fill value
+    (mode='fill', jax's default) or clamp (mode='clip')."""
+    arr = asarray(arr)
+    if axis is None:
+        arr, axis = ravel(arr), 0
+    axis = _norm_axis(axis, arr.ndim)
+    n = arr.shape[axis]
+    mode = "fill" if mode is None else _gather_mode(mode)
+    idx, valid = _index_arrays([indices if _is_array(indices) else _np.asarray(indices)], [n], True, mode == "fill")
+    idx = idx[0] if _is_array(idx[0]) else to_array(idx[0])
+    out = bind("take_along_axis", arr, idx, axis=axis)
+    if valid is not None and not (not _is_array(valid) and valid.all()):
+        fill = _default_fill(out.dtype) if fill_value is None else fill_value
+        out = bind("select", broadcast_to(asarray(valid), out.shape), out, to_array(_np.asarray(fill, dtype=out.dtype)))
+    return out
+
+
+def _scatter_mode(mode):
+    m = str(getattr(mode, "name", mode)).lower()
+    if mode is None or m in ("fill", "drop", "fill_or_drop"):
+        return "fill"
+    if m in ("clip", "promise_in_bounds"):
+        return "clip"
+    raise ValueError(f"unknown indexing mode {mode!r}: expected 'drop', 'clip' or 'promise_in_bounds'")
+
+
+def _positions(x, key, mode, wrap):
+    """The flat positions in x.ravel() of the elements of x[key]; x.size marks the
+    out-of-range ones (dropped). Concrete (NumPy-computed) unless an index is traced."""
+    plan = _IndexPlan(x.shape, key, wrap)
+    if plan.traced:
+        iota = bind_like(x, "iota", dtype="int32", shape=[x.size], dimension=0) if isinstance(x, Tracer) \
+            else lax.iota(int32, x.size)
+    else:
+        iota = to_array(_np.arange(x.size, dtype=_np.int32))
+    return _gather(reshape(iota, x.shape), plan, _scatter_mode(mode), fill_value=x.size, wrap=wrap)
+
+
+def _updates(values, dtype, shape):
+    v = astype(values, dtype) if _is_array(values) else to_array(_np.asarray(values, dtype=dtype))
+    return broadcast_to(v, shape)
+
+
+def _segment_reduce(pos, vals, n, reducer):
+    """Groups the updates by target position. Returns (src, touched, vals): vals[src[p]]
+    is the reduction (reducer; None keeps the last) of the updates aimed at position p,
+    where touched[p]. pos holds flat positions in [0, n]; n is the drop slot."""
+    m = pos.shape[0]
+    if isinstance(pos, Tracer):
+        perm = argsort(pos)  # stable: repeated positions keep their order
+        keys = bind("take", pos, perm, axis=0)
+    else:
+        p = _np.asarray(pos)
+        perm = _np.argsort(p, kind="stable").astype(_np.int32)
+        keys = p[perm]
+    if reducer is not None:
+        vals = bind("take", vals, perm if _is_array(perm) else to_array(perm), axis=0)
+        s = 1
+        while s < m:  # Hillis-Steele inclusive scan within runs of equal keys
+            same = equal(keys[s:], keys[:-s]) if _is_array(keys) else keys[s:] == keys[:-s]
+            if not _is_array(same) and not same.any():
+                break
+            cur = vals[s:]
+            vals = concatenate([vals[:s], where(same, reducer(cur, vals[:-s]), cur)])
+            s *= 2
+    if _is_array(keys):
+        last = concatenate([not_equal(keys[1:], keys[:-1]), full((1,), True, bool)])
+        slot = where(last, lax.iota(int32, m) + 1, 0)
+        src = bind("scatter_add", zeros((n + 1,), int32), keys, slot, axis=0)[:n]
+        touched = src > 0
+        src = maximum(src - 1, 0)
+        if reducer is None:
+            src = bind("take", perm, src, axis=0)
+    else:
+        last = _np.append(keys[1:] != keys[:-1], True)
+        src = _np.zeros(n + 1, _np.int64)
+        src[keys[last]] = _np.nonzero(last)[0] + 1
+        src = src[:n]
+        touched = to_array(src > 0)
+        src = _np.maximum(src - 1, 0)
+        src = to_array((perm[src] if reducer is None else src).astype(_np.int32))
+    return src, touched, vals
+
+
+def _scatter(x, key, values, op, mode=None, wrap=True, func=None):
+    """x.at[key].<op>(values); op in set, add, mul, min, max, apply."""
+    x = asarray(x)
+    pos = _positions(x, key, mode, wrap)
+    n, m = x.size, pos.size
+    if m == 0:
+        return x
+    posf = ravel(pos)
+    if op == "apply":
+        if isinstance(posf, Tracer):
+            if m > 64:
+                raise NotImplementedError(
+                    f"x.at[idx].apply with {m} traced indices: repeated indices apply func once per "
+                    "repetition, which podlet unrolls only up to 64 traced indices; use "
+                    "x.at[idx].set(func(x[idx])) when the indices are unique")
+            count, rounds = bind("scatter_add", zeros((n + 1,), int32), posf, ones((m,), int32), axis=0)[:n], m
         else:
-            i = int(k)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for axis {dim} with size {n}")
-            i %= n
-            starts.append(i)
-            limits.append(i + 1)
-            strides.append(1)
-            squeeze_dims.append(dim)
-        dim += 1
-    out = a
-    if rev_dims:
-        out = lax.rev(out, rev_dims)
-    if dyn:
-        st = [asarray(0)] * a.ndim
-        sizes = [l - s for s, l in zip(starts, limits)]
-        for d, k in dyn:
-            st[d] = k
-            sizes[d] = 1
-        for d in range(a.ndim):
-            if not builtins_any(d == dd for dd, _ in dyn):
-                st[d] = starts[d]
-        out = lax.dynamic_slice(out, [s if _is_array(s) else int(s) for s in st], sizes)
-        if builtins_any(s != 1 for s in strides):
-            out = lax.slice(out, [0] * a.ndim, sizes, strides)
-    elif (starts, limits) != ([0] * a.ndim, list(a.shape)) or builtins_any(s != 1 for s in strides):
-        out = lax.slice(out, starts, limits, strides)
-    return reshape(out, out_shape)
+            c = _np.bincount(_np.asarray(posf), minlength=n + 1)[:n]
+            count, rounds = to_array(c.astype(_np.int32)), int(c.max())
+        count = reshape(count, x.shape)
+        for r in range(rounds):
+            x = where(count > r, func(x), x)
+        return x
+    if x.dtype == _dtypes.bool_ and op not in ("set",):
+        raise TypeError(f"x.at[idx].{op} does not accept dtype bool")
+    u = ravel(_updates(values, x.dtype, pos.shape))
+    if op == "add":
+        ext = concatenate([ravel(x), zeros((1,), x.dtype)])
+        return reshape(bind("scatter_add", ext, posf, u, axis=0)[:n], x.shape)
+    reducer = {"set": None, "mul": multiply, "min": minimum, "max": maximum}[op]
+    src, touched, vals = _segment_reduce(posf, u, n, reducer)
+    picked = reshape(bind("take", vals, src, axis=0), x.shape)
+    new = picked if reducer is None else reducer(x, picked)
+    return where(reshape(touched, x.shape), new, x)
 
 
 builtins_any = _bi.any
@@ -998,6 +1316,8 @@ def _rev(f):
 
 
 class _AtIndexer:
+    __slots__ = ("arr",)
+
     def __init__(self, arr):
         self.arr = arr
 
@@ -1006,36 +1326,61 @@ class _AtIndexer:
 
 
 class _AtRef:
-    """x.at[idx].set(v) / .add(v) / .get() for static basic indices."""
+    """x.at[idx]: jax.numpy's functional indexed updates, for every index x[idx] accepts.
+
+    Out-of-range indices are dropped (mode='drop', jax's default; mode='clip' clamps);
+    repeated indices accumulate for add / multiply / min / max, and the last update
+    wins for set (what jax does on CPU). divide and power are x / (1.at[idx].multiply(v))
+    and x ** (...) as in jax; apply(func) applies an elementwise func once per
+    occurrence of an index."""
+
+    __slots__ = ("arr", "idx")
 
     def __init__(self, arr, idx):
         self.arr, self.idx = arr, idx
 
-    def get(self):
-        return _getitem(self.arr, self.idx)
+    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None, fill_value=None,
+            wrap_negative_indices=True):
+        plan = _IndexPlan(self.arr.shape, self.idx, wrap_negative_indices, _gather_mode(mode) != "fill")
+        return _gather(self.arr, plan, mode, fill_value, wrap_negative_indices)
 
-    def _mask_and_values(self, v):
-        a = self.arr
-        pos = _np.zeros(a.shape, dtype=bool)
-        pos[self.idx] = True
-        n = int(pos.sum())
-        flat = _np.flatnonzero(pos.ravel())
-        return pos, flat, n
+    def _update(self, op, values, mode, wrap, func=None):
+        return _scatter(self.arr, self.idx, values, op, mode, wrap, func)
 
-    def set(self, values):
-        a = self.arr
-        pos, flat, n = self._mask_and_values(values)
-        v = broadcast_to(astype(asarray(values), a.dtype), _np.empty(a.shape)[self.idx].shape)
-        src = _np.zeros(a.size, dtype=_np.int32)
-        src[flat] = _np.arange(n, dtype=_np.int32)
-        scattered = reshape(take(ravel(v), to_array(src), axis=0), a.shape)
-        return where(to_array(pos), scattered, a)
+    def set(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, wrap_negative_indices=True):
+        return self._update("set", values, mode, wrap_negative_indices)
 
-    def add(self, values):
-        return self.set(self.get() + values)
+    def add(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, wrap_negative_indices=True):
+        return self._update("add", values, mode, wrap_negative_indices)
 
-    def multiply(self, values):
-        return self.set(self.get() * values)
+    def subtract(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+                 wrap_negative_indices=True):
+        return self._update("add", negative(asarray(values)), mode, wrap_negative_indices)
+
+    def multiply(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+                 wrap_negative_indices=True):
+        return self._update("mul", values, mode, wrap_negative_indices)
+
+    mul = multiply
+
+    def divide(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+               wrap_negative_indices=True):
+        d = _scatter(ones_like(self.arr), self.idx, values, "mul", mode, wrap_negative_indices)
+        return true_divide(self.arr, d)
+
+    def power(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
+              wrap_negative_indices=True):
+        e = _scatter(ones_like(self.arr), self.idx, values, "mul", mode, wrap_negative_indices)
+        return power(self.arr, e)
+
+    def min(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, wrap_negative_indices=True):
+        return self._update("min", values, mode, wrap_negative_indices)
+
+    def max(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, wrap_negative_indices=True):
+        return self._update("max", values, mode, wrap_negative_indices)
+
+    def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None, wrap_negative_indices=True):
+        return self._update("apply", None, mode, wrap_negative_indices, func)
 
 
 def _install_methods(cls):

@@ -12,3 +12,7 @@ class ConcretizationError(PodletError, TypeError):
 
 class UnexpectedTracerError(PodletError):
     """A tracer escaped the transformation that created it."""
+
+
+class NonConcreteBooleanIndexError(PodletError, IndexError):
+    """A boolean mask index was traced: the result's shape would depend on its values."""
