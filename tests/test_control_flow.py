@@ -246,3 +246,30 @@ def test_associative_scan():
 def test_python_control_flow_on_tracer_still_errors():
     with pytest.raises(podlet.ConcretizationError):
         podlet.jit(lambda x: x if x > 0 else -x)(np.float32(1.0))
+
+
+def test_scan_with_checkpointed_body_same_grads():
+    W = randn(4, 4) * 0.5
+    xs = randn(6, 4)
+
+    def loss(W, body_wrap):
+        body = body_wrap(lambda h, x: (pnp.tanh(h @ W + x), h.sum()))
+        h, ys = plax.scan(body, pnp.zeros(4), xs)
+        return (h ** 2).sum() + ys.sum()
+    g_plain = podlet.grad(lambda W: loss(W, lambda f: f))(W)
+    g_remat = podlet.grad(lambda W: loss(W, podlet.checkpoint))(W)
+    close(g_plain, g_remat, 1e-6)
+    gj = jax.grad(lambda W: (lambda r: (r[0] ** 2).sum() + r[1].sum())(
+        jax.lax.scan(jax.checkpoint(lambda h, x: (jnp.tanh(h @ W + x), h.sum())), jnp.zeros(4), xs)))(W)
+    close(g_remat, gj, 1e-5)
+
+
+def test_tracer_leak_from_scan_body_is_a_clear_error():
+    leaked = []
+
+    def body(c, x):
+        leaked.append(c)
+        return c + x, None
+    plax.scan(body, np.float32(0.0), randn(3))
+    with pytest.raises(podlet.UnexpectedTracerError):
+        pnp.sin(leaked[0])
