@@ -133,4 +133,12 @@ Graph batch_graph(const Graph& g, const std::vector<int>& in_bdim, int64_t size,
   return G;
 }
 
+Graph batch_graph_materialized(const Graph& g, const std::vector<int>& in_bdim, int64_t size,
+                               const std::string& axis_name) {
+  std::vector<int> ob;
+  Graph G = batch_graph(g, in_bdim, size, axis_name, ob);
+  for (size_t k = 0; k < G.outputs.size(); ++k) G.outputs[k] = batching::materialize(G, G.outputs[k], ob[k], size);
+  return G;
+}
+
 }  // namespace podlet

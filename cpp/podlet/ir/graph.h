@@ -79,5 +79,9 @@ Graph vjp_graph(const Graph& g, const std::vector<int>& wrt, const std::vector<i
 // mapped axis.
 Graph batch_graph(const Graph& g, const std::vector<int>& in_bdim, int64_t size, const std::string& axis_name,
                   std::vector<int>& out_bdim);
+// The same with every output carrying the mapped axis (sub-graphs of control-flow and
+// custom-rule nodes, whose outputs must have one layout whatever the body computes).
+Graph batch_graph_materialized(const Graph& g, const std::vector<int>& in_bdim, int64_t size,
+                               const std::string& axis_name);
 
 }  // namespace podlet
