@@ -106,10 +106,8 @@ std::vector<int> custom_jvp_vjp(Graph& g, const Node& n, const std::vector<int>&
 }
 
 GraphRef batched(const GraphRef& sub, int64_t size, const std::string& axis_name) {
-  std::vector<int> bd(sub->inputs.size(), 0), ob;
-  Graph b = batch_graph(*sub, bd, size, axis_name, ob);
-  for (size_t k = 0; k < b.outputs.size(); ++k) b.outputs[k] = batching::materialize(b, b.outputs[k], ob[k], size);
-  return std::make_shared<const Graph>(std::move(b));
+  std::vector<int> bd(sub->inputs.size(), 0);
+  return std::make_shared<const Graph>(batch_graph_materialized(*sub, bd, size, axis_name));
 }
 
 // Every input mapped (unmapped ones broadcast), every sub-graph batched with every
