@@ -32,6 +32,21 @@ from .errors import PodletError
 float0 = np.dtype([("float0", np.void, 0)])
 
 
+class _Tracing:
+    """Marks a custom function whose rules are being traced: a rule calling the function
+    itself (``ans = f(x)`` inside f's jvp, JAX's documented idiom) gets the plain
+    function there instead of a new node (which would trace the rule again, forever)."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __enter__(self):
+        self.obj._busy += 1
+
+    def __exit__(self, *exc):
+        self.obj._busy -= 1
+
+
 def _resolve_args(fun, args, kwargs):
     if not kwargs:
         return tuple(args)
@@ -121,6 +136,7 @@ class custom_vjp:
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd = None
         self.bwd = None
+        self._busy = 0
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -141,7 +157,7 @@ class custom_vjp:
             if not -len(args) <= i < len(args):
                 raise ValueError(f"custom_vjp: nondiff_argnums {self.nondiff_argnums} out of range for "
                                  f"{len(args)} arguments")
-        if not _has_tracer(args):
+        if self._busy or not _has_tracer(args):
             return self.fun(*args)
         nd_idx, diff_idx = _split(args, self.nondiff_argnums)
         nondiff = [args[i] for i in nd_idx]
@@ -150,6 +166,11 @@ class custom_vjp:
         conv, sig = _abstractify_all(leaves)
         fun, fwd, bwd = self.fun, self.fwd, self.bwd
 
+        with _Tracing(self):
+            return self._call_traced(name, args, conv, sig, dtree, diff_idx, diff_args, nondiff)
+
+    def _call_traced(self, name, args, conv, sig, dtree, diff_idx, diff_args, nondiff):
+        fun, fwd, bwd = self.fun, self.fwd, self.bwd
         f_e = _trace(lambda *d: fun(*_rebuild(args, diff_idx, d)), sig, dtree)
         n_out = len(f_e.out_vids)
         out_avals = [f_e.graph.aval(v) for v in f_e.out_vids]
@@ -284,6 +305,7 @@ class custom_jvp:
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.jvp = None
+        self._busy = 0
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -320,15 +342,18 @@ class custom_jvp:
         if self.jvp is None:
             raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
         args = _resolve_args(self.fun, args, kwargs)
-        if not _has_tracer(args):
+        if self._busy or not _has_tracer(args):
             return self.fun(*args)
         nd_idx, diff_idx = _split(args, self.nondiff_argnums)
         nondiff = [args[i] for i in nd_idx]
         diff_args = tuple(args[i] for i in diff_idx)
         leaves, dtree = tree_util.tree_flatten(diff_args)
         conv, sig = _abstractify_all(leaves)
-        fun, rule = self.fun, self.jvp
+        with _Tracing(self):
+            return self._call_traced(name, args, conv, sig, dtree, diff_idx, diff_args, nondiff)
 
+    def _call_traced(self, name, args, conv, sig, dtree, diff_idx, diff_args, nondiff):
+        fun, rule = self.fun, self.jvp
         f_e = _trace(lambda *d: fun(*_rebuild(args, diff_idx, d)), sig, dtree)
         n_out = len(f_e.out_vids)
         out_avals = [f_e.graph.aval(v) for v in f_e.out_vids]
