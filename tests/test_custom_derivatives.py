@@ -265,6 +265,8 @@ def test_log1pexp_jit_vmap_pmap_grad_of_grad():
     n = podlet.local_device_count()
     xp = np.linspace(-2, 2, n)
     _close(podlet.pmap(podlet.grad(pf))(_P(xp)), jax.vmap(jax.grad(jf))(xp))
+    _close(podlet.pmap(lambda v: pf(v) * 2.0)(_P(xp)), jax.vmap(lambda v: jf(v) * 2.0)(xp))  # the node's kernel
+    _close(podlet.jit(lambda v: pf(v) + 1.0)(_P(xs)), jf(xs) + 1.0)
     _close(podlet.pmap(lambda v: podlet.jvp(pf, (v,), (v,)))(_P(xp)), jax.vmap(lambda v: jax.jvp(jf, (v,), (v,)))(xp))
     _close(podlet.hessian(lambda v: pnp.sum(pf(v)))(_P(xs[:3])), jax.hessian(lambda v: jnp_jax.sum(jf(v)))(xs[:3]))
 

@@ -311,3 +311,16 @@ def test_float32_jvp():
     jy, jt = jax.jvp(lambda a: jnp_jax.tanh(a) * 3.0, (x,), (np.ones(6, np.float32),))
     assert t.dtype == np.float32
     np.testing.assert_allclose(_np(t), jt, rtol=1e-5)
+
+
+def test_cumprod_second_order():
+    """cumprod's VJP rule (reduce_prod's VJP uses cumprod, so its hessian needs it)."""
+    from podlet._src.core import bind
+    x = np.array([0.3, -0.7, 1.1, 0.45, -1.9])
+    for rev in (0, 1):
+        f = lambda v: pnp.sum(bind("cumprod", v, axis=0, reverse=rev) * pnp.arange(5.0))
+        fj = lambda v: jnp_jax.sum(jax.lax.cumprod(v, 0, reverse=bool(rev)) * jnp_jax.arange(5.0))
+        np.testing.assert_allclose(_np(podlet.grad(f)(_P(x))), jax.grad(fj)(x), rtol=1e-12)
+        np.testing.assert_allclose(_np(podlet.hessian(f)(_P(x))), jax.hessian(fj)(x), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(_np(podlet.jvp(f, (_P(x),), (_P(np.ones(5)),))[1]),
+                                   jax.jvp(fj, (x,), (np.ones(5),))[1], rtol=1e-12)
