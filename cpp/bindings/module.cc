@@ -179,6 +179,18 @@ PYBIND11_MODULE(_core, m) {
     return r;
   });
   m.def("prim_names", &prim_names);
+  // What the registry row of a primitive declares (tests check every primitive has a
+  // batching rule or a stated reason why none can exist).
+  m.def("prim_info", [](const std::string& name) {
+    const PrimDef& p = lookup_prim(name);
+    py::dict d;
+    d["has_vjp"] = bool(p.vjp);
+    d["has_batch"] = bool(p.batch);
+    d["batch_always"] = p.batch_always;
+    d["no_batch_reason"] = p.no_batch_reason ? py::object(py::str(p.no_batch_reason)) : py::object(py::none());
+    d["zero_grad"] = p.zero_grad;
+    return d;
+  }, py::arg("name"));
   bind_io(m);
   bind_isa(m);
   // The base class of every dataset; binders add subclasses and factories.

@@ -2,6 +2,7 @@
 // let each primitive's VJP rule append the nodes of its backward pass.
 #include "podlet/ir/graph.h"
 #include "podlet/ir/ops.h"
+#include "podlet/ir/partial_eval.h"
 
 namespace podlet {
 
@@ -59,6 +60,7 @@ Graph vjp_graph(const Graph& g, const std::vector<int>& wrt, const std::vector<i
     int v = g.inputs[k];
     G.outputs.push_back(ct[v] >= 0 ? ct[v] : ops::zeros_like(G, v));
   }
+  merge_forward_replacements(G);  // a scan's forward pass that also stacks residuals replaces it
   G.dce();
   return G;
 }

@@ -77,6 +77,90 @@ BatchRule axes_attr(std::vector<std::string> keys) {
   };
 }
 
+namespace {
+int64_t vmap_size(const Attrs& a) { return a.i("vmap_size", -1); }
+Attrs without_vmap_size(const Attrs& a) {
+  Attrs r;
+  for (auto& [k, v] : a.items()) if (k != "vmap_size") r.set(k, v);
+  return r;
+}
+}  // namespace
+
+PrimDef looped(PrimDef d) {
+  ShapeRule shape = d.shape;
+  Kernel kernel = d.kernel;
+  FlopCount flops = d.flops;
+  d.shape = [shape](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
+    const int64_t B = vmap_size(a);
+    if (B < 0) return shape(in, a);
+    std::vector<AVal> el(in);
+    for (size_t k = 0; k < in.size(); ++k) {
+      if (in[k].shape.empty() || in[k].shape[0] != B)
+        throw ShapeError(fmt("vmap_size ", B, ": input ", k, " of shape ", shape_str(in[k].shape),
+                             " does not carry the ", B, " mapped elements in front"));
+      el[k].shape.erase(el[k].shape.begin());
+    }
+    auto out = shape(el, without_vmap_size(a));
+    for (auto& o : out) o.shape = with_batch(o.shape, B);
+    return out;
+  };
+  d.kernel = [kernel](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+    const int64_t B = vmap_size(a);
+    if (B < 0) return kernel(in, out, a);
+    const Attrs ea = without_vmap_size(a);
+    auto slice = [](const Array& x, int64_t b, int64_t B) {
+      Shape s(x.shape().begin() + 1, x.shape().end());
+      const size_t bytes = x.nbytes() / size_t(B);
+      return Array(x.dtype(), s, static_cast<char*>(x.raw()) + size_t(b) * bytes, x.storage());
+    };
+    std::vector<Array> ei(in.size()), eo(out.size());
+    for (int64_t b = 0; b < B; ++b) {
+      for (size_t k = 0; k < in.size(); ++k) ei[k] = slice(in[k], b, B);
+      for (size_t k = 0; k < out.size(); ++k) eo[k] = slice(out[k], b, B);
+      kernel(ei, eo, ea);
+    }
+  };
+  if (flops)
+    d.flops = [flops](const std::vector<AVal>& in, const std::vector<AVal>& out, const Attrs& a) -> double {
+      const int64_t B = vmap_size(a);
+      if (B < 0) return flops(in, out, a);
+      std::vector<AVal> ei(in), eo(out);
+      for (auto& x : ei) x.shape.erase(x.shape.begin());
+      for (auto& x : eo) x.shape.erase(x.shape.begin());
+      return double(B) * flops(ei, eo, without_vmap_size(a));
+    };
+  if (!d.batch) d.batch = loop_rule;
+  return d;
+}
+
+std::vector<int> loop_rule(Graph& g, const BatchCtx& c, const std::vector<int>& in, const std::vector<int>& bd,
+                           std::vector<int>& out_bdim) {
+  if (c.n.attrs.i("vmap_size", -1) >= 0) {
+    // Already a batched loop (nested vmap): fold the new axis into the old one.
+    const int64_t B0 = c.n.attrs.i("vmap_size");
+    std::vector<int> x = materialize_all(g, in, bd, c.size);
+    for (size_t k = 0; k < x.size(); ++k) {
+      Shape s = g.aval(x[k]).shape;
+      Shape t(s.begin() + 1, s.end());
+      t[0] *= c.size;
+      x[k] = ops::reshape(g, x[k], t);
+    }
+    Attrs a = c.n.attrs;
+    a.set("vmap_size", B0 * c.size);
+    auto out = g.add(*c.n.prim, x, a, c.n.where);
+    for (auto& o : out) {
+      Shape s = g.aval(o).shape;
+      s[0] = B0;
+      o = ops::reshape(g, o, with_batch(s, c.size));
+    }
+    out_bdim.assign(out.size(), 0);
+    return out;
+  }
+  Attrs a = c.n.attrs;
+  a.set("vmap_size", c.size);
+  return reapply(g, c, materialize_all(g, in, bd, c.size), a, out_bdim);
+}
+
 [[noreturn]] void no_rule(const BatchCtx& c, const std::string& why) {
   throw ValueError(fmt("vmap of '", c.n.prim->name, "' ", why, c.n.where.empty() ? "" : " (" + c.n.where + ")"));
 }

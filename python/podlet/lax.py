@@ -435,3 +435,8 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
         out = dynamic_slice(total, start, sizes)
         return out if tiled else squeeze(out, (d,))
     return _tree_map(one, x)
+
+
+# ---- control flow: nodes that own traced sub-graphs (_src/control_flow.py) ----
+from ._src.control_flow import (cond, switch, select_n, scan, fori_loop, while_loop,  # noqa: E402
+                                map, associative_scan)

@@ -41,6 +41,17 @@ std::vector<int> elementwise_same_shape(Graph& g, const BatchCtx& c, const std::
 // A primitive of one operand whose integer-list attrs `keys` name axes of that operand
 // (reduce_* "axes", rev "dimensions", cumsum "axis"): the axes move past the mapped one.
 BatchRule axes_attr(std::vector<std::string> keys);
+// The batched form of a primitive whose kernel works on one element at a time (random
+// samplers with per-element keys, adamw_update with per-element scalars, ...): with attr
+// "vmap_size" = B > 0 every input and output carries B elements in front; the shape rule
+// strips them and checks the element shapes, the kernel runs the element kernel on each
+// element's slice of the buffers in element order (one node, one batched kernel; the
+// element kernel keeps its own parallelism, so the bits are the element's bits for any
+// thread count). Sets .batch to loop_rule when the def has no rule of its own.
+PrimDef looped(PrimDef d);
+// Every input broadcast to carry the mapped axis, the node re-applied with vmap_size.
+std::vector<int> loop_rule(Graph& g, const BatchCtx& c, const std::vector<int>& in, const std::vector<int>& bd,
+                           std::vector<int>& out_bdim);
 // Runs the per-element computation as a loop is never done: a primitive without a
 // rule reports this.
 [[noreturn]] void no_rule(const BatchCtx& c, const std::string& why);

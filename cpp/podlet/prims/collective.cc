@@ -5,6 +5,7 @@
 // axis, all processes included).
 #include "podlet/prims/common.h"
 #include "podlet/ir/ops.h"
+#include "podlet/ir/batch_ops.h"
 
 namespace podlet {
 namespace {
@@ -102,31 +103,118 @@ std::vector<int> ppermute_vjp(Graph& g, const Node& n, const std::vector<int>& c
   return {g.add1("ppermute", {ct[0]}, a)};
 }
 
+// ---- batching rules (vmap) ------------------------------------------------------------
+// A collective naming the vmap's own axis reduces over the mapped axis (axis 0 of a
+// batched operand; an unbatched operand is the same value on every element). One naming
+// another axis (a pmap axis, or an outer vmap's) is re-applied to the batched operand:
+// each element takes part in its own collective. jax.vmap(..., axis_name) semantics.
+namespace bt = batching;
+using Ids = std::vector<int>;
+
+bool own_axis(const BatchCtx& c) { return !c.axis_name.empty() && c.n.attrs.s("axis_name", "") == c.axis_name; }
+
+// Re-applied per element; the output carries the axis iff the operand does.
+Ids reapply_elementwise(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob, const Attrs& a) {
+  return bt::reapply(g, c, in, a, ob, in.empty() ? -1 : bd[0]);
+}
+
+BatchRule reduce_rule(const char* red, bool mean) {
+  return [red, mean](Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) -> Ids {
+    if (!own_axis(c)) return reapply_elementwise(g, c, in, bd, ob, c.n.attrs);
+    ob = {-1};
+    int x = in[0];
+    if (bd[0] >= 0) {
+      x = g.add1(red, {x}, {{"axes", std::vector<int64_t>{0}}});
+    } else if (std::string(red) == "reduce_sum") {  // the same value summed size times
+      x = ops::mul(g, x, ops::scalar_like(g, x, double(c.size)));
+    }
+    if (mean) x = ops::div(g, x, ops::scalar_like(g, x, double(c.size)));
+    return {x};
+  };
+}
+
+// Stacks the elements along `axis` of the result (tiled: concatenates them).
+Ids all_gather_batch(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const Shape xs = c.in_avals[0].shape;
+  const int64_t rank = int64_t(xs.size());
+  const bool tiled = c.n.attrs.i("tiled", 0) != 0;
+  int64_t ax = c.n.attrs.i("axis", 0);
+  if (ax < 0) ax += tiled ? rank : rank + 1;
+  if (!own_axis(c)) {
+    if (bd[0] < 0) return reapply_elementwise(g, c, in, bd, ob, c.n.attrs);
+    Attrs a = c.n.attrs;
+    a.set("axis", ax + 1);
+    return bt::reapply(g, c, in, a, ob);
+  }
+  ob = {-1};
+  int x = bt::materialize(g, in[0], bd[0], c.size);  // [B, xs...]
+  // B moved to position ax: untiled that is the result; tiled, merge it with dim ax.
+  std::vector<int64_t> perm;
+  for (int64_t d = 1; d <= rank; ++d) {
+    if (d - 1 == ax) perm.push_back(0);
+    perm.push_back(d);
+  }
+  if (ax == rank) perm.push_back(0);
+  x = ops::transpose(g, x, perm);
+  if (tiled) x = ops::reshape(g, x, c.out_avals[0].shape);
+  return {x};
+}
+
+// Row d of the result is row s of the operand for each pair (s, d); zeros elsewhere.
+Ids ppermute_batch(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  if (!own_axis(c)) return reapply_elementwise(g, c, in, bd, ob, c.n.attrs);
+  auto perm = c.n.attrs.ints("perm");
+  Array src = full(DType::i32, {c.size}, 0.0), has = full(DType::boolean, {c.size}, 0.0);
+  for (size_t k = 0; k < perm.size(); k += 2) {
+    src.data<int32_t>()[perm[k + 1]] = int32_t(perm[k]);
+    has.data<bool>()[perm[k + 1]] = true;
+  }
+  int x = bt::materialize(g, in[0], bd[0], c.size);
+  int y = g.add1("take", {x, g.add_const(src)}, {{"axis", int64_t(0)}});
+  ob = {0};
+  if (perm.size() / 2 == size_t(c.size)) return {y};
+  const Shape ys = g.aval(y).shape;
+  Shape ms(ys.size(), 1);
+  ms[0] = c.size;
+  int mask = ops::reshape(g, g.add_const(has), ms);
+  return {ops::select(g, mask, y, ops::zeros_like(g, y))};
+}
+
+Ids axis_index_batch(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  if (!own_axis(c)) return reapply_elementwise(g, c, in, bd, ob, c.n.attrs);
+  ob = {0};
+  return {g.add1("iota", {}, {{"shape", Shape{c.size}}, {"dimension", int64_t(0)}, {"dtype", std::string("int32")}})};
+}
+
 }  // namespace
 
 static Register reg_psum("psum", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) { return same_numeric(in, a, false); },
-    .kernel = outside_pmap, .vjp = self_transpose("psum"), .flops = elementwise_flops_of});
+    .kernel = outside_pmap, .vjp = self_transpose("psum"), .flops = elementwise_flops_of,
+    .batch = reduce_rule("reduce_sum", false), .batch_always = true});
 static Register reg_pmean("pmean", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) { return same_numeric(in, a, true); },
-    .kernel = outside_pmap, .vjp = self_transpose("pmean"), .flops = elementwise_flops_of});
+    .kernel = outside_pmap, .vjp = self_transpose("pmean"), .flops = elementwise_flops_of,
+    .batch = reduce_rule("reduce_sum", true), .batch_always = true});
 // pmax/pmin have no VJP, as in JAX.
 static Register reg_pmax("pmax", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) { return same_numeric(in, a, false); },
-    .kernel = outside_pmap});
+    .kernel = outside_pmap, .batch = reduce_rule("reduce_max", false), .batch_always = true});
 static Register reg_pmin("pmin", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) { return same_numeric(in, a, false); },
-    .kernel = outside_pmap});
+    .kernel = outside_pmap, .batch = reduce_rule("reduce_min", false), .batch_always = true});
 static Register reg_all_gather("all_gather", PrimDef{
-    .shape = all_gather_shape, .kernel = outside_pmap, .vjp = all_gather_vjp});
+    .shape = all_gather_shape, .kernel = outside_pmap, .vjp = all_gather_vjp, .batch = all_gather_batch,
+    .batch_always = true});
 static Register reg_ppermute("ppermute", PrimDef{
-    .shape = ppermute_shape, .kernel = outside_pmap, .vjp = ppermute_vjp});
+    .shape = ppermute_shape, .kernel = outside_pmap, .vjp = ppermute_vjp, .batch = ppermute_batch,
+    .batch_always = true});
 static Register reg_axis_index("axis_index", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       check_arity(in, 0);
       axis_size(a);
       return {AVal{DType::i32, {}}};
     },
-    .kernel = outside_pmap, .zero_grad = true});
+    .kernel = outside_pmap, .batch = axis_index_batch, .zero_grad = true, .batch_always = true});
 
 }  // namespace podlet

@@ -15,6 +15,7 @@
 // gives exactly the unfused graph's bits; elementwise, so any thread count gives the
 // same bits too.
 #include "podlet/prims/common.h"
+#include "podlet/ir/batch_ops.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/prims/fused_ops.h"
 #include "podlet/prims/reduce_ops.h"
@@ -477,13 +478,39 @@ std::vector<AVal> fused_shape(const std::vector<AVal>& in, const Attrs& a) {
   return out;
 }
 
-static Register reg_fused("fused_elementwise", PrimDef{
+// vmap: the iteration space gets the mapped axis in front. A batched input (contiguous
+// [B, ...]) is loaded with stride = its element size along it, an unbatched one with
+// stride 0; outputs get it in front. Same instructions per element, same bits. A program
+// with reduced outputs (column sums over the whole space) runs as the batched loop
+// (batching::looped) instead, each element reduced on its own.
+std::vector<int> fused_batch(Graph& g, const BatchCtx& c, const std::vector<int>& in, const std::vector<int>& bd,
+                             std::vector<int>& ob) {
+  const Attrs& a = c.n.attrs;
+  if (a.has("vmap_size") || !a.ints("reduced", {}).empty()) return batching::loop_rule(g, c, in, bd, ob);
+  const int64_t B = c.size;
+  std::vector<int64_t> loads, outs;
+  for (const LoadSpec& l : decode_loads(a.ints("loads"))) {
+    Shape dims = batching::with_batch(l.dims, B), st = l.st;
+    st.insert(st.begin(), bd.at(l.input) >= 0 ? c.in_avals.at(l.input).size() : 0);
+    append_load(loads, l.input, dims, st);
+  }
+  for (const OutSpec& o : decode_outs(a.ints("outs"))) append_out(outs, o.slot, batching::with_batch(o.shape, B));
+  Attrs b = a;
+  b.set("n", a.i("n") * B);
+  b.set("loads", loads);
+  b.set("outs", outs);
+  b.set("flops", a.f("flops", 0.0) * double(B));
+  return batching::reapply(g, c, in, b, ob);
+}
+
+static Register reg_fused("fused_elementwise", batching::looped(PrimDef{
     .shape = fused_shape,
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       run_program(parse(a), in, out);
     },
     .vjp = nullptr,  // fusion runs on graphs about to execute, after autodiff
-    .flops = [](const std::vector<AVal>&, const std::vector<AVal>&, const Attrs& a) { return a.f("flops", 0.0); }});
+    .flops = [](const std::vector<AVal>&, const std::vector<AVal>&, const Attrs& a) { return a.f("flops", 0.0); },
+    .batch = fused_batch}));
 
 }  // namespace
 }  // namespace podlet

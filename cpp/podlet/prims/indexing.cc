@@ -7,6 +7,7 @@
 // of the updates, whatever the thread count (work is split by destination, never by
 // update), and bf16 accumulates in f32 with one rounding at the end.
 #include "podlet/prims/common.h"
+#include "podlet/ir/batch_ops.h"
 #include <cstring>
 
 namespace podlet {
@@ -92,6 +93,64 @@ void copy_buffer(const Array& src, Array& dst) {
   parallel_for(int64_t(src.nbytes()), kGrain * 4, [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, size_t(e - b)); });
 }
 
+// ---- batching rules (vmap) --------------------------------------------------------------
+// Unbatched indices: the axis moves past the mapped one. Batched indices: the per-element
+// gather / scatter along `axis` is the along-axis form with the mapped axis as a
+// broadcast dim: indices flattened to [B, 1.., m, 1..] against operand [B|1, pre, n, post].
+// Copies and scatters walk the updates in the same order, so the bits are the loop's.
+namespace bt = batching;
+using Ids = std::vector<int>;
+
+int64_t elem_axis(const BatchCtx& c) { return take_axis(c.in_avals[0], c.n.attrs); }
+Attrs with_axis(const BatchCtx& c, int64_t axis) { Attrs a = c.n.attrs; a.set("axis", axis); return a; }
+// x with a leading 1 when unbatched (it then broadcasts against the batched indices).
+int lead(Graph& g, int x, int bdim) {
+  if (bdim >= 0) return x;
+  return reshape(g, x, bt::with_batch(g.aval(x).shape, 1));
+}
+// Batched indices [B, is...] as [B, 1 x axis, m, 1 x post] for an operand of rank r.
+int along_indices(Graph& g, int idx, int64_t size, int64_t axis, size_t r) {
+  Shape s(r + 1, 1);
+  s[0] = size;
+  s[axis + 1] = numel(g.aval(idx).shape) / std::max<int64_t>(size, 1);
+  return reshape(g, idx, s);
+}
+
+Ids take_batch(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const int64_t axis = elem_axis(c);
+  if (bd[1] < 0) return bt::reapply(g, c, in, with_axis(c, axis + 1), ob);
+  const Shape xs = c.in_avals[0].shape;
+  int x = lead(g, in[0], bd[0]);
+  int idx = along_indices(g, in[1], c.size, axis, xs.size());
+  int y = g.add1("take_along_axis", {x, idx}, {{"axis", axis + 1}});
+  ob = {0};
+  return {reshape(g, y, bt::with_batch(c.out_avals[0].shape, c.size))};
+}
+
+Ids scatter_add_batch(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const int64_t axis = elem_axis(c);
+  int x = bt::materialize(g, in[0], bd[0], c.size), u = bt::materialize(g, in[2], bd[2], c.size);
+  if (bd[1] < 0) return bt::reapply(g, c, {x, in[1], u}, with_axis(c, axis + 1), ob);
+  const Shape xs = c.in_avals[0].shape;
+  int idx = along_indices(g, in[1], c.size, axis, xs.size());
+  Shape us = bt::with_batch(xs, c.size);
+  us[axis + 1] = g.aval(idx).shape[axis + 1];
+  u = reshape(g, u, us);
+  ob = {0};
+  return {g.add1("scatter_add_along_axis", {x, idx, u}, {{"axis", axis + 1}})};
+}
+
+Ids take_along_batch(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const int64_t axis = elem_axis(c);
+  return bt::reapply(g, c, {lead(g, in[0], bd[0]), lead(g, in[1], bd[1])}, with_axis(c, axis + 1), ob);
+}
+
+Ids scatter_along_batch(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const int64_t axis = elem_axis(c);
+  return bt::reapply(g, c, {bt::materialize(g, in[0], bd[0], c.size), lead(g, in[1], bd[1]),
+                            bt::materialize(g, in[2], bd[2], c.size)}, with_axis(c, axis + 1), ob);
+}
+
 // ---- take / scatter_add ---------------------------------------------------------------
 
 static Register reg_take("take", PrimDef{
@@ -123,7 +182,7 @@ static Register reg_take("take", PrimDef{
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       return {g.add1("scatter_add", {zeros_like(g, n.in[0]), n.in[1], ct[0]}, n.attrs), -1};
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = take_batch});
 
 static Register reg_scatter_add("scatter_add", PrimDef{
     // updates must have the shape take(operand, idx, axis) would have.
@@ -173,7 +232,7 @@ static Register reg_scatter_add("scatter_add", PrimDef{
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       return {ct[0], -1, g.add1("take", {ct[0], n.in[1]}, n.attrs)};
     },
-    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) { return double(in[2].size()); }});
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) { return double(in[2].size()); }, .batch = scatter_add_batch});
 
 // ---- take_along_axis / scatter_add_along_axis -----------------------------------------
 // x and idx have the same rank; on every dim but `axis` their sizes broadcast (equal or
@@ -243,7 +302,7 @@ static Register reg_take_along_axis("take_along_axis", PrimDef{
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       return {g.add1("scatter_add_along_axis", {zeros_like(g, n.in[0]), n.in[1], ct[0]}, n.attrs), -1};
     },
-    .flops = nullptr});
+    .flops = nullptr, .batch = take_along_batch});
 
 static Register reg_scatter_add_along_axis("scatter_add_along_axis", PrimDef{
     // updates must have the shape take_along_axis(operand, idx, axis) would have.
@@ -304,7 +363,7 @@ static Register reg_scatter_add_along_axis("scatter_add_along_axis", PrimDef{
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       return {ct[0], -1, g.add1("take_along_axis", {ct[0], n.in[1]}, n.attrs)};
     },
-    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) { return double(in[2].size()); }});
+    .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) { return double(in[2].size()); }, .batch = scatter_along_batch});
 
 }  // namespace
 }  // namespace podlet

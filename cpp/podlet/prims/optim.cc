@@ -35,6 +35,7 @@
 // max_norm, not grad * (max_norm / gnorm): the latter differs by up to an ulp.
 // bc1 = 1 - b1**count and bc2 are computed by the caller in f32, as optax does.
 #include "podlet/prims/common.h"
+#include "podlet/ir/batch_ops.h"
 #include <cmath>
 #include "podlet/kernels/optim.h"
 
@@ -265,9 +266,25 @@ double adamw_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const 
   return per * double(in.at(0).size());
 }
 
+// vmap: the update is elementwise over the arrays, so with the same scalars for every
+// element the node runs once on the batched arrays; per-element scalars (lr, gnorm, bc1,
+// bc2) make it the batched loop (batching::looped): each element's update with its own
+// scalars, the bits of the unbatched kernel.
+std::vector<int> adamw_batch(Graph& g, const BatchCtx& c, const std::vector<int>& in, const std::vector<int>& bd,
+                             std::vector<int>& ob) {
+  bool scalars = c.n.attrs.has("vmap_size");
+  for (int k = 4; k < 8; ++k) scalars |= bd[k] >= 0;
+  if (scalars) return batching::loop_rule(g, c, in, bd, ob);
+  std::vector<int> x(in);
+  for (size_t k = 0; k < in.size(); ++k)
+    if (k < 4 || k == 8) x[k] = batching::materialize(g, in[k], bd[k], c.size);
+  return batching::reapply(g, c, x, c.n.attrs, ob);
+}
+
 }  // namespace
 
-static Register reg_adamw_update("adamw_update", PrimDef{
-    .shape = adamw_shape, .kernel = adamw_kernel, .vjp = nullptr, .flops = adamw_flops, .zero_grad = true});
+static Register reg_adamw_update("adamw_update", batching::looped(PrimDef{
+    .shape = adamw_shape, .kernel = adamw_kernel, .vjp = nullptr, .flops = adamw_flops, .batch = adamw_batch,
+    .zero_grad = true}));
 
 }  // namespace podlet

@@ -26,9 +26,14 @@
 //   random_truncated_normal(key, lower, upper; shape) -> float
 //   random_randint(key, minval, maxval; shape, dtype) -> int32 / uint32 / uint8
 //   random_permutation_indices(key; shape, axis)      -> int32 (jax's sort-based shuffle)
+// vmap: threefry2x32 broadcasts like any elementwise primitive; every other primitive
+// here runs batched keys (and batched parameters) as one node whose kernel draws element
+// b from key b exactly as the unbatched kernel would (batching::looped, attr vmap_size):
+// vmap over keys gives the bits of a loop over keys, as in jax.
 // Every sampler takes attr `partitionable` (default 1 = jax's default); 0 reproduces
 // jax_threefry_partitionable=False.
 #include "podlet/prims/common.h"
+#include "podlet/ir/batch_ops.h"
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -754,9 +759,9 @@ static Register reg_threefry("threefry2x32", PrimDef{
         }
       });
     },
-    .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .vjp = nullptr, .flops = nullptr, .batch = batching::elementwise, .zero_grad = true});
 
-static Register reg_seed("random_seed", PrimDef{
+static Register reg_seed("random_seed", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs&) -> std::vector<AVal> {
       check_arity(in, 1);
       if (!in[0].shape.empty()) throw ShapeError(fmt("PRNG key seed must be a scalar, got shape ", shape_str(in[0].shape)));
@@ -770,9 +775,9 @@ static Register reg_seed("random_seed", PrimDef{
       k[0] = 0;
       k[1] = uint32_t(int64_t(get_as_double(in[0], 0)));
     },
-    .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_split("random_split", PrimDef{
+static Register reg_split("random_split", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       check_arity(in, 1);
       check_key(in[0]);
@@ -783,9 +788,9 @@ static Register reg_split("random_split", PrimDef{
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       split_keys(read_key(in[0]), out[0].size() / 2, partitionable_attr(a), out[0].data<uint32_t>());
     },
-    .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_fold_in("random_fold_in", PrimDef{
+static Register reg_fold_in("random_fold_in", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs&) -> std::vector<AVal> {
       check_arity(in, 2);
       check_key(in[0]);
@@ -801,9 +806,9 @@ static Register reg_fold_in("random_fold_in", PrimDef{
       out[0].data<uint32_t>()[0] = p.a;
       out[0].data<uint32_t>()[1] = p.b;
     },
-    .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_bits("random_bits", PrimDef{
+static Register reg_bits("random_bits", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       int64_t w = a.i("bit_width", 32);
       if (w != 8 && w != 32)
@@ -819,9 +824,9 @@ static Register reg_bits("random_bits", PrimDef{
         else src.fill(b, e - b, out[0].data<uint8_t>() + b);
       });
     },
-    .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_uniform("random_uniform", PrimDef{
+static Register reg_uniform("random_uniform", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       check_arity(in, 3);
       check_float(in[1].dtype, "minval");
@@ -831,9 +836,9 @@ static Register reg_uniform("random_uniform", PrimDef{
       check_param(in[2], out[0].shape, "maxval");
       return out;
     },
-    .kernel = uniform_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .kernel = uniform_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_bernoulli("random_bernoulli", PrimDef{
+static Register reg_bernoulli("random_bernoulli", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       check_arity(in, 2);
       check_float(in[1].dtype, "bernoulli probability p");
@@ -843,17 +848,17 @@ static Register reg_bernoulli("random_bernoulli", PrimDef{
       check_param(in[1], out[0].shape, "p");
       return out;
     },
-    .kernel = bernoulli_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .kernel = bernoulli_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_normal("random_normal", PrimDef{
+static Register reg_normal("random_normal", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       DType d = dtype_from_name(a.s("dtype", "float32"));
       check_float(d, "normal dtype");
       return sampler_shape(in, a, 1, d);
     },
-    .kernel = normal_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .kernel = normal_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_truncated_normal("random_truncated_normal", PrimDef{
+static Register reg_truncated_normal("random_truncated_normal", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       check_arity(in, 3);
       check_float(in[1].dtype, "lower");
@@ -863,9 +868,9 @@ static Register reg_truncated_normal("random_truncated_normal", PrimDef{
       check_param(in[2], out[0].shape, "upper");
       return out;
     },
-    .kernel = truncated_normal_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .kernel = truncated_normal_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_randint("random_randint", PrimDef{
+static Register reg_randint("random_randint", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       check_arity(in, 3);
       for (int i : {1, 2})
@@ -878,9 +883,9 @@ static Register reg_randint("random_randint", PrimDef{
       check_param(in[2], out[0].shape, "maxval");
       return out;
     },
-    .kernel = randint_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .kernel = randint_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
-static Register reg_permutation("random_permutation_indices", PrimDef{
+static Register reg_permutation("random_permutation_indices", batching::looped(PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       auto out = sampler_shape(in, a, 1, DType::i32);
       if (out[0].shape.empty()) throw ShapeError("permutation needs a shape of rank >= 1");
@@ -888,7 +893,7 @@ static Register reg_permutation("random_permutation_indices", PrimDef{
       if (out[0].size() > INT32_MAX) throw ValueError("permutation of more than 2**31 - 1 elements");
       return out;
     },
-    .kernel = permutation_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true});
+    .kernel = permutation_kernel, .vjp = nullptr, .flops = nullptr, .zero_grad = true}));
 
 }  // namespace
 }  // namespace podlet

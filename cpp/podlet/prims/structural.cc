@@ -74,24 +74,106 @@ Ids batch_slice(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& 
   if (!str.empty()) a.set("strides", str);
   return bt::reapply(g, c, in, a, ob);
 }
-// Start indices must be the same for the whole batch: the mapped axis gets start 0 and
-// its full size. (Per-element starts would be a gather.)
-Ids batch_dynamic_slice(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
-  for (size_t k = 1; k < in.size(); ++k)
-    if (bd[k] >= 0) bt::no_rule(c, "with start indices that differ across the mapped axis is not supported");
-  Attrs a = c.n.attrs;
-  a.set("slice_sizes", bt::with_batch(a.ints("slice_sizes"), c.size));
-  Ids x = {in[0], g.add_const(full(in.size() > 1 ? g.aval(in[1]).dtype : DType::i32, {}, 0.0))};
-  x.insert(x.end(), in.begin() + 1, in.end());
-  return bt::reapply(g, c, x, a, ob);
+// Unbatched start indices: the mapped axis gets start 0 and its full size. Batched ones
+// (a start per element): the per-element window along each such dim is a gather,
+// take_along_axis with indices clamp(start) + iota(size) (XLA's clamp, so the window
+// fits), of the window the unbatched dims give.
+int i32_start(Graph& g, int s) {
+  const DType d = g.aval(s).dtype;
+  return d == DType::i32 ? s : convert(g, s, DType::i32);
 }
+// The element's start along a dim of size `dim` for a window of `size`, clamped to
+// [0, dim - size] in int32, shaped [B, 1, ...] (rank r + 1) with the mapped size at
+// position 0 (or [1, ...] when unbatched).
+int clamped_start(Graph& g, int s, int sbd, int64_t dim, int64_t size, size_t r) {
+  const DType d = g.aval(s).dtype;
+  if (d == DType::u32 || d == DType::u8)  // clamp above before the cast (no wrap to negative)
+    s = g.add1("min", {s, g.add_const(full(d, {}, double(std::min<int64_t>(dim - size, d == DType::u8 ? 255 : 0xFFFFFFFFll))))});
+  s = i32_start(g, s);
+  s = g.add1("clamp", {g.add_const(full(DType::i32, {}, 0.0)), s, g.add_const(full(DType::i32, {}, double(dim - size)))});
+  Shape sh(r + 1, 1);
+  if (sbd >= 0) sh[0] = g.aval(s).shape[0];
+  return reshape(g, s, sh);
+}
+// iota(n) along dim d + 1 of a rank r + 1 array of ones elsewhere.
+int iota_along(Graph& g, int64_t n, size_t d, size_t r) {
+  Shape sh(r + 1, 1);
+  sh[d + 1] = n;
+  return g.add1("iota", {}, {{"shape", sh}, {"dimension", int64_t(d + 1)}, {"dtype", std::string("int32")}});
+}
+
+Ids batch_dynamic_slice(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
+  const Shape xs = c.in_avals[0].shape;
+  const size_t r = xs.size();
+  Shape sizes = c.n.attrs.ints("slice_sizes");
+  // First the unbatched starts (batched dims keep their full extent), as one dynamic_slice.
+  Shape sz1 = sizes;
+  Ids starts = {g.add_const(full(DType::i32, {}, 0.0))};
+  bool any_b = false;
+  for (size_t d = 0; d < r; ++d) {
+    if (bd[d + 1] >= 0) { any_b = true; sz1[d] = xs[d]; starts.push_back(g.add_const(full(DType::i32, {}, 0.0))); }
+    else starts.push_back(in[d + 1]);
+  }
+  if (!any_b) {
+    Attrs a = c.n.attrs;
+    a.set("slice_sizes", bt::with_batch(sizes, c.size));
+    Ids x = {in[0]};
+    x.insert(x.end(), starts.begin(), starts.end());
+    return bt::reapply(g, c, x, a, ob);
+  }
+  int x = in[0];
+  int xb = bd[0];
+  if (sz1 != xs) {
+    Shape full_sz = sz1;
+    full_sz.insert(full_sz.begin(), xb >= 0 ? c.size : 1);
+    if (xb < 0) x = reshape(g, x, bt::with_batch(xs, 1));
+    Ids args = {x};
+    args.insert(args.end(), starts.begin(), starts.end());
+    x = g.add1("dynamic_slice", args, {{"slice_sizes", full_sz}});
+  } else if (xb < 0) {
+    x = reshape(g, x, bt::with_batch(xs, 1));
+  }
+  for (size_t d = 0; d < r; ++d) {
+    if (bd[d + 1] < 0) continue;
+    int st = clamped_start(g, in[d + 1], bd[d + 1], xs[d], sizes[d], r);
+    int idx = add(g, st, iota_along(g, sizes[d], d, r));  // [B, 1.., size_d, 1..]
+    x = g.add1("take_along_axis", {x, idx}, {{"axis", int64_t(d + 1)}});
+  }
+  ob = {0};
+  return {x};  // every batched start made it [B, sizes...]
+}
+// A per-element start along some dim: the element's update is gathered to the operand's
+// shape (position p reads update[clamp(p - start)]) and selected where p lies in the
+// element's window.
 Ids batch_dynamic_update_slice(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
-  for (size_t k = 2; k < in.size(); ++k)
-    if (bd[k] >= 0) bt::no_rule(c, "with start indices that differ across the mapped axis is not supported");
-  Ids x = {bt::materialize(g, in[0], bd[0], c.size), bt::materialize(g, in[1], bd[1], c.size),
-           g.add_const(full(in.size() > 2 ? g.aval(in[2]).dtype : DType::i32, {}, 0.0))};
-  x.insert(x.end(), in.begin() + 2, in.end());
-  return bt::reapply(g, c, x, c.n.attrs, ob);
+  bool any_b = false;
+  for (size_t k = 2; k < in.size(); ++k) any_b |= bd[k] >= 0;
+  Ids x = {bt::materialize(g, in[0], bd[0], c.size), bt::materialize(g, in[1], bd[1], c.size)};
+  if (!any_b) {
+    x.push_back(g.add_const(full(in.size() > 2 ? g.aval(in[2]).dtype : DType::i32, {}, 0.0)));
+    x.insert(x.end(), in.begin() + 2, in.end());
+    return bt::reapply(g, c, x, c.n.attrs, ob);
+  }
+  const Shape xs = c.in_avals[0].shape, us = c.in_avals[1].shape;
+  const size_t r = xs.size();
+  ob = {0};
+  if (numel(us) == 0) return {x[0]};
+  int u = x[1], mask = -1;
+  for (size_t d = 0; d < r; ++d) {
+    int st = clamped_start(g, in[d + 2], bd[d + 2], xs[d], us[d], r);
+    int p = iota_along(g, xs[d], d, r);
+    int rel = sub(g, p, st);  // [B|1, 1.., xs[d], 1..]
+    int lo = g.add1("ge", {rel, g.add_const(full(DType::i32, {}, 0.0))});
+    int hi = g.add1("lt", {rel, g.add_const(full(DType::i32, {}, double(us[d])))});
+    int in_win = g.add1("and", {lo, hi});
+    mask = mask < 0 ? in_win : g.add1("and", {mask, in_win});
+    if (us[d] != xs[d] || bd[d + 2] >= 0) {
+      int idx = g.add1("clamp", {g.add_const(full(DType::i32, {}, 0.0)), rel,
+                                 g.add_const(full(DType::i32, {}, double(us[d] - 1)))});
+      u = g.add1("take_along_axis", {u, idx}, {{"axis", int64_t(d + 1)}});
+    }
+  }
+  return {g.add1("select", {mask, u, x[0]})};
 }
 Ids batch_concatenate(Graph& g, const BatchCtx& c, const Ids& in, const Ids& bd, Ids& ob) {
   Attrs a = c.n.attrs;
@@ -548,6 +630,10 @@ static Register reg_iota("iota", PrimDef{
     },
     .vjp = nullptr,
     .flops = nullptr,
+    // No inputs, so never batched: the rule only restates that (the same iota for every element).
+    .batch = [](Graph& g, const BatchCtx& c, const Ids& in, const Ids&, Ids& ob) {
+      return bt::reapply(g, c, in, c.n.attrs, ob, -1);
+    },
     .zero_grad = true});
 
 // ---- stop_gradient / copy -------------------------------------------------------------

@@ -13,6 +13,7 @@
 // results do not depend on the thread count.
 #include "podlet/prims/common.h"
 #include "podlet/kernels/pool.h"
+#include "podlet/ir/batch_ops.h"
 #include <cmath>
 #include <limits>
 
@@ -521,6 +522,53 @@ double window_flops_for(const Shape& operand, const Attrs& a) {
   return double(q.out_outer()) * double(q.inner) * double(q.win_size());
 }
 
+// ---- batching rule (vmap) ---------------------------------------------------------------
+// Every window attr covers every dim of the operand (`operand` = the input whose shape the
+// window walks, or attr operand_shape). When dim 0 has a trivial window (NHWC's N: window
+// 1, stride 1, no padding), the mapped axis folds into it: [B, N, ...] -> [B*N, ...], the
+// attrs stay and the image-pool kernels still apply. Otherwise the mapped axis becomes a
+// new leading dim with a trivial window. Either way each element's windows are reduced
+// exactly as unbatched.
+BatchRule window_batch(int operand) {
+  return [operand](Graph& g, const BatchCtx& c, const std::vector<int>& in, const std::vector<int>& bd,
+                   std::vector<int>& ob) -> std::vector<int> {
+    Attrs a = c.n.attrs;
+    const bool has_os = a.has("operand_shape");
+    const Shape os = has_os ? a.ints("operand_shape") : c.in_avals.at(operand).shape;
+    const size_t r = os.size();
+    Shape win = a.ints("window_dimensions"), str = a.ints("window_strides", Shape(r, 1)),
+          pad = a.ints("padding", Shape(2 * r, 0));
+    std::vector<int> x = batching::materialize_all(g, in, bd, c.size);
+    const bool fold = r >= 1 && win.size() == r && str.size() == r && pad.size() == 2 * r && win[0] == 1 &&
+                      str[0] == 1 && pad[0] == 0 && pad[1] == 0;
+    ob.assign(c.out_avals.size(), 0);
+    if (!fold) {
+      win.insert(win.begin(), 1);
+      str.insert(str.begin(), 1);
+      pad.insert(pad.begin(), {0, 0});
+      a.set("window_dimensions", win);
+      a.set("window_strides", str);
+      a.set("padding", pad);
+      if (has_os) a.set("operand_shape", batching::with_batch(os, c.size));
+      return g.add(*c.n.prim, x, a, c.n.where);
+    }
+    for (auto& v : x) {
+      Shape s = g.aval(v).shape;  // [B, d0, ...]
+      Shape t(s.begin() + 1, s.end());
+      t[0] *= c.size;
+      v = ops::reshape(g, v, t);
+    }
+    if (has_os) {
+      Shape t = os;
+      t[0] *= c.size;
+      a.set("operand_shape", t);
+    }
+    auto out = g.add(*c.n.prim, x, a, c.n.where);
+    for (size_t k = 0; k < out.size(); ++k) out[k] = ops::reshape(g, out[k], batching::with_batch(c.out_avals[k].shape, c.size));
+    return out;
+  };
+}
+
 static Register reg_reduce_window("reduce_window", PrimDef{
     .shape = reduce_window_shape,
     .kernel = reduce_window_kernel,
@@ -533,7 +581,8 @@ static Register reg_reduce_window("reduce_window", PrimDef{
       return {g.add1("reduce_window_sum_transpose", {ct[0]}, wa)};
     },
     .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
-      return window_flops_for(in[0].shape, a); }});
+      return window_flops_for(in[0].shape, a); },
+    .batch = window_batch(0)});
 
 static Register reg_sum_transpose("reduce_window_sum_transpose", PrimDef{
     .shape = sum_transpose_shape,
@@ -544,7 +593,8 @@ static Register reg_sum_transpose("reduce_window_sum_transpose", PrimDef{
       return {g.add1("reduce_window", {ct[0]}, wa)};
     },
     .flops = [](const std::vector<AVal>&, const std::vector<AVal>& out, const Attrs& a) {
-      return window_flops_for(out[0].shape, a); }});
+      return window_flops_for(out[0].shape, a); },
+    .batch = window_batch(0)});
 
 static Register reg_scatter("select_and_scatter_add", PrimDef{
     .shape = scatter_shape,
@@ -555,21 +605,24 @@ static Register reg_scatter("select_and_scatter_add", PrimDef{
       return {g.add1("select_and_gather_add", {ct[0], n.in[1]}, wa), -1};
     },
     .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
-      return window_flops_for(in[1].shape, a); }});
+      return window_flops_for(in[1].shape, a); },
+    .batch = window_batch(1)});
 
 static Register reg_argmax("reduce_window_argmax", PrimDef{
     .shape = argmax_shape,
     .kernel = argmax_kernel,
     .vjp = nullptr,  // made by ir/pool_fusion.cc in graphs about to run, after autodiff
     .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
-      return window_flops_for(in[0].shape, a); }});
+      return window_flops_for(in[0].shape, a); },
+    .batch = window_batch(0)});
 
 static Register reg_scatter_at("scatter_add_at_argmax", PrimDef{
     .shape = scatter_at_shape,
     .kernel = scatter_at_kernel,
     .vjp = nullptr,
     .flops = [](const std::vector<AVal>&, const std::vector<AVal>& out, const Attrs& a) {
-      return window_flops_for(out[0].shape, a); }});
+      return window_flops_for(out[0].shape, a); },
+    .batch = window_batch(0)});
 
 static Register reg_gather("select_and_gather_add", PrimDef{
     .shape = gather_shape,
@@ -579,7 +632,8 @@ static Register reg_gather("select_and_gather_add", PrimDef{
       return {g.add1("select_and_scatter_add", {ct[0], n.in[1]}, wa), -1};
     },
     .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
-      return window_flops_for(in[1].shape, a); }});
+      return window_flops_for(in[1].shape, a); },
+    .batch = window_batch(1)});
 
 }  // namespace
 }  // namespace podlet
