@@ -233,9 +233,7 @@ def test_jacobian_input_dtype_errors():
         podlet.jacrev(lambda x: x.astype(np.int32))(_P(np.ones(3)))
 
 
-@pytest.mark.parametrize("name", ["tanh_quartic", "softmax_ce", "two_args", "prod", pytest.param(
-    "max_pool", marks=pytest.mark.xfail(reason="needs a batching rule for select_and_scatter_add "
-                                              "(being added on the batching-rules branch)", strict=False))])
+@pytest.mark.parametrize("name", ["tanh_quartic", "softmax_ce", "two_args", "prod", "max_pool"])
 def test_hessian_matches_jax(name):
     def make(m, lax):
         def ce(x):
