@@ -322,3 +322,19 @@ def test_cumprod_second_order():
         np.testing.assert_allclose(_np(podlet.hessian(f)(_P(x))), jax.hessian(fj)(x), rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(_np(podlet.jvp(f, (_P(x),), (_P(np.ones(5)),))[1]),
                                    jax.jvp(fj, (x,), (np.ones(5),))[1], rtol=1e-12)
+
+
+def _cf_fns(m, lax):
+    return {
+        "scan": lambda x: lax.scan(lambda c, a: (m.sin(c) * a, c * a), x[0], x)[1],
+        "cond": lambda x: lax.cond(x[0] > 0, lambda v: m.sin(v), lambda v: v ** 2, x),
+        "fori_loop": lambda x: lax.fori_loop(0, 3, lambda i, v: m.tanh(v) * 1.5, x),
+    }
+
+
+@pytest.mark.parametrize("name", ["scan", "cond", "fori_loop"])
+def test_forward_mode_through_control_flow(name):
+    fp, fj = _cf_fns(pnp, plax)[name], _cf_fns(jnp_jax, jax.lax)[name]
+    x, v = np.array([0.3, -0.7, 1.1]), np.array([1.0, 0.5, -2.0])
+    np.testing.assert_allclose(_np(podlet.jvp(fp, (_P(x),), (_P(v),))[1]), jax.jvp(fj, (x,), (v,))[1], rtol=1e-12)
+    np.testing.assert_allclose(_np(podlet.jacfwd(fp)(_P(x))), jax.jacfwd(fj)(x), rtol=1e-12, atol=1e-15)
