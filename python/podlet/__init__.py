@@ -38,6 +38,8 @@ from ._src.core import (Array, jit, grad, value_and_grad, vjp, device_get, block
                         make_graph, eval_shape, ShapeDtypeStruct)
 from ._src.config import config  # noqa: E402
 from ._src.batching import vmap  # noqa: E402
+from ._src.forward import jvp, linearize, jacfwd, jacrev, jacobian, hessian, linear_transpose  # noqa: E402
+from ._src.custom_derivatives import custom_vjp, custom_jvp  # noqa: E402
 from ._src.remat import checkpoint, remat, checkpoint_policies  # noqa: E402
 from . import ad_checkpoint  # noqa: E402
 from . import numpy  # noqa: E402  (installs Array/Tracer methods)
@@ -47,7 +49,9 @@ from . import nn  # noqa: E402
 from .profiler import profile  # noqa: E402  (podlet.profile; PODLET_PROFILE=1)
 
 __version__ = "0.1.0"
-__all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "vmap", "checkpoint", "remat", "checkpoint_policies", "device_get", "block_until_ready", "pmap",
+__all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "vmap", "jvp", "linearize", "jacfwd", "jacrev",
+           "jacobian", "hessian", "linear_transpose", "custom_vjp", "custom_jvp", "checkpoint", "remat",
+           "checkpoint_policies", "device_get", "block_until_ready", "pmap",
            "devices", "local_devices", "device_count", "local_device_count", "process_count", "process_index",
            "tree_util", "numpy", "lax", "random", "nn", "config", "PodletError", "ShapeError", "DTypeError"]
 

@@ -416,9 +416,17 @@ static Register reg_cumsum("cumsum", PrimDef{
     },
     .flops = cum_flops, .batch = batching::axes_attr({"axis"})});
 
-// cumprod/cummax/cummin: forward only (cumprod is the helper of reduce_prod's VJP).
+// cummax/cummin: forward only. cumprod's VJP (needed by grad-of-grad and forward mode
+// of reduce_prod, whose VJP uses cumprod): dx_j = sum over the outputs i that include
+// x_j of ct_i * y_i / x_j, a running sum in the other direction divided by x. Not
+// exact where x_j == 0 (JAX's associative-scan rule is); reduce_prod's own VJP is.
+std::vector<int> cumprod_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
+  int s = g.add1("cumsum", {mul(g, ct[0], n.out[0])},
+                 {{"axis", n.attrs.i("axis")}, {"reverse", int64_t(n.attrs.i("reverse", 0) ? 0 : 1)}});
+  return {div(g, s, n.in[0])};
+}
 static Register reg_cumprod("cumprod", PrimDef{
-    .shape = cum_shape_nobool, .kernel = cum_kernel_for<ProdOp>(false), .vjp = nullptr, .flops = cum_flops, .batch = batching::axes_attr({"axis"})});
+    .shape = cum_shape_nobool, .kernel = cum_kernel_for<ProdOp>(false), .vjp = cumprod_vjp, .flops = cum_flops, .batch = batching::axes_attr({"axis"})});
 static Register reg_cummax("cummax", PrimDef{
     .shape = cum_shape, .kernel = cum_kernel_for<MaxOp>(true), .vjp = nullptr, .flops = cum_flops, .batch = batching::axes_attr({"axis"})});
 static Register reg_cummin("cummin", PrimDef{
