@@ -18,27 +18,6 @@ from .core import (Array, Tracer, _Traced, _abstractify_all, _top_trace, _trace_
                    _reraise_with_location)
 from .errors import PodletError
 
-_NOT_MAPPED = None
-
-
-def _axes_per_leaf(what, axes, tree, n_leaves):
-    if axes is None or isinstance(axes, int):
-        return [axes] * n_leaves
-    if isinstance(axes, list):
-        axes = tuple(axes)
-    prefix = tree_util.tree_structure(axes, is_leaf=lambda x: x is None)
-    specs = tree_util.tree_leaves(axes, is_leaf=lambda x: x is None)
-    try:
-        subtrees = prefix.flatten_up_to(tree)
-    except ValueError as e:
-        raise ValueError(f"vmap {what} {axes!r} is not a tree prefix of the {'arguments' if what == 'in_axes' else 'outputs'}: {e}") from None
-    out = []
-    for spec, sub in zip(specs, subtrees):
-        if spec is not None and not isinstance(spec, int):
-            raise TypeError(f"vmap {what} entries must be int or None, got {spec!r}")
-        out.extend([spec] * len(tree_util.tree_leaves(sub)))
-    return out
-
 
 def _moveaxis(x, src, dst):
     nd = len(x.shape)
@@ -78,8 +57,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             raise ValueError(f"vmap in_axes must be an int, None, or a tuple of entries corresponding to the "
                              f"positional arguments passed to the function, but got len(in_axes)={len(in_axes)}, "
                              f"len(args)={len(args)}")
-        arg_leaves = tree_util.tree_leaves(args)
-        axes = _axes_per_leaf("in_axes", in_axes, args, len(arg_leaves))
+        axes = _pmap._axes_per_leaf(in_axes, args, "vmap in_axes")
         kw_leaves = tree_util.tree_leaves(kwargs)
         axes = axes + [0] * len(kw_leaves)
         leaves, in_tree = tree_util.tree_flatten((args, kwargs))
@@ -136,7 +114,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             if w:
                 o.weak_type = True
         out_struct = tree_util.tree_unflatten(entry.out_tree, list(range(len(outs))))
-        oaxes = _axes_per_leaf("out_axes", out_axes, out_struct, len(outs))
+        oaxes = _pmap._axes_per_leaf(out_axes, out_struct, "vmap out_axes", "outputs")
         res = []
         for o, b, oa in zip(outs, out_bd, oaxes):
             if oa is None:

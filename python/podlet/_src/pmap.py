@@ -240,8 +240,9 @@ def axis_size(axis_name):
 # ---------------------------------------------------------------------------------
 # pmap
 # ---------------------------------------------------------------------------------
-def _axes_per_leaf(in_axes, args):
-    """in_axes (an int/None or a tree prefix of args) -> one axis (int or None) per leaf."""
+def _axes_per_leaf(in_axes, args, what="pmap in_axes", whose="arguments"):
+    """in_axes (an int/None or a tree prefix of args) -> one axis (int or None) per leaf
+    (pmap's in_axes, vmap's in_axes and out_axes)."""
     if in_axes is None or isinstance(in_axes, int):
         return [in_axes] * len(tree_util.tree_leaves(args))
     if isinstance(in_axes, list):
@@ -251,11 +252,11 @@ def _axes_per_leaf(in_axes, args):
     try:
         subtrees = prefix.flatten_up_to(args)
     except ValueError as e:
-        raise ValueError(f"pmap in_axes {in_axes!r} is not a tree prefix of the arguments: {e}") from None
+        raise ValueError(f"{what} {in_axes!r} is not a tree prefix of the {whose}: {e}") from None
     out = []
     for spec, sub in zip(specs, subtrees):
         if spec is not None and not isinstance(spec, int):
-            raise TypeError(f"pmap in_axes entries must be int or None, got {spec!r}")
+            raise TypeError(f"{what} entries must be int or None, got {spec!r}")
         out.extend([spec] * len(tree_util.tree_leaves(sub)))
     return out
 
