@@ -286,7 +286,7 @@ def test_vmap_ensemble_stacked_params():
         v = m.init(jx.random.PRNGKey(0), jnp.asarray(x))
         res[name] = (m, v)
     pv, fv = res["podlet"][1], res["flax"][1]
-    assert to_np(pv)["params"]["ens"]["Dense_0"]["kernel"].shape == (4, 6, 8)
+    assert to_np(pv)["params"]["ens"]["Dense_1"]["kernel"].shape == (4, 6, 8)
     assert_trees(pv, fv, rtol=1e-6, atol=1e-7)
     k = to_np(pv)["params"]["ens"]["Dense_0"]["kernel"]
     assert not np.allclose(k[0], k[1])  # split rngs: members differ
@@ -319,7 +319,7 @@ def test_vmap_shared_params():
         m = make(nn, jnp)()
         res[name] = (m, m.init(jx.random.PRNGKey(0), jnp.asarray(x)))
     pv, fv = res["podlet"][1], res["flax"][1]
-    assert to_np(pv)["params"]["VmapMLP_0"]["Dense_0"]["kernel"].shape == (6, 8)
+    assert to_np(pv)["params"]["VmapMLP_0"]["Dense_1"]["kernel"].shape == (6, 8)
     assert_trees(pv, fv, rtol=1e-6, atol=1e-7)
     params = to_np(fv)
     assert_trees(res["podlet"][0].apply(params, pnp.asarray(x)), res["flax"][0].apply(params, jjnp.asarray(x)))
