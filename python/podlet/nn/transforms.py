@@ -437,7 +437,12 @@ def lift_scan(fn, variable_axes={}, variable_broadcast=False, variable_carry=Fal
         xs = (scan_vars, scan_keys, scanned_args)
         has_bcast_out = broadcast in tree_util.tree_leaves(out_axes_, is_leaf=_is_axis_leaf)
         constants_out = None
-        if check_constancy_invariants:
+        # The extra trace only matters when something can differ from a plain scan: rng
+        # streams (Flax's two traces advance the rng counters twice), broadcast
+        # collections (created inside the loop at init), or broadcast ys.
+        need_pre = (has_bcast_out or bool(tree_util.tree_leaves(keys))
+                    or not is_filter_empty(variable_broadcast))
+        if check_constancy_invariants and need_pre:
             # Flax traces the body once more to compute the broadcast outputs (variables
             # initialised inside the loop and broadcast ys) outside of the loop.
             broadcast_vars, constants_out = _broadcast_pass(body, broadcast_vars, (carry_vars, init), xs,
@@ -502,12 +507,10 @@ def _broadcast_pass(body, broadcast_vars, init, xs, out_axes, has_bcast_out):
     # graph over those inputs and check that no output became batched.
     try:
         _, out_bd = entry.graph.batch([0] * (n_c + len(x_leaves)) + [-1] * len(entry.captures), 1, "")
-        if any(b >= 0 for b in out_bd):
-            raise ValueError("broadcasted variable has a data dependency on the scan body.")
-    except ValueError:
-        raise
     except Exception:  # a primitive without a batching rule: skip the check
-        pass
+        out_bd = ()
+    if any(b >= 0 for b in out_bd):
+        raise ValueError("broadcasted variable has a data dependency on the scan body.")
     g = entry.graph
     g.dce()
     # Inputs the broadcast outputs don't read: any value of the right shape will do.
