@@ -66,7 +66,7 @@ def make_batch(rng, batch, seq_len, vocab):
     return tokens, labels
 
 
-def loss_fn(params, model, tokens, labels):
+def loss_fn(params, *, model, tokens, labels):
     logits = model.apply({"params": params}, tokens)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
@@ -92,7 +92,8 @@ def main(argv=None):
 
     @jax.jit
     def train_step(params, opt_state, tokens, labels):
-        loss, grads = jax.value_and_grad(loss_fn)(params, model, tokens, labels)
+        loss, grads = jax.value_and_grad(functools.partial(loss_fn, model=model))(params, tokens=tokens,
+                                                                                  labels=labels)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
