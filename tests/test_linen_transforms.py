@@ -631,3 +631,95 @@ def test_scan_under_vmap_and_dropout_rngs():
         outs[name] = (v, y)
     assert_trees(outs["podlet"][0], outs["flax"][0], rtol=1e-6, atol=1e-7)
     assert_trees(outs["podlet"][1], outs["flax"][1], rtol=1e-5, atol=1e-6)
+
+
+def test_scan_in_setup_and_jit_under_grad():
+    """Transforms built in setup() and nn.jit inside a differentiated apply."""
+    def make(nn, jnp):
+        Block, _ = make_transformer(nn, jnp)
+        MLP = make_mlp(nn, jnp)
+
+        class M(nn.Module):
+            def setup(self):
+                self.stack = nn.scan(Block, variable_axes={"params": 0}, split_rngs={"params": True},
+                                     length=2)(16, 2)
+                self.head = nn.jit(MLP)()
+
+            def __call__(self, x):
+                x, _ = self.stack(x, None)
+                return self.head(x)
+        return M
+
+    x = np.random.default_rng(0).standard_normal((2, 5, 16)).astype(np.float32)
+    outs = {}
+    for name, (nn, jnp, jx) in FW.items():
+        m = make(nn, jnp)()
+        v = m.init(jx.random.PRNGKey(0), jnp.asarray(x))
+        g = jx.grad(lambda p: jnp.mean(m.apply(p, jnp.asarray(x)) ** 2))(to_np(v))
+        outs[name] = (v, g)
+    assert to_np(outs["podlet"][0])["params"]["stack"]["Dense_0"]["kernel"].shape == (2, 16, 32)
+    assert_trees(outs["podlet"][0], outs["flax"][0], rtol=1e-6, atol=1e-7)
+    assert_trees(outs["podlet"][1], outs["flax"][1], rtol=1e-5, atol=1e-6)
+
+
+def _vmap_pmean_ok():
+    try:
+        podlet.vmap(lambda x: podlet.lax.pmean(x, "i"), axis_name="i")(pnp.ones((2,)))
+        return True
+    except podlet.PodletError as e:
+        return "no batching rule" not in str(e)
+
+
+@pytest.mark.xfail(not _vmap_pmean_ok(), strict=True,
+                   reason="engine: vmap of 'pmean' has no batching rule on this branch (the batch-rules merge on "
+                          "main adds collectives)")
+def test_vmap_axis_name_collective():
+    def make(nn, jnp, jx):
+        class Norm(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                x = nn.Dense(3)(x)
+                return x - jx.lax.pmean(x, "batch")
+
+        class M(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.vmap(Norm, variable_axes={"params": None}, split_rngs={"params": False},
+                               axis_name="batch")()(x)
+        return M
+
+    x = np.random.default_rng(0).standard_normal((4, 2)).astype(np.float32)
+    outs = {}
+    for name, (nn, jnp, jx) in FW.items():
+        m = make(nn, jnp, jx)()
+        v = m.init(jx.random.PRNGKey(0), jnp.asarray(x))
+        outs[name] = (v, m.apply(to_np(v), jnp.asarray(x)))
+    for i in range(2):
+        assert_trees(outs["podlet"][i], outs["flax"][i], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(outs["podlet"][1]).mean(0), 0, atol=1e-6)
+
+
+def test_scan_reverse_and_out_axes():
+    def make(nn, jnp):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, c, x):
+                c = jnp.tanh(nn.Dense(3)(x) + c)
+                return c, c
+
+        class M(nn.Module):
+            @nn.compact
+            def __call__(self, xs):
+                S = nn.scan(Body, variable_broadcast="params", split_rngs={"params": False}, in_axes=1,
+                            out_axes=1, reverse=True)
+                return S()(jnp.zeros((xs.shape[0], 3)), xs)
+        return M
+
+    xs = np.random.default_rng(0).standard_normal((2, 5, 4)).astype(np.float32)
+    outs = {}
+    for name, (nn, jnp, jx) in FW.items():
+        m = make(nn, jnp)()
+        v = m.init(jx.random.PRNGKey(0), jnp.asarray(xs))
+        outs[name] = (v, m.apply(to_np(v), jnp.asarray(xs)))
+    for i in range(2):
+        assert_trees(outs["podlet"][i], outs["flax"][i], rtol=1e-5, atol=1e-6)
