@@ -723,3 +723,28 @@ def test_scan_reverse_and_out_axes():
         outs[name] = (v, m.apply(to_np(v), jnp.asarray(xs)))
     for i in range(2):
         assert_trees(outs["podlet"][i], outs["flax"][i], rtol=1e-5, atol=1e-6)
+
+
+def test_remat_scan_nested_layout():
+    def make(nn, jnp):
+        class Body(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return jnp.tanh(nn.Dense(4)(x))
+
+        class M(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.remat_scan(Body, lengths=(2, 3))()(x)
+        return M
+
+    x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+    outs = {}
+    for name, (nn, jnp, jx) in FW.items():
+        m = make(nn, jnp)()
+        v = m.init(jx.random.PRNGKey(0), jnp.asarray(x))
+        g = jx.grad(lambda p: jnp.mean(m.apply(p, jnp.asarray(x)) ** 2))(to_np(v))
+        outs[name] = (v, g)
+    assert to_np(outs["podlet"][0])["params"]["Remat_scanBody_0"]["Dense_0"]["kernel"].shape == (2, 3, 4, 4)
+    for i in range(2):
+        assert_trees(outs["podlet"][i], outs["flax"][i], rtol=1e-5, atol=1e-6)
