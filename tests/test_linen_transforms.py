@@ -748,3 +748,35 @@ def test_remat_scan_nested_layout():
     assert to_np(outs["podlet"][0])["params"]["Remat_scanBody_0"]["Dense_0"]["kernel"].shape == (2, 3, 4, 4)
     for i in range(2):
         assert_trees(outs["podlet"][i], outs["flax"][i], rtol=1e-5, atol=1e-6)
+
+
+def test_while_loop_split_rngs_dropout():
+    """split_rngs={'dropout': True}: each iteration folds its index into the key, as flax."""
+    def make(nn, jnp):
+        class W(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                def cond_fn(mdl, c):
+                    return mdl.variables["state"]["acc"] < 3
+
+                def body_fn(mdl, c):
+                    acc = mdl.variable("state", "acc", lambda: jnp.array(0, jnp.int32))
+                    acc.value += 1
+                    return nn.Dropout(0.5, deterministic=False)(nn.Dense(c.shape[-1])(c))
+
+                if self.is_mutable_collection("params"):
+                    return body_fn(self, x)
+                return nn.while_loop(cond_fn, body_fn, self, x, carry_variables="state",
+                                     split_rngs={"dropout": True})
+        return W
+
+    x = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    outs = {}
+    for name, (nn, jnp, jx) in FW.items():
+        m = make(nn, jnp)()
+        v = to_np(m.init({"params": jx.random.PRNGKey(0), "dropout": jx.random.PRNGKey(1)}, jnp.asarray(x)))
+        v["state"]["acc"] = np.asarray(0, np.int32)
+        y, st = m.apply(v, jnp.asarray(x), mutable=["state"], rngs={"dropout": jx.random.PRNGKey(5)})
+        outs[name] = (v, y, st)
+    for i in range(3):
+        assert_trees(outs["podlet"][i], outs["flax"][i], rtol=1e-5, atol=1e-6)
