@@ -95,7 +95,7 @@ def _index_scalar(x, what):
 # ---------------------------------------------------------------------------------
 # cond / switch / select_n
 # ---------------------------------------------------------------------------------
-def switch(index, branches, *operands, operand=None):
+def switch(index, branches, *operands, operand=None, _trace_order=None):
     """lax.switch: branches[clamp(index, 0, len(branches) - 1)](*operands)."""
     branches = list(branches)
     if not branches:
@@ -108,7 +108,11 @@ def switch(index, branches, *operands, operand=None):
     idx = _index_scalar(index, "switch index")
     conv, sig, treedef = _flatten_values(tuple(operands), "switch operands")
     in_tree = tree_util.tree_structure((tuple(operands), {}))
-    entries = [_trace(b, sig, in_tree) for b in branches]
+    # Branches are traced in JAX's order (cond: true_fun first), which matters to
+    # branches with Python side effects, e.g. Flax's rng counters in nn.cond.
+    order = list(range(len(branches))) if _trace_order is None else list(_trace_order)
+    traced = {i: _trace(branches[i], sig, in_tree) for i in order}
+    entries = [traced[i] for i in range(len(branches))]
     t0 = entries[0].out_tree
     for i, e in enumerate(entries[1:], 1):
         if e.out_tree != t0:
@@ -144,7 +148,7 @@ def cond(pred, true_fun, false_fun=None, *operands, operand=None):
         if pred.dtype != np.bool_:
             pred = bind("ne", pred, bind("convert_element_type", to_array(np.zeros((), np.int32)),
                                          new_dtype=np.dtype(pred.dtype).name))
-    return switch(pred, [false_fun, true_fun], *operands, operand=operand)
+    return switch(pred, [false_fun, true_fun], *operands, operand=operand, _trace_order=(1, 0))
 
 
 def select_n(which, *cases):

@@ -19,3 +19,5 @@ from .stochastic import Dropout, DropPath
 from .pooling import pool, avg_pool, max_pool, min_pool
 from .attention import (MultiHeadDotProductAttention, MultiHeadAttention, SelfAttention, dot_product_attention,
                         dot_product_attention_weights, make_attention_mask, make_causal_mask, combine_masks)
+from .transforms import (vmap, scan, remat, checkpoint, jit, cond, switch, while_loop, map_variables, remat_scan,
+                         broadcast)
