@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <cstring>
 #include "podlet/ir/graph.h"
+#include "podlet/ir/subgraph.h"
 #include "podlet/parallel.h"
 #include "podlet/data/source.h"
 #include "registry.h"
@@ -86,7 +87,12 @@ static Array array_from_numpy(py::array arr, bool copy) {
     // Zero-copy: the Array keeps the NumPy array alive. The deleter may run on a thread
     // that does not hold the GIL (the executor releases it), so take it.
     auto* keep = new py::object(arr);
-    std::shared_ptr<void> owner(ptr, [keep](void*) { py::gil_scoped_acquire g; delete keep; });
+    // After the interpreter is gone (a static cache freed at exit) the object is left alone.
+    std::shared_ptr<void> owner(ptr, [keep](void*) {
+      if (!Py_IsInitialized()) return;
+      py::gil_scoped_acquire g;
+      delete keep;
+    });
     return Array(d, shape, ptr, owner);
   }
   Array a(d, shape);
@@ -130,6 +136,9 @@ std::vector<BindFn>& binders() {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "podlet C++ core";
+  // Cached fused sub-graphs hold constants that may own NumPy arrays: free them while
+  // the interpreter is still alive.
+  py::module_::import("atexit").attr("register")(py::cpp_function([]() { clear_subgraph_cache(); }));
   g_PodletError = PyErr_NewException("podlet.PodletError", PyExc_ValueError, nullptr);
   g_ShapeError = PyErr_NewException("podlet.ShapeError", g_PodletError, nullptr);
   {

@@ -14,13 +14,20 @@ static bool fusion_on() {
   return !(v == "0" || v == "false" || v == "off" || v == "no");
 }
 
+static std::mutex g_mu;
+static std::map<const Graph*, std::pair<std::weak_ptr<const Graph>, std::shared_ptr<const Graph>>> g_cache;
+
+void clear_subgraph_cache() {
+  std::lock_guard<std::mutex> lk(g_mu);
+  g_cache.clear();
+}
+
 // Keyed by the sub-graph's address and checked against its owner, so a freed graph's
 // entry is never reused for another; expired entries go as new ones arrive.
 std::shared_ptr<const Graph> executable_subgraph(const GraphRef& g) {
-  static std::mutex mu;
-  static std::map<const Graph*, std::pair<std::weak_ptr<const Graph>, std::shared_ptr<const Graph>>> cache;
+  auto& cache = g_cache;
   if (!fusion_on()) return g;
-  std::lock_guard<std::mutex> lk(mu);
+  std::lock_guard<std::mutex> lk(g_mu);
   auto it = cache.find(g.get());
   if (it != cache.end()) {
     auto alive = it->second.first.lock();

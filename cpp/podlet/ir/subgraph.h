@@ -8,5 +8,8 @@
 namespace podlet {
 
 std::shared_ptr<const Graph> executable_subgraph(const GraphRef& g);
+// Drops every cached sub-graph (the bindings call it at interpreter exit, while the
+// constants the graphs hold may still release Python objects).
+void clear_subgraph_cache();
 
 }  // namespace podlet
