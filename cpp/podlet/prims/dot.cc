@@ -151,12 +151,34 @@ int dot_transpose_lhs(Graph& g, int ct, int x, int y, const std::vector<int64_t>
   unsorted.insert(unsorted.end(), x_kept.begin(), x_kept.end());
   unsorted.insert(unsorted.end(), xc_sorted_by_y.begin(), xc_sorted_by_y.end());
   std::vector<int64_t> out_axes = argsort(unsorted);
-  int d = g.add1("dot_general", {ct, y},
-                 {{"lhs_contracting", ans_y}, {"rhs_contracting", y_kept}, {"lhs_batch", ans_batch},
-                  {"rhs_batch", yb}, {"preferred_element_type", std::string(dtype_name(g.aval(x).dtype))}});
-  bool identity = true;
-  for (size_t i = 0; i < out_axes.size(); ++i) identity &= out_axes[i] == int64_t(i);
-  return identity ? d : transpose(g, d, out_axes);
+  auto is_identity = [](const std::vector<int64_t>& p) {
+    for (size_t i = 0; i < p.size(); ++i) if (p[i] != int64_t(i)) return false;
+    return true;
+  };
+  const Attrs common{{"preferred_element_type", std::string(dtype_name(g.aval(x).dtype))}};
+  if (!is_identity(out_axes)) {
+    // dot_general(y, ct) lays its output out as batch, y's free dims, ct's free dims: when
+    // that is x's order (a Dense layer's weight gradient x^T ct), it needs no transpose.
+    // Each output element sums the same products in the same order either way.
+    std::vector<int64_t> swapped = xb;
+    swapped.insert(swapped.end(), xc_sorted_by_y.begin(), xc_sorted_by_y.end());
+    swapped.insert(swapped.end(), x_kept.begin(), x_kept.end());
+    if (is_identity(argsort(swapped))) {
+      Attrs a = common;
+      a.set("lhs_contracting", y_kept);
+      a.set("rhs_contracting", ans_y);
+      a.set("lhs_batch", yb);
+      a.set("rhs_batch", ans_batch);
+      return g.add1("dot_general", {y, ct}, a);
+    }
+  }
+  Attrs a = common;
+  a.set("lhs_contracting", ans_y);
+  a.set("rhs_contracting", y_kept);
+  a.set("lhs_batch", ans_batch);
+  a.set("rhs_batch", yb);
+  int d = g.add1("dot_general", {ct, y}, a);
+  return is_identity(out_axes) ? d : transpose(g, d, out_axes);
 }
 
 std::vector<int> dot_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
