@@ -209,7 +209,6 @@ def scan(f, init, xs=None, length=None, reverse=False, unroll=1, _split_transpos
         length = lengths.pop()
     c_conv, c_sig, c_tree = _flatten_values(init, "scan init")
     slice_sig = [(d, tuple(s[1:]), w) for d, s, w in x_sig]
-    in_tree = tree_util.tree_structure(((init, tree_util.tree_unflatten(x_tree, [0] * len(x_conv))), {}))
     in_tree = tree_util.tree_structure(((tree_util.tree_unflatten(c_tree, [0] * len(c_conv)),
                                          tree_util.tree_unflatten(x_tree, [0] * len(x_conv))), {}))
     entry = _trace(f, c_sig + slice_sig, in_tree)
