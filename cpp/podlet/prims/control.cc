@@ -182,6 +182,8 @@ Ids scan_vjp(Graph& g, const Node& n, const Ids& ct) {
   for (int k = 0; k < R; ++k) bin.push_back(S.bwd.aval(S.bwd.inputs[k]));
   for (int k : fyo) bin.push_back(bo[d.nh + k]);
   const Graph& B = S.bwd;
+  struct Hoist { int kind = 0; Attrs attrs; };  // kind 1: dot_general, 2: reduce_sum
+  std::vector<Hoist> hoist(fc.size());
   GraphRef bbody = make_graph(bin, [&](Graph& h, const Ids& in) {
     const size_t nfh = fh.size(), nfc = fc.size();
     Ids args(in.begin() + nfh + nfc, in.begin() + nfh + nfc + R);  // residuals
@@ -192,10 +194,27 @@ Ids scan_vjp(Graph& g, const Node& n, const Ids& ct) {
     }
     for (size_t j = 0; j < fyo.size(); ++j) args.push_back(in[nfh + nfc + R + j]);
     Ids cts = h.inline_graph(B, args);  // wrt order: consts, carries, xs
-    Ids outs;
+    Ids outs, extra;
     for (size_t j = 0; j < nfh; ++j) outs.push_back(cts[fc.size() + j]);
-    for (size_t j = 0; j < nfc; ++j) outs.push_back(ops::add(h, in[nfh + j], cts[j]));
+    for (size_t j = 0; j < nfc; ++j) {
+      // A constant's cotangent that is one dot_general (a weight gradient x_t^T dz_t) or
+      // reduce_sum (a bias gradient) of per-iteration values is not accumulated in the
+      // loop: its operands are stacked and contracted over the iterations too, after it
+      // (one large GEMM instead of one small GEMM and one add per iteration).
+      const int v = cts[j], p = v < int(h.producer.size()) ? h.producer[v] : -1;
+      const Node* nd = p >= 0 ? &h.nodes[p] : nullptr;
+      const bool dot = nd && nd->prim->name == "dot_general" && nd->attrs.ints("lhs_batch", {}).empty();
+      const bool sum = nd && nd->prim->name == "reduce_sum";
+      if (d.length > 1 && (dot || sum) && h.aval(v).dtype == bi[fc[j]].dtype) {
+        hoist[j] = {dot ? 1 : 2, nd->attrs};
+        for (int u : nd->in) extra.push_back(u);
+        outs.push_back(in[nfh + j]);  // the (zero) accumulator passes through unchanged
+      } else {
+        outs.push_back(ops::add(h, in[nfh + j], cts[j]));
+      }
+    }
     for (size_t j = 0; j < fx.size(); ++j) outs.push_back(cts[fc.size() + nfh + j]);
+    outs.insert(outs.end(), extra.begin(), extra.end());
     return outs;
   });
   Ids bargs;
@@ -208,7 +227,23 @@ Ids scan_vjp(Graph& g, const Node& n, const Ids& ct) {
   const Ids bo2 = g.add("scan", bargs, ba, n.where);
   Ids r(n.in.size(), -1);
   for (size_t j = 0; j < fh.size(); ++j) r[d.nc + fh[j]] = bo2[j];
-  for (size_t j = 0; j < fc.size(); ++j) r[fc[j]] = bo2[fh.size() + j];
+  size_t e = fh.size() + fc.size() + fx.size();  // first stacked operand of a hoisted contraction
+  auto shifted = [](std::vector<int64_t> v) { for (auto& x : v) x += 1; v.insert(v.begin(), 0); return v; };
+  for (size_t j = 0; j < fc.size(); ++j) {
+    if (hoist[j].kind == 1) {
+      Attrs a = hoist[j].attrs;
+      a.set("lhs_contracting", shifted(a.ints("lhs_contracting", {})));
+      a.set("rhs_contracting", shifted(a.ints("rhs_contracting", {})));
+      r[fc[j]] = g.add1("dot_general", {bo2[e], bo2[e + 1]}, a);
+      e += 2;
+    } else if (hoist[j].kind == 2) {
+      const int x = bo2[e++];
+      const auto axes = normalize_axes(hoist[j].attrs.ints("axes"), int(g.aval(x).shape.size()) - 1, "axis");
+      r[fc[j]] = ops::reduce_sum(g, x, shifted(std::vector<int64_t>(axes.begin(), axes.end())));
+    } else {
+      r[fc[j]] = bo2[fh.size() + j];
+    }
+  }
   for (size_t j = 0; j < fx.size(); ++j) r[d.nc + d.nh + fx[j]] = bo2[fh.size() + fc.size() + j];
   return r;
 }
