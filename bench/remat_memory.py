@@ -5,23 +5,33 @@ input). Prints the peak bytes allocated above what was live before the step.
 
     .venv/bin/python bench/remat_memory.py
 """
-import numpy as np, podlet, podlet.numpy as jnp
+import numpy as np
+
+import podlet
 from podlet import nn
 from podlet.models import resnet
 x = np.random.default_rng(0).standard_normal((16, 96, 96, 1)).astype(np.float32)
 y = np.random.default_rng(1).integers(0, 5, 16)
+
+
 class PosBlock(resnet.ResNetBlock):
     def __call__(self, x, train=True):  # train positional, so remat can treat it as static
         return super().__call__(x, train=train)
+
+
 class RematBlock(nn.Module):
     filters: int
     stride: int = 1
     drop_path_rate: float = 0.0
     dtype: object = None
+
     @nn.compact
     def __call__(self, x, *, train):
         kw = {} if self.dtype is None else {"dtype": self.dtype}
-        return nn.remat(PosBlock, static_argnums=(2,))(self.filters, stride=self.stride, drop_path_rate=self.drop_path_rate, **kw)(x, train)
+        blk = nn.remat(PosBlock, static_argnums=(2,))
+        return blk(self.filters, stride=self.stride, drop_path_rate=self.drop_path_rate, **kw)(x, train)
+
+
 res = {}
 for name, blk in [("plain", resnet.ResNetBlock), ("remat", RematBlock)]:
     m = resnet.ResNet18(num_classes=5, block_cls=blk)
