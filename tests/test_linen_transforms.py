@@ -10,9 +10,9 @@ import podlet
 import podlet.numpy as pnp
 from podlet import nn as pnn
 
-jax = pytest.importorskip("jax")
+import jax  # noqa: E402
 import jax.numpy as jjnp  # noqa: E402
-flax = pytest.importorskip("flax")
+import flax  # noqa: E402
 from flax import linen as fnn  # noqa: E402
 
 
@@ -52,21 +52,6 @@ def shapes(t):
 
 
 FW = {"podlet": (pnn, pnp, podlet), "flax": (fnn, jjnp, jax)}
-
-
-def _vmap_fold_in_ok():
-    try:
-        podlet.vmap(lambda k: podlet.random.fold_in(k, 3))(podlet.random.split(podlet.random.PRNGKey(0), 2))
-        return True
-    except podlet.PodletError as e:
-        return "no batching rule" not in str(e)
-
-
-# nn.vmap with split rngs folds the module path into per-member keys inside vmap.
-needs_fold_in_batching = pytest.mark.xfail(
-    not _vmap_fold_in_ok(), strict=True,
-    reason="engine: vmap of 'random_fold_in' has no batching rule on this branch (the batch-rules merge on main "
-           "adds it)")
 
 
 # ----------------------------------------------------------------------------------
@@ -284,7 +269,6 @@ def test_scan_variable_carry_and_broadcast_in_axes():
 # ----------------------------------------------------------------------------------
 # nn.vmap
 # ----------------------------------------------------------------------------------
-@needs_fold_in_batching
 def test_vmap_ensemble_stacked_params():
     def make(nn, jnp):
         MLP = make_mlp(nn, jnp)
@@ -346,7 +330,6 @@ def test_vmap_shared_params():
                  jax.grad(loss(res["flax"][0], jjnp))(params, jjnp.asarray(x)), rtol=1e-5, atol=1e-6)
 
 
-@needs_fold_in_batching
 def test_vmap_batch_stats_axis_and_decorator_form():
     def make(nn, jnp):
         class BNDense(nn.Module):
@@ -662,17 +645,6 @@ def test_scan_in_setup_and_jit_under_grad():
     assert_trees(outs["podlet"][1], outs["flax"][1], rtol=1e-5, atol=1e-6)
 
 
-def _vmap_pmean_ok():
-    try:
-        podlet.vmap(lambda x: podlet.lax.pmean(x, "i"), axis_name="i")(pnp.ones((2,)))
-        return True
-    except podlet.PodletError as e:
-        return "no batching rule" not in str(e)
-
-
-@pytest.mark.xfail(not _vmap_pmean_ok(), strict=True,
-                   reason="engine: vmap of 'pmean' has no batching rule on this branch (the batch-rules merge on "
-                          "main adds collectives)")
 def test_vmap_axis_name_collective():
     def make(nn, jnp, jx):
         class Norm(nn.Module):
