@@ -120,7 +120,44 @@ def _leaf_as_value(x):
 # ---------------------------------------------------------------------------------
 # custom_vjp
 # ---------------------------------------------------------------------------------
-class custom_vjp:
+class _CustomRule:
+    """What custom_vjp and custom_jvp share: the wrapped function, nondiff_argnums, method
+    binding, and a call that runs `fun` plainly outside tracing (or inside the rule's own
+    trace) and otherwise traces the rule into one node (`_call_traced`)."""
+    _kind = ""
+
+    def __init__(self, fun, nondiff_argnums=()):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        self._busy = 0
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def _check_args(self, args):
+        pass
+
+    def __call__(self, *args, **kwargs):
+        name = getattr(self.fun, "__name__", self._kind)
+        if not self._defined():
+            raise AttributeError(self._undefined_message(name))
+        args = _resolve_args(self.fun, args, kwargs)
+        self._check_args(args)
+        if self._busy or not _has_tracer(args):
+            return self.fun(*args)
+        nd_idx, diff_idx = _split(args, self.nondiff_argnums)
+        nondiff = [args[i] for i in nd_idx]
+        diff_args = tuple(args[i] for i in diff_idx)
+        leaves, dtree = tree_util.tree_flatten(diff_args)
+        conv, sig = _abstractify_all(leaves)
+        with _Tracing(self):
+            return self._call_traced(name, args, conv, sig, dtree, diff_idx, diff_args, nondiff)
+
+
+class custom_vjp(_CustomRule):
     """jax.custom_vjp: a function with a user-defined reverse-mode rule.
 
         @custom_vjp
@@ -130,44 +167,29 @@ class custom_vjp:
         f.defvjp(f_fwd, f_bwd)
     """
 
+    _kind = "custom_vjp"
+
     def __init__(self, fun, nondiff_argnums=()):
-        functools.update_wrapper(self, fun)
-        self.fun = fun
-        self.nondiff_argnums = tuple(nondiff_argnums)
+        super().__init__(fun, nondiff_argnums)
         self.fwd = None
         self.bwd = None
-        self._busy = 0
 
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        return functools.partial(self, obj)
+    def _defined(self):
+        return self.fwd is not None
+
+    def _undefined_message(self, name):
+        return f"No VJP defined for custom_vjp function {name} using defvjp."
+
+    def _check_args(self, args):
+        for i in self.nondiff_argnums:
+            if not -len(args) <= i < len(args):
+                raise ValueError(f"custom_vjp: nondiff_argnums {self.nondiff_argnums} out of range for "
+                                 f"{len(args)} arguments")
 
     def defvjp(self, fwd, bwd, symbolic_zeros=False):
         self.fwd = fwd
         self.bwd = bwd
         return None
-
-    def __call__(self, *args, **kwargs):
-        name = getattr(self.fun, "__name__", "custom_vjp")
-        if self.fwd is None:
-            raise AttributeError(f"No VJP defined for custom_vjp function {name} using defvjp.")
-        args = _resolve_args(self.fun, args, kwargs)
-        for i in self.nondiff_argnums:
-            if not -len(args) <= i < len(args):
-                raise ValueError(f"custom_vjp: nondiff_argnums {self.nondiff_argnums} out of range for "
-                                 f"{len(args)} arguments")
-        if self._busy or not _has_tracer(args):
-            return self.fun(*args)
-        nd_idx, diff_idx = _split(args, self.nondiff_argnums)
-        nondiff = [args[i] for i in nd_idx]
-        diff_args = tuple(args[i] for i in diff_idx)
-        leaves, dtree = tree_util.tree_flatten(diff_args)
-        conv, sig = _abstractify_all(leaves)
-        fun, fwd, bwd = self.fun, self.fwd, self.bwd
-
-        with _Tracing(self):
-            return self._call_traced(name, args, conv, sig, dtree, diff_idx, diff_args, nondiff)
 
     def _call_traced(self, name, args, conv, sig, dtree, diff_idx, diff_args, nondiff):
         fun, fwd, bwd = self.fun, self.fwd, self.bwd
@@ -289,7 +311,7 @@ def _bind_custom(prim, operands, **attrs):
 # ---------------------------------------------------------------------------------
 # custom_jvp
 # ---------------------------------------------------------------------------------
-class custom_jvp:
+class custom_jvp(_CustomRule):
     """jax.custom_jvp: a function with a user-defined forward-mode rule.
 
         @custom_jvp
@@ -300,17 +322,17 @@ class custom_jvp:
             return f(x), tangent_out     # tangent_out linear in the tangents
     """
 
-    def __init__(self, fun, nondiff_argnums=()):
-        functools.update_wrapper(self, fun)
-        self.fun = fun
-        self.nondiff_argnums = tuple(nondiff_argnums)
-        self.jvp = None
-        self._busy = 0
+    _kind = "custom_jvp"
 
-    def __get__(self, obj, objtype=None):
-        if obj is None:
-            return self
-        return functools.partial(self, obj)
+    def __init__(self, fun, nondiff_argnums=()):
+        super().__init__(fun, nondiff_argnums)
+        self.jvp = None
+
+    def _defined(self):
+        return self.jvp is not None
+
+    def _undefined_message(self, name):
+        return f"No JVP defined for custom_jvp function {name} using defjvp."
 
     def defjvp(self, jvp, symbolic_zeros=False):
         self.jvp = jvp
@@ -336,21 +358,6 @@ class custom_jvp:
             return primal_out, total
 
         self.defjvp(jvp)
-
-    def __call__(self, *args, **kwargs):
-        name = getattr(self.fun, "__name__", "custom_jvp")
-        if self.jvp is None:
-            raise AttributeError(f"No JVP defined for custom_jvp function {name} using defjvp.")
-        args = _resolve_args(self.fun, args, kwargs)
-        if self._busy or not _has_tracer(args):
-            return self.fun(*args)
-        nd_idx, diff_idx = _split(args, self.nondiff_argnums)
-        nondiff = [args[i] for i in nd_idx]
-        diff_args = tuple(args[i] for i in diff_idx)
-        leaves, dtree = tree_util.tree_flatten(diff_args)
-        conv, sig = _abstractify_all(leaves)
-        with _Tracing(self):
-            return self._call_traced(name, args, conv, sig, dtree, diff_idx, diff_args, nondiff)
 
     def _call_traced(self, name, args, conv, sig, dtree, diff_idx, diff_args, nondiff):
         fun, rule = self.fun, self.jvp
