@@ -763,10 +763,10 @@ def _tree_map_modules(fn, tree):
     return tree_util.tree_map(fn, tree, is_leaf=lambda x: isinstance(x, (Module, Variable)) or _is_placeholder(x))
 
 
-def get_module_scopes(module, args=None, kwargs=None):
-    """The scopes of a bound module, of the bound modules / Variables in its dataclass
-    fields, and of Modules / Variables passed as arguments (replaced by placeholders)."""
-    scopes = []
+def _memo_by_identity():
+    """A decorator memoising fn per Module / Variable / placeholder identity (one cache per
+    call of get_module_scopes / set_module_scopes), so a module reachable twice maps to
+    one scope or placeholder; other values pass straight to fn."""
     refs = {}
 
     def memo(fn):
@@ -781,6 +781,14 @@ def get_module_scopes(module, args=None, kwargs=None):
                 refs[key] = fn(x)
             return refs[key]
         return wrapped
+    return memo
+
+
+def get_module_scopes(module, args=None, kwargs=None):
+    """The scopes of a bound module, of the bound modules / Variables in its dataclass
+    fields, and of Modules / Variables passed as arguments (replaced by placeholders)."""
+    scopes = []
+    memo = _memo_by_identity()
 
     @memo
     def get_arg_scope(x):
@@ -813,20 +821,7 @@ def get_module_scopes(module, args=None, kwargs=None):
 
 def set_module_scopes(module, args, kwargs, scopes):
     idx = 0
-    refs = {}
-
-    def memo(fn):
-        def wrapped(x):
-            if isinstance(x, (Variable, Module)):
-                key = x._id
-            elif _is_placeholder(x):
-                key = x.id
-            else:
-                return fn(x)
-            if key not in refs:
-                refs[key] = fn(x)
-            return refs[key]
-        return wrapped
+    memo = _memo_by_identity()
 
     @memo
     def set_arg_scope(x):
