@@ -4,8 +4,10 @@
 #include <pybind11/stl.h>
 #include <pybind11/numpy.h>
 #include <cstring>
+#include <functional>
 #include "podlet/ir/graph.h"
 #include "podlet/ir/subgraph.h"
+#include "podlet/ir/scan_hoist.h"
 #include "podlet/parallel.h"
 #include "podlet/data/source.h"
 #include "registry.h"
@@ -138,7 +140,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "podlet C++ core";
   // Cached fused sub-graphs hold constants that may own NumPy arrays: free them while
   // the interpreter is still alive.
-  py::module_::import("atexit").attr("register")(py::cpp_function([]() { clear_subgraph_cache(); }));
+  py::module_::import("atexit").attr("register")(py::cpp_function([]() { clear_scan_plans(); clear_subgraph_cache(); }));
   g_PodletError = PyErr_NewException("podlet.PodletError", PyExc_ValueError, nullptr);
   g_ShapeError = PyErr_NewException("podlet.ShapeError", g_PodletError, nullptr);
   {
@@ -245,8 +247,22 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("inputs", &Graph::inputs)
       .def_property_readonly("num_nodes", [](const Graph& g) { return g.nodes.size(); })
       .def_property_readonly("num_consts", [](const Graph& g) { return g.consts.size(); })
-      .def("prim_counts", [](const Graph& g) {
-        std::map<std::string, int> c; for (auto& n : g.nodes) c[n.prim->name]++; return c; })
+      // nested=True also counts the nodes of sub-graphs (scan / cond / checkpoint bodies).
+      .def("prim_counts", [](const Graph& g, bool nested) {
+        std::map<std::string, int> c;
+        std::function<void(const Graph&)> walk = [&](const Graph& h) {
+          for (auto& n : h.nodes) {
+            c[n.prim->name]++;
+            if (!nested) continue;
+            for (auto& [k, v] : n.attrs.items()) {
+              (void)k;
+              if (auto* r = std::get_if<GraphRef>(&v)) walk(**r);
+              if (auto* rs = std::get_if<std::vector<GraphRef>>(&v)) for (auto& r2 : *rs) walk(*r2);
+            }
+          }
+        };
+        walk(g);
+        return c; }, py::arg("nested") = false)
       .def("inline", [](Graph& g, const Graph& sub, const std::vector<int>& args, const std::string& where) {
         return describe(g, g.inline_graph(sub, args, where));
       }, py::arg("sub"), py::arg("args"), py::arg("where") = "")

@@ -39,6 +39,11 @@ struct BatchCtx {
 };
 using BatchRule = std::function<std::vector<int>(Graph& g, const BatchCtx& c, const std::vector<int>& in,
                                                  const std::vector<int>& bdim, std::vector<int>& out_bdim)>;
+// Dead-code elimination inside a node (Graph::dce calls it when some of the node's
+// outputs are unused): drops those outputs from n.out (and the inputs and sub-graph work
+// only they needed), editing n in place so that its shape rule gives exactly the outputs
+// left. Nodes whose work cannot be split leave it alone.
+using PruneRule = std::function<void(Node& n, const std::vector<char>& out_live)>;
 
 struct PrimDef {
   std::string name;
@@ -47,6 +52,7 @@ struct PrimDef {
   VjpRule vjp;          // empty: not differentiable (error if a gradient must flow through it)
   FlopCount flops;      // empty: 0
   BatchRule batch;      // empty: vmap of this primitive over a batched input is an error naming it
+  PruneRule prune;      // empty: the node runs whole while any output is used
   bool zero_grad = false;  // outputs carry no gradient (comparisons, argmax, iota, random bits)
   bool kernel_allocates = false;  // kernel sets its outputs itself (aliasing ops like reshape)
   bool batch_always = false;  // vmap calls the batching rule even when no input is batched (collectives)

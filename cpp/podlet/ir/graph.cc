@@ -137,6 +137,11 @@ void Graph::dce() {
     for (int v : nodes[i].out) any |= bool(live[v]);
     if (!any) continue;
     keep[i] = 1;
+    if (nodes[i].prim->prune) {
+      std::vector<char> ol;
+      for (int v : nodes[i].out) ol.push_back(live[v]);
+      if (std::find(ol.begin(), ol.end(), 0) != ol.end()) nodes[i].prim->prune(nodes[i], ol);
+    }
     for (int v : nodes[i].in) live[v] = 1;
   }
   std::vector<Node> kept;

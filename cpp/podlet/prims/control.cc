@@ -19,6 +19,7 @@
 #include "podlet/prims/common.h"
 #include "podlet/ir/batch_ops.h"
 #include "podlet/ir/subgraph.h"
+#include "podlet/ir/scan_hoist.h"
 #include "podlet/ir/partial_eval.h"
 #include <cstdlib>
 #include <cstring>
@@ -133,13 +134,21 @@ std::vector<AVal> scan_shape(const std::vector<AVal>& in, const Attrs& a) {
 
 void scan_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
   const ScanDims d = scan_dims(a, in.size());
-  const auto body = executable_subgraph(a.graph("body"));
+  const ScanPlan plan = scan_plan(a.graph("body"), d.nc, d.nh, d.length);
   std::vector<Array> args(in.begin(), in.begin() + d.nc + d.nh);
-  args.resize(size_t(d.nc + d.nh + d.nx));
+  std::vector<Array> xs(in.begin() + d.nc + d.nh, in.end());
+  if (plan.pre) {  // the body's work that reads only constants and x_t, for every t at once
+    std::vector<Array> pa(in.begin(), in.begin() + d.nc);
+    pa.insert(pa.end(), xs.begin(), xs.end());
+    std::vector<Array> h = run_graph(*plan.pre, pa);
+    xs.insert(xs.end(), h.begin(), h.end());
+  }
+  const size_t nx = xs.size();
+  args.resize(size_t(d.nc + d.nh) + nx);
   for (int64_t t = 0; t < d.length; ++t) {
     const int64_t i = d.reverse ? d.length - 1 - t : t;
-    for (int64_t k = 0; k < d.nx; ++k) args[d.nc + d.nh + k] = row_view(in[d.nc + d.nh + k], i);
-    std::vector<Array> r = run_graph(*body, args);
+    for (size_t k = 0; k < nx; ++k) args[d.nc + d.nh + k] = row_view(xs[k], i);
+    std::vector<Array> r = run_graph(*plan.body, args);
     for (int64_t k = 0; k < d.nh; ++k) args[d.nc + k] = std::move(r[k]);
     for (int64_t k = 0; k < d.ny; ++k) {
       Array dst = row_view(out[d.nh + k], i);
@@ -248,6 +257,63 @@ Ids scan_vjp(Graph& g, const Node& n, const Ids& ct) {
   return r;
 }
 
+// Which of g's inputs the outputs listed in `outs` (indices into g.outputs) read.
+std::vector<char> inputs_read(const Graph& g, const std::vector<int>& outs) {
+  std::vector<char> live(g.num_values(), 0);
+  for (int k : outs) live[g.outputs[k]] = 1;
+  for (int i = int(g.nodes.size()) - 1; i >= 0; --i) {
+    bool any = false;
+    for (int v : g.nodes[i].out) any |= bool(live[v]);
+    if (any) for (int v : g.nodes[i].in) live[v] = 1;
+  }
+  std::vector<char> r;
+  for (int v : g.inputs) r.push_back(live[v]);
+  return r;
+}
+
+// Dead outputs of a scan (Graph::dce): an unused ys output goes with the body work only
+// it needs (e.g. the cotangent of xs nobody differentiates); a carry goes when its final
+// value is unused and no kept output reads it; then constants and xs no kept output
+// reads stop being operands.
+void scan_prune(Node& n, const std::vector<char>& out_live) {
+  const ScanDims d = scan_dims(n.attrs, n.in.size());
+  const Graph& b = *n.attrs.graph("body");
+  std::vector<char> keep(out_live.begin(), out_live.end());  // per body output
+  std::vector<char> reads;
+  for (;;) {
+    std::vector<int> kept;
+    for (size_t k = 0; k < keep.size(); ++k) if (keep[k]) kept.push_back(int(k));
+    reads = inputs_read(b, kept);
+    bool changed = false;
+    for (int64_t k = 0; k < d.nh; ++k)
+      if (reads[d.nc + k] && !keep[k]) { keep[k] = 1; changed = true; }
+    if (!changed) break;
+  }
+  std::vector<char> use_in(b.inputs.size(), 0);
+  for (int64_t k = 0; k < d.nc; ++k) use_in[k] = reads[k];
+  for (int64_t k = 0; k < d.nh; ++k) use_in[d.nc + k] = keep[k];
+  for (int64_t k = 0; k < d.nx; ++k) use_in[d.nc + d.nh + k] = reads[d.nc + d.nh + k];
+  if (std::find(keep.begin(), keep.end(), 0) == keep.end() && std::find(use_in.begin(), use_in.end(), 0) == use_in.end())
+    return;
+  auto nb = std::make_shared<Graph>(b);
+  nb->inputs.clear();
+  nb->outputs.clear();
+  Ids in, out;
+  for (size_t k = 0; k < b.inputs.size(); ++k)
+    if (use_in[k]) { nb->inputs.push_back(b.inputs[k]); in.push_back(n.in[k]); }
+  for (size_t k = 0; k < b.outputs.size(); ++k)
+    if (keep[k]) { nb->outputs.push_back(b.outputs[k]); out.push_back(n.out[k]); }
+  nb->dce();
+  int64_t nc = 0, nh = 0;
+  for (int64_t k = 0; k < d.nc; ++k) nc += use_in[k];
+  for (int64_t k = 0; k < d.nh; ++k) nh += keep[k];
+  n.attrs.set("body", GraphRef(std::move(nb)));
+  n.attrs.set("num_consts", nc);
+  n.attrs.set("num_carry", nh);
+  n.in = std::move(in);
+  n.out = std::move(out);
+}
+
 // Carries that become batched: start from the inits' and iterate until the body maps
 // no unbatched carry to a batched one.
 std::vector<int> carry_fixpoint(const Graph& body, std::vector<int> in_bd, size_t off, size_t nh, int64_t size,
@@ -305,7 +371,8 @@ static Register reg_scan("scan", PrimDef{
     .vjp = scan_vjp,
     .flops = [](const std::vector<AVal>&, const std::vector<AVal>&, const Attrs& a) {
       return graph_flops(a.graph("body")) * double(a.i("length")); },
-    .batch = scan_batch});
+    .batch = scan_batch,
+    .prune = scan_prune});
 
 // ---- while_loop ------------------------------------------------------------------------
 struct WhileDims { int64_t ncc, nbc, nh; };
