@@ -133,6 +133,7 @@ struct TileKernels {
 };
 }  // namespace fused
 namespace kernels {
+const fused::TileKernels& fused_tile_kernels_avx2();
 const fused::TileKernels& fused_tile_kernels_avx512();
 }
 

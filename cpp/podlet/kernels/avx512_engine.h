@@ -159,7 +159,9 @@ inline void interleave_rows(const bf16* r0, const bf16* r1, int64_t n, uint32_t*
 // ---- transposes: dst[c * ld + r] = word c of source row r ----
 // Source rows are float (F32Kind), bf16 (F32Kind, widened) or Word (raw 32-bit words:
 // bf16 pairs for Bf16Kind). 8x8 blocks in ymm registers.
-struct Word { uint32_t v; };
+// Alignment 1: a bf16 pair starts at any even bf16 offset, so a Word is read with
+// unaligned loads / memcpy, never as an aligned uint32_t (UBSan: misaligned access).
+struct Word { unsigned char bytes[4]; };
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const bf16* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
@@ -168,7 +170,7 @@ inline __m256 load8(const Word* p) { return _mm256_loadu_ps(reinterpret_cast<con
 inline uint32_t bits1(float v) { uint32_t u; std::memcpy(&u, &v, 4); return u; }
 inline uint32_t word1(const float* p) { return bits1(*p); }
 inline uint32_t word1(const bf16* p) { return uint32_t(p->bits) << 16; }
-inline uint32_t word1(const Word* p) { return p->v; }
+inline uint32_t word1(const Word* p) { uint32_t u; std::memcpy(&u, p->bytes, 4); return u; }
 
 inline void transpose8(__m256 r[8]) {
   __m256 t[8], u[8];

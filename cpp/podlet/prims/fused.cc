@@ -219,7 +219,13 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
   // is the row chunk reduce_sum uses for this many columns, so that the sums are formed
   // in reduce_sum's order.
   const int64_t K = p.rinner;
-  const int64_t chunk = reduced_outs.empty() ? kChunk : col_rows_per_chunk(K) * K;
+  // Without reductions any multiple of kTile gives the same bits (tiles stay at
+  // multiples of kTile, so each element takes the same code path): a program with
+  // enough work per element but few elements (an LSTM cell's gates, 8K elements, 5
+  // transcendentals each) is cut into 4 chunks for the threads instead of one.
+  int64_t chunk = reduced_outs.empty() ? kChunk : col_rows_per_chunk(K) * K;
+  if (reduced_outs.empty() && p.n < 4 * kChunk && p.n * int64_t(S) >= 32 * kChunk)
+    chunk = std::max(kTile, (p.n / 4 + kTile - 1) / kTile * kTile);
   int nbuf = 0;
   std::vector<int> free_list;
   for (int k = 0; k < S; ++k) {
@@ -254,7 +260,10 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
   }
 
   static const TileKernels baseline{exec_instr, load_elems, store_elems, sum_rows_f32, sum_leaves_f32, store_elems_stream};
-  const TileKernels& tk = int(cpu::active_isa()) >= int(cpu::Isa::avx512) ? kernels::fused_tile_kernels_avx512() : baseline;
+  const int isa = int(cpu::active_isa());
+  const TileKernels& tk = isa >= int(cpu::Isa::avx512) ? kernels::fused_tile_kernels_avx512()
+                          : isa >= int(cpu::Isa::avx2) ? kernels::fused_tile_kernels_avx2()
+                                                       : baseline;
   const ExecFn exec = tk.exec;
   const int64_t n = p.n;
   // Runs the program over elements [cb, ce) (one chunk). sum_rows(o, t0) is where tile t0
