@@ -1,11 +1,9 @@
-// The scalar math of podlet's elementwise kernels, for the fused elementwise
-// interpreter (prims/fused.cc), which must give the same bits as the one-op kernels.
-//
-// COPY of the branch-free f32 functions (namespace fm), logistic_f64 and the f32 -> bf16
-// rounding of prims/elementwise.cc, where they live in an anonymous namespace.
-// tests/test_fusion.py compares fused and unfused graphs bitwise on every op, so a
-// change there that is not made here fails a test. (Proposed: elementwise.cc includes
-// this header instead of its private copy.)
+// The scalar math of podlet's elementwise kernels: the one-op kernels
+// (prims/elementwise.cc) and the fused elementwise interpreter (prims/fused.cc, and its
+// ISA builds) include this one source, so a fused graph gives the unfused graph's bits
+// (tests/test_fusion.py compares them on every op). Branch-free f32 functions (Cephes-
+// style polynomials written with selects, so that loops over them vectorise on the SSE2
+// baseline), logistic_f64 and the f32 -> bf16 rounding.
 //
 // Users compiled with FMA available (the *_avx512.cc copy of the fused interpreter) must
 // use -ffp-contract=off: GCC would otherwise contract p * r + c and change the last bit.
@@ -130,6 +128,29 @@ inline float erf(float xf) {
   b = b * x2 + 1.0;
   const float r = float(x * a / b);
   return xf == xf ? r : xf;
+}
+
+// erf^-1: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), the
+// single-precision version (the one XLA uses), with the polynomials evaluated in double:
+// max error ~1 ulp. erf_inv(+-1) = +-inf, |x| > 1 -> NaN.
+inline float erf_inv(float xf) {
+  const double x = xf;
+  const float w = -fm::log(float((1.0 - x) * (1.0 + x)));
+  // One Horner chain whose coefficients and variable are chosen per lane (central
+  // region w < 5, or the tails) instead of evaluating both polynomials.
+  const bool c = double(w) < 5.0;
+  const double t = c ? double(w) - 2.5 : double(__builtin_sqrtf(w)) - 3.0;
+  double p = c ? 2.81022636e-08 : -0.000200214257;
+  p = (c ? 3.43273939e-07 : 0.000100950558) + p * t;
+  p = (c ? -3.5233877e-06 : 0.00134934322) + p * t;
+  p = (c ? -4.39150654e-06 : -0.00367342844) + p * t;
+  p = (c ? 0.00021858087 : 0.00573950773) + p * t;
+  p = (c ? -0.00125372503 : -0.0076224613) + p * t;
+  p = (c ? -0.00417768164 : 0.00943887047) + p * t;
+  p = (c ? 0.246640727 : 1.00167406) + p * t;
+  p = (c ? 1.50140941 : 2.83297682) + p * t;
+  const float r = float(p * x);
+  return fabs_(xf) == 1.0f ? xf * kInf : r;  // |x| > 1 and NaN come out NaN from the log
 }
 
 // floor / ceil / round through the integer conversion (SSE2 has no roundps). |x| >= 2^23,

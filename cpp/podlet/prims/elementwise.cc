@@ -33,6 +33,7 @@
 #pragma GCC optimize("no-trapping-math")
 #include "podlet/prims/common.h"
 #include "podlet/kernels/convert.h"
+#include "podlet/kernels/fastmath.h"
 #include "podlet/ir/batch_ops.h"
 #include <array>
 #include <cmath>
@@ -42,179 +43,12 @@ namespace podlet {
 namespace {
 
 // =====================================================================================
-// Branch-free f32 math (Cephes-style polynomials). Written with selects instead of
-// branches so that loops over them vectorise on the SSE2 baseline.
+// Branch-free f32 math, logistic_f64 and the bf16 rounding: kernels/fastmath.h, the one
+// source the fused interpreter shares.
 // =====================================================================================
-namespace fm {
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-inline uint32_t bits(float f) { return __builtin_bit_cast(uint32_t, f); }
-inline float from_bits(uint32_t u) { return __builtin_bit_cast(float, u); }
-inline float fabs_(float x) { return from_bits(bits(x) & 0x7fffffffu); }
-inline float copysign_(float mag, float sgn) { return from_bits((bits(mag) & 0x7fffffffu) | (bits(sgn) & 0x80000000u)); }
-inline float exp2i(int32_t n) { return from_bits(uint32_t(n + 127) << 23); }  // 2^n, n in [-126, 127]
-
-// e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), degree-6 polynomial for e^r, and
-// 2^n applied in two halves so results near overflow and in the denormal range are right.
-// Max error 1 ulp.
-inline float exp(float x) {
-  float xc = x < -104.0f ? -104.0f : x;  // e^-104 rounds to 0, e^89 overflows: clamping keeps n in range
-  xc = xc > 89.0f ? 89.0f : xc;
-  xc = x == x ? xc : 0.0f;               // keep NaN away from the float->int conversion
-  const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
-  const int32_t n = int32_t(fn);
-  float r = xc - fn * 0.693359375f;
-  r = r - fn * -2.12194440e-4f;
-  const float z = r * r;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * z + r + 1.0f;
-  const int32_t n1 = n >> 1, n2 = n - n1;
-  const float y = p * exp2i(n1) * exp2i(n2);
-  return x == x ? y : x;
-}
-
-// log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)), log(x) = e ln2 + log(m), log(m) by
-// a degree-9 polynomial in m - 1. Denormals are scaled up first. Max error 1 ulp.
-inline float log(float x) {
-  const bool den = x < 1.17549435e-38f;
-  const float xs = den ? x * 8388608.0f : x;
-  const uint32_t u = bits(xs);
-  int32_t e = int32_t((u >> 23) & 0xffu) - 126 - (den ? 23 : 0);
-  float m = from_bits((u & 0x007fffffu) | 0x3f000000u);  // [0.5, 1)
-  const bool small = m < 0.707106781186547524f;
-  e -= small ? 1 : 0;
-  m = small ? (m + m) - 1.0f : m - 1.0f;
-  const float z = m * m;
-  float y = 7.0376836292E-2f;
-  y = y * m - 1.1514610310E-1f;
-  y = y * m + 1.1676998740E-1f;
-  y = y * m - 1.2420140846E-1f;
-  y = y * m + 1.4249322787E-1f;
-  y = y * m - 1.6668057665E-1f;
-  y = y * m + 2.0000714765E-1f;
-  y = y * m - 2.4999993993E-1f;
-  y = y * m + 3.3333331174E-1f;
-  y = y * m * z;
-  const float fe = float(e);
-  y = y + -2.12194440e-4f * fe;
-  y = y - 0.5f * z;
-  float r = m + y;
-  r = r + 0.693359375f * fe;
-  r = x == kInf ? x : r;
-  r = x == 0.0f ? -kInf : r;
-  r = x < 0.0f ? kNaN : r;
-  return x == x ? r : x;
-}
-
-// tanh: odd polynomial below 0.625, 1 - 2/(e^{2|x|} + 1) above. Max error 1.5 ulp.
-inline float tanh(float x) {
-  const float a = fabs_(x);
-  const float z = x * x;
-  float ps = -5.70498872745E-3f;
-  ps = ps * z + 2.06390887954E-2f;
-  ps = ps * z - 5.37397155531E-2f;
-  ps = ps * z + 1.33314422036E-1f;
-  ps = ps * z - 3.33332819422E-1f;
-  ps = ps * z * x + x;
-  const float e = fm::exp(a + a);
-  const float pl = 1.0f - 2.0f / (e + 1.0f);
-  return copysign_(a < 0.625f ? ps : pl, x);
-}
-
-// logistic(x) = 1 / (1 + e^-x) (jax's formula) for x >= 0, and e^x / (1 + e^x) for x < 0,
-// which stays accurate where e^-x would overflow (x < -88.7 gives denormals, not 0).
-inline float logistic(float x) {
-  const float e = fm::exp(-fabs_(x));
-  const float r = 1.0f / (1.0f + e);
-  return x < 0.0f ? e * r : r;
-}
-
-// erf: XLA's f32 rational approximation x P(x^2) / Q(x^2) on [-3.744, 3.744] (outside,
-// erf rounds to +-1), evaluated in double: max error 1.5 ulp.
-inline float erf(float xf) {
-  const double c = 3.7439211627767994;
-  double x = xf;
-  x = x < -c ? -c : x;
-  x = x > c ? c : x;
-  const double x2 = x * x;
-  double a = 0.00022905065861350646;
-  a = a * x2 + 0.0034082910107109506;
-  a = a * x2 + 0.050955695062380861;
-  a = a * x2 + 0.18520832239976145;
-  a = a * x2 + 1.128379143519084;
-  double b = -1.1791602954361697e-7;
-  b = b * x2 + 0.000023547966471313185;
-  b = b * x2 + 0.0010179625278914885;
-  b = b * x2 + 0.014070470171167667;
-  b = b * x2 + 0.11098505178285362;
-  b = b * x2 + 0.49746925110067538;
-  b = b * x2 + 1.0;
-  const float r = float(x * a / b);
-  return xf == xf ? r : xf;
-}
-
-// erf^-1: Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011), the
-// single-precision version (the one XLA uses), with the polynomials evaluated in double:
-// max error ~1 ulp. erf_inv(+-1) = +-inf, |x| > 1 -> NaN.
-inline float erf_inv(float xf) {
-  const double x = xf;
-  const float w = -fm::log(float((1.0 - x) * (1.0 + x)));
-  // One Horner chain whose coefficients and variable are chosen per lane (central
-  // region w < 5, or the tails) instead of evaluating both polynomials.
-  const bool c = double(w) < 5.0;
-  const double t = c ? double(w) - 2.5 : double(__builtin_sqrtf(w)) - 3.0;
-  double p = c ? 2.81022636e-08 : -0.000200214257;
-  p = (c ? 3.43273939e-07 : 0.000100950558) + p * t;
-  p = (c ? -3.5233877e-06 : 0.00134934322) + p * t;
-  p = (c ? -4.39150654e-06 : -0.00367342844) + p * t;
-  p = (c ? 0.00021858087 : 0.00573950773) + p * t;
-  p = (c ? -0.00125372503 : -0.0076224613) + p * t;
-  p = (c ? -0.00417768164 : 0.00943887047) + p * t;
-  p = (c ? 0.246640727 : 1.00167406) + p * t;
-  p = (c ? 1.50140941 : 2.83297682) + p * t;
-  const float r = float(p * x);
-  return fabs_(xf) == 1.0f ? xf * kInf : r;  // |x| > 1 and NaN come out NaN from the log
-}
-
-// floor / ceil / round through the integer conversion (SSE2 has no roundps). |x| >= 2^23,
-// inf and NaN are already integral (or NaN) and pass through. The result always has x's
-// sign, which also gives floor(-0.0) = -0.0 and round(-0.3) = -0.0.
-constexpr float kTwo23 = 8388608.0f;
-inline float trunc_small(float x) { return float(int32_t(fabs_(x) < kTwo23 ? x : 0.0f)); }
-inline float floor(float x) {
-  float t = trunc_small(x);
-  t = t > x ? t - 1.0f : t;
-  t = fabs_(x) < kTwo23 ? t : x;
-  return copysign_(t, x);
-}
-inline float ceil(float x) {
-  float t = trunc_small(x);
-  t = t < x ? t + 1.0f : t;
-  t = fabs_(x) < kTwo23 ? t : x;
-  return copysign_(t, x);
-}
-inline float round_afz(float x) {  // half away from zero
-  float t = trunc_small(x);
-  t = fabs_(x - t) >= 0.5f ? t + copysign_(1.0f, x) : t;
-  t = fabs_(x) < kTwo23 ? t : x;
-  return copysign_(t, x);
-}
-inline float round_even(float x) {  // half to even
-  float t = trunc_small(x);
-  const float f = fabs_(x - t);
-  const float odd = float(int32_t(t) & 1);  // t is an exact small integer here
-  float up = f > 0.5f ? 1.0f : 0.0f;
-  up = f == 0.5f ? odd : up;
-  t = t + copysign_(up, x);
-  t = fabs_(x) < kTwo23 ? t : x;
-  return copysign_(t, x);
-}
-}  // namespace fm
+namespace fm = kernels::fm;
+using kernels::f32_to_bf16_bits;
+using kernels::logistic_f64;
 
 // erf^-1 in double: Giles' single-precision approximation as the starting point, then
 // Newton on erf(y) = |x| for |x| <= 0.75 (2 steps), and for the tails Newton on
@@ -249,21 +83,6 @@ double erf_inv_f64(double x) {
     }
   }
   return std::copysign(y, x);
-}
-
-double logistic_f64(double x) {
-  const double e = std::exp(-std::fabs(x));
-  const double r = 1.0 / (1.0 + e);
-  return x < 0.0 ? e * r : r;
-}
-
-// f32 -> bf16 like ml_dtypes / XLA: round to nearest even, NaN -> canonical quiet NaN
-// with the sign kept.
-inline uint16_t f32_to_bf16_bits(float f) {
-  const uint32_t u = __builtin_bit_cast(uint32_t, f);
-  const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
-  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
 }
 
 // Kernels see bf16 as its uint16_t bits (podlet has no uint16 dtype, so uint16_t always

@@ -33,7 +33,8 @@ def _onnx():
     try:
         import onnx
     except ImportError:
-        raise PodletError("ONNX export needs the 'onnx' package: pip install onnx") from None
+        raise PodletError("ONNX export needs the 'onnx' package: pip install 'podlet[onnx]' "
+                          "(or pip install onnx)") from None
     return onnx
 
 
