@@ -131,6 +131,61 @@ def test_scan_under_pmap():
     close(got[1], want[1])
 
 
+def test_collectives_inside_bodies_under_pmap():
+    # The replicas run such bodies in lockstep (scan: per iteration), so psum / pmean
+    # inside a scan, a checkpoint, a custom_vjp, a cond or a while_loop see every
+    # replica; oracle: jax.vmap with the same axis_name.
+    n = podlet.local_device_count()
+    xs = randn(n, 4, 3)
+    w = randn(3)
+
+    def scan_fn(lib, lx, ckpt):
+        def f(w, s):
+            def body(c, x):
+                t = lx.psum(x * w, "i")
+                return c + t, lx.pmean(lib.tanh(x * c), "i")
+            c, ys = lx.scan(ckpt(body), lib.zeros(3), s)
+            return (c ** 2).sum() + (ys * ys).sum()
+        return f
+    for ckpt_p, ckpt_j in ((lambda f: f, lambda f: f), (podlet.checkpoint, jax.checkpoint)):
+        got = podlet.pmap(scan_fn(pnp, plax, ckpt_p), axis_name="i", in_axes=(None, 0))(w, xs)
+        want = jax.vmap(scan_fn(jnp, jax.lax, ckpt_j), axis_name="i", in_axes=(None, 0))(w, xs)
+        close(got, want, 1e-5)
+        g = podlet.pmap(podlet.grad(scan_fn(pnp, plax, ckpt_p)), axis_name="i", in_axes=(None, 0))(w, xs)
+        gj = jax.vmap(jax.grad(scan_fn(jnp, jax.lax, ckpt_j)), axis_name="i", in_axes=(None, 0))(w, xs)
+        close(g, gj, 1e-4)
+
+    # cond with the same index on every replica; a per-replica index is a clear error
+    def cond_fn(lib, lx):
+        return lambda k, x: lx.cond(k > 0, lambda v: lx.psum(v, "i") * 2.0, lambda v: v - lx.pmean(v, "i"), x)
+    for k in (np.int32(1), np.int32(0)):
+        got = podlet.pmap(cond_fn(pnp, plax), axis_name="i", in_axes=(None, 0))(k, xs[:, 0])
+        want = jax.vmap(cond_fn(jnp, jax.lax), axis_name="i", in_axes=(None, 0))(k, xs[:, 0])
+        close(got, want)
+    if n > 1:
+        with pytest.raises(ValueError, match="differs between replicas"):
+            podlet.pmap(cond_fn(pnp, plax), axis_name="i")(np.arange(n, dtype=np.int32), xs[:, 0])
+
+    # while_loop whose predicate is made equal across replicas with pmax
+    def while_fn(lib, lx):
+        def f(x):
+            return lx.while_loop(lambda c: lx.pmax(c[0], "i") < 3, lambda c: (c[0] + 1, c[1] + lx.psum(c[1], "i")),
+                                 (lib.int32(0), x))
+        return f
+    got = podlet.pmap(while_fn(pnp, plax), axis_name="i")(xs[:, 0])
+    want = jax.vmap(while_fn(jnp, jax.lax), axis_name="i")(xs[:, 0])
+    close(got[1], want[1], 1e-5)
+
+    # custom_vjp whose primal holds a collective
+    @podlet.custom_vjp
+    def centred(x):
+        return x - plax.pmean(x, "i")
+    centred.defvjp(lambda x: (centred(x), None), lambda _, g: (g - plax.pmean(g, "i"),))
+    got = podlet.pmap(lambda x: centred(x) * 3.0, axis_name="i")(xs[:, 0])
+    want = jax.vmap(lambda x: (x - jax.lax.pmean(x, "i")) * 3.0, axis_name="i")(xs[:, 0])
+    close(got, want)
+
+
 def test_map_and_batch_size():
     xs = randn(7, 3)
     close(plax.map(lambda x: pnp.sin(x).sum(), xs), jax.lax.map(lambda x: jnp.sin(x).sum(), xs))

@@ -13,6 +13,7 @@
 #include <tuple>
 #include "podlet/parallel.h"
 #include "podlet/prims/common.h"
+#include "podlet/ir/subgraph.h"
 
 namespace podlet {
 
@@ -397,6 +398,166 @@ void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int
   out.per = {res};
 }
 
+// ---- nodes whose sub-graphs hold collectives ------------------------------------------
+// Their kernels would run each replica's sub-graph alone, where a collective has no
+// replicas to combine; instead the executor runs the sub-graph itself, over every replica
+// at once (a scan: one such run per iteration, the replicas in lockstep, as on devices).
+bool has_collective(const Graph& g) {
+  for (const Node& n : g.nodes) {
+    if (is_collective(n.prim->name)) return true;
+    for (auto& [k, v] : n.attrs.items()) {
+      (void)k;
+      if (auto* r = std::get_if<GraphRef>(&v); r && has_collective(**r)) return true;
+      if (auto* rs = std::get_if<std::vector<GraphRef>>(&v))
+        for (auto& r2 : *rs) if (has_collective(*r2)) return true;
+    }
+  }
+  return false;
+}
+
+bool holds_collectives(const Node& n) {
+  static std::mutex mu;
+  static std::map<const Graph*, std::pair<std::weak_ptr<const Graph>, bool>> memo;
+  for (auto& [k, v] : n.attrs.items()) {
+    (void)k;
+    std::vector<GraphRef> gs;
+    if (auto* r = std::get_if<GraphRef>(&v)) gs.push_back(*r);
+    if (auto* rs = std::get_if<std::vector<GraphRef>>(&v)) gs = *rs;
+    for (auto& gr : gs) {
+      std::lock_guard<std::mutex> lk(mu);
+      auto it = memo.find(gr.get());
+      bool h;
+      if (it != memo.end() && it->second.first.lock() == gr) {
+        h = it->second.second;
+      } else {
+        h = has_collective(*gr);
+        memo[gr.get()] = {gr, h};
+      }
+      if (h) return true;
+    }
+  }
+  return false;
+}
+
+std::vector<Value> run_sub_pmap(const GraphRef& body, const std::vector<Value>& args, int n_local) {
+  const Graph& b = *body;
+  std::vector<Array> arrs;
+  std::vector<bool> rep;
+  for (size_t k = 0; k < args.size(); ++k) {
+    rep.push_back(args[k].replicated);
+    arrs.push_back(args[k].replicated ? args[k].per[0] : stacked(args[k], b.avals[b.inputs[k]], n_local));
+  }
+  PmapOutputs o = run_graph_pmap(*executable_subgraph(body), arrs, rep, n_local);
+  std::vector<Value> out(o.values.size());
+  for (size_t k = 0; k < out.size(); ++k) {
+    out[k].replicated = o.replicated[k];
+    if (o.replicated[k]) {
+      out[k].per = {o.values[k]};
+      continue;
+    }
+    const AVal& a = b.avals[b.outputs[k]];
+    for (int r = 0; r < n_local; ++r) out[k].per.push_back(view(o.values[k], a, size_t(r) * a.nbytes()));
+  }
+  return out;
+}
+
+void set_outputs(const Node& n, std::vector<Value>& vals, std::vector<Value>&& outs) {
+  for (size_t k = 0; k < n.out.size(); ++k) vals[n.out[k]] = std::move(outs[k]);
+}
+
+// scan: each iteration's body over every replica; ys stacked per replica.
+void run_scan_pmap(const Graph& g, const Node& n, std::vector<Value>& vals, int n_local) {
+  const Attrs& a = n.attrs;
+  const GraphRef& body = a.graph("body");
+  const int64_t nc = a.i("num_consts"), nh = a.i("num_carry"), T = a.i("length");
+  const bool reverse = a.i("reverse", 0) != 0;
+  const int64_t nx = int64_t(n.in.size()) - nc - nh, ny = int64_t(body->outputs.size()) - nh;
+  std::vector<Value> args(n.in.size());
+  for (int64_t k = 0; k < nc + nh; ++k) args[k] = vals[n.in[k]];
+  std::vector<Array> ys;
+  for (int64_t k = 0; k < ny; ++k) {
+    const AVal& y = g.avals[n.out[nh + k]];  // [T, ...]
+    ys.push_back(Array(y.dtype, with_lead(n_local, y.shape)));
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t i = reverse ? T - 1 - t : t;
+    for (int64_t k = 0; k < nx; ++k) {
+      const Value& x = vals[n.in[nc + nh + k]];
+      const AVal& row = body->avals[body->inputs[nc + nh + k]];
+      Value v;
+      v.replicated = x.replicated;
+      for (const Array& p : x.per) v.per.push_back(view(p, row, size_t(i) * row.nbytes()));
+      args[nc + nh + k] = std::move(v);
+    }
+    std::vector<Value> r = run_sub_pmap(body, args, n_local);
+    for (int64_t k = 0; k < nh; ++k) args[nc + k] = std::move(r[k]);
+    for (int64_t k = 0; k < ny; ++k) {
+      const size_t rb = body->avals[body->outputs[nh + k]].nbytes();
+      for (int q = 0; q < n_local; ++q)
+        if (rb) std::memcpy(static_cast<char*>(ys[k].raw()) + (size_t(q) * size_t(T) + size_t(i)) * rb, r[nh + k].at(q).raw(), rb);
+    }
+  }
+  std::vector<Value> outs;
+  for (int64_t k = 0; k < nh; ++k) outs.push_back(std::move(args[nc + k]));
+  for (int64_t k = 0; k < ny; ++k) {
+    const AVal& y = g.avals[n.out[nh + k]];
+    Value v;
+    for (int q = 0; q < n_local; ++q) v.per.push_back(view(ys[k], y, size_t(q) * y.nbytes()));
+    outs.push_back(std::move(v));
+  }
+  set_outputs(n, vals, std::move(outs));
+}
+
+// The other sub-graph nodes: checkpoint and the custom rules run their body once; cond
+// runs the branch its (replicated) index picks; while_loop runs while its predicate,
+// equal on every replica, holds. Returns false for a node it does not handle.
+bool run_subgraph_node_pmap(const Graph& g, const Node& n, std::vector<Value>& vals, int n_local) {
+  const std::string& name = n.prim->name;
+  auto ins = [&](size_t from, size_t to) {
+    std::vector<Value> r;
+    for (size_t k = from; k < to; ++k) r.push_back(vals[n.in[k]]);
+    return r;
+  };
+  if (name == "scan") {
+    run_scan_pmap(g, n, vals, n_local);
+  } else if (name == "checkpoint") {
+    set_outputs(n, vals, run_sub_pmap(n.attrs.graph("body"), ins(0, n.in.size()), n_local));
+  } else if (name == "custom_vjp_call" || name == "custom_jvp_call") {
+    const size_t nf = size_t(n.attrs.i("n_args") + n.attrs.i("n_fcap"));
+    set_outputs(n, vals, run_sub_pmap(n.attrs.graph("f"), ins(0, nf), n_local));
+  } else if (name == "cond") {
+    const Value& idx = vals[n.in[0]];
+    if (!idx.replicated)
+      throw ValueError("cond: under pmap, a branch index that differs between replicas cannot pick branches "
+                       "that hold collectives (each replica would wait for the others in another branch)");
+    const auto& br = n.attrs.graphs("branches");
+    const int64_t b = std::clamp<int64_t>(*static_cast<const int32_t*>(idx.per[0].raw()), 0, int64_t(br.size()) - 1);
+    set_outputs(n, vals, run_sub_pmap(br[size_t(b)], ins(1, n.in.size()), n_local));
+  } else if (name == "while_loop") {
+    const size_t ncc = size_t(n.attrs.i("num_cond_consts")), nbc = size_t(n.attrs.i("num_body_consts"));
+    const std::vector<Value> cc = ins(0, ncc), bc = ins(ncc, ncc + nbc);
+    std::vector<Value> carry = ins(ncc + nbc, n.in.size());
+    for (;;) {
+      std::vector<Value> ca = cc;
+      ca.insert(ca.end(), carry.begin(), carry.end());
+      const Value p = run_sub_pmap(n.attrs.graph("cond"), ca, n_local)[0];
+      const bool go = *static_cast<const uint8_t*>(p.at(0).raw()) != 0;
+      for (int r = 1; r < n_local && !p.replicated; ++r)
+        if ((*static_cast<const uint8_t*>(p.at(r).raw()) != 0) != go)
+          throw ValueError("while_loop: under pmap, the replicas disagree on the predicate of a loop whose body "
+                           "holds collectives; make it the same on every replica (e.g. with pmax)");
+      if (!go) break;
+      std::vector<Value> ba = bc;
+      ba.insert(ba.end(), carry.begin(), carry.end());
+      carry = run_sub_pmap(n.attrs.graph("body"), ba, n_local);
+    }
+    set_outputs(n, vals, std::move(carry));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const std::vector<bool>& replicated,
@@ -466,6 +627,8 @@ PmapOutputs run_graph_pmap(const Graph& g, const std::vector<Array>& args, const
         how = "deferred";
       } else if (is_collective(name)) {
         run_collective(g, n, vals, n_local, !n.in.empty() && narrow[n.in[0]]);
+      } else if (holds_collectives(n) && run_subgraph_node_pmap(g, n, vals, n_local)) {
+        how = "sub-graph";
       } else {
         bool all_rep = true;
         for (int v : n.in) all_rep = all_rep && vals[v].replicated;
