@@ -46,6 +46,7 @@ from . import numpy  # noqa: E402  (installs Array/Tracer methods)
 from . import lax  # noqa: E402
 from . import random  # noqa: E402
 from . import nn  # noqa: E402
+from . import struct  # noqa: E402  (podlet.struct.dataclass, as flax.struct)
 from .profiler import profile  # noqa: E402  (podlet.profile; PODLET_PROFILE=1)
 
 __version__ = "0.1.0"

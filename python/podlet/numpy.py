@@ -225,23 +225,49 @@ def _promote_float(*args):
 # ---------------------------------------------------------------------------------
 # elementwise
 # ---------------------------------------------------------------------------------
-def _binary(prim):
+def _binary(prim, bool_prim=None):
     def f(x1, x2):
         a, b = _promote(x1, x2)
-        out = bind(prim, a, b)
-        if _weak(x1) and _weak(x2) and isinstance(out, Tracer):
-            out.weak_type = True
-        return out
+        # jnp.add / multiply of bools are logical or / and (NumPy's rule), as in JAX
+        out = bind(bool_prim if bool_prim and a.dtype == bool_ else prim, a, b)
+        return _weak_if(out, x1, x2)
     f.__name__ = prim
     return f
 
 
-add = _binary("add")
+def _weak_if(out, x1, x2):
+    """out, weakly typed when both operands were (Python scalars, weak arrays)."""
+    if _weak(x1) and _weak(x2) and isinstance(out, Tracer):
+        out.weak_type = True
+    return out
+
+
+add = _binary("add", "or")
 subtract = _binary("sub")
-multiply = _binary("mul")
+multiply = _binary("mul", "and")
 maximum = _binary("max")
 minimum = _binary("min")
-remainder = mod = _binary("rem")
+def fmod(x1, x2):
+    """C's fmod: the sign of x1 (truncated division); an integer x2 of 0 gives 0, as in JAX."""
+    a, b = _promote(x1, x2)
+    if not _dtypes.is_float(a.dtype):
+        b = bind("select", bind("eq", b, zeros_like(b)), ones_like(b), b)
+    return _weak_if(bind("rem", a, b), x1, x2)
+
+
+def remainder(x1, x2):
+    """x1 - floor(x1 / x2) * x2: the sign of x2, as Python's % and jnp.remainder (JAX's
+    algorithm: lax.rem, then x2 added where the signs differ; an integer x2 of 0 gives 0)."""
+    a, b = _promote(x1, x2)
+    if not _dtypes.is_float(a.dtype):
+        b = bind("select", bind("eq", b, zeros_like(b)), ones_like(b), b)
+    trunc = bind("rem", a, b)
+    zero = zeros_like(trunc)
+    do_plus = bind("and", bind("ne", bind("lt", trunc, zero), bind("lt", b, zeros_like(b))), bind("ne", trunc, zero))
+    return _weak_if(bind("select", do_plus, bind("add", trunc, b), trunc), x1, x2)
+
+
+mod = remainder
 equal = _binary("eq")
 not_equal = _binary("ne")
 less = _binary("lt")
@@ -275,10 +301,47 @@ divide = true_divide
 
 
 def floor_divide(x1, x2):
+    """floor(x1 / x2), as Python's // and jnp.floor_divide (JAX's algorithm: integers
+    correct the truncated quotient where the signs differ; floats go through divmod, so
+    1.0 // 0.1 is 9.0 as in NumPy)."""
     a, b = _promote(x1, x2)
     if _dtypes.is_float(a.dtype):
-        return floor(bind("div", a, b))
-    return bind("div", a, b)
+        return _weak_if(_float_divmod(a, b)[0], x1, x2)
+    q = bind("div", a, b)
+    if a.dtype.kind == "u" or a.dtype == bool_:
+        return _weak_if(q, x1, x2)
+    sel = bind("and", bind("ne", bind("sign", a), bind("sign", b)), bind("ne", bind("rem", a, b), zeros_like(a)))
+    return _weak_if(bind("select", sel, bind("sub", q, ones_like(q)), q), x1, x2)
+
+
+def _float_divmod(a, b):
+    # CPython's float_divmod, as JAX: x2 == 0 divides x1 itself (5.0 // -0.0 is -inf)
+    m = bind("rem", a, b)
+    d = bind("div", bind("select", bind("eq", b, zeros_like(b)), a, bind("sub", a, m)), b)
+    ind = bind("and", bind("ne", m, zeros_like(m)), bind("ne", bind("sign", b), bind("sign", m)))
+    m = bind("select", ind, bind("add", m, b), m)
+    d = bind("select", ind, bind("sub", d, ones_like(d)), d)
+    return lax.round(d), m
+
+
+def left_shift(x1, x2):
+    a, b = _promote(x1, x2)
+    return _weak_if(bind("shift_left", a, b), x1, x2)
+
+
+def right_shift(x1, x2):
+    """Arithmetic for signed integers, logical for unsigned (NumPy's >>)."""
+    a, b = _promote(x1, x2)
+    prim = "shift_right_logical" if a.dtype.kind == "u" else "shift_right_arithmetic"
+    return _weak_if(bind(prim, a, b), x1, x2)
+
+
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
+
+
+def divmod(x1, x2):
+    """(floor_divide(x1, x2), remainder(x1, x2))."""
+    return floor_divide(x1, x2), remainder(x1, x2)
 
 
 def power(x1, x2):
@@ -286,7 +349,21 @@ def power(x1, x2):
         x = asarray(x1) if not _is_array(x1) else x1
         return lax.integer_pow(x, x2)
     a, b = _promote(x1, x2)
+    if not _dtypes.is_float(a.dtype) and a.dtype != bool_:
+        return _weak_if(_pow_int_int(a, b), x1, x2)
     return bind("pow", a, b)
+
+
+def _pow_int_int(x, e):
+    """Integer ** integer array by binary exponentiation over the exponent's low 6 bits,
+    JAX's algorithm (anything larger overflows for |x| > 1), so the same wrapped results."""
+    zero, one = zeros_like(e), ones_like(e)
+    acc = bind("select", bind("and", bind("eq", x, zeros_like(x)), bind("ne", e, zero)), zeros_like(x), ones_like(x))
+    for _ in range(6):
+        acc = bind("select", bind("ne", bind("and", e, one), zero), bind("mul", acc, x), acc)
+        x = bind("mul", x, x)
+        e = bind("shift_right_logical", e, one)
+    return acc
 
 
 def _unary_float(prim):
@@ -1033,8 +1110,7 @@ def _getitem(a, key):
 def _wrap_mode_index(indices, n):
     """mode='wrap': indices taken modulo n (Python's sign convention)."""
     if isinstance(indices, Tracer):
-        r = remainder(indices, n)
-        return where(r < 0, r + n, r)
+        return remainder(indices, n)
     return _np.mod(_np.asarray(indices, _np.int64), n)
 
 
@@ -1393,7 +1469,11 @@ def _install_methods(cls):
     cls.__truediv__ = lambda s, o: true_divide(s, o)
     cls.__rtruediv__ = lambda s, o: true_divide(o, s)
     cls.__floordiv__ = lambda s, o: floor_divide(s, o)
+    cls.__rfloordiv__ = lambda s, o: floor_divide(o, s)
     cls.__mod__ = lambda s, o: remainder(s, o)
+    cls.__rmod__ = lambda s, o: remainder(o, s)
+    cls.__divmod__ = lambda s, o: divmod(s, o)
+    cls.__rdivmod__ = lambda s, o: divmod(o, s)
     cls.__pow__ = lambda s, o: power(s, o)
     cls.__rpow__ = lambda s, o: power(o, s)
     cls.__matmul__ = lambda s, o: matmul(s, o)
@@ -1405,6 +1485,13 @@ def _install_methods(cls):
     cls.__and__ = lambda s, o: bitwise_and(s, o)
     cls.__or__ = lambda s, o: bitwise_or(s, o)
     cls.__xor__ = lambda s, o: bitwise_xor(s, o)
+    cls.__rand__ = lambda s, o: bitwise_and(o, s)
+    cls.__ror__ = lambda s, o: bitwise_or(o, s)
+    cls.__rxor__ = lambda s, o: bitwise_xor(o, s)
+    cls.__lshift__ = lambda s, o: left_shift(s, o)
+    cls.__rlshift__ = lambda s, o: left_shift(o, s)
+    cls.__rshift__ = lambda s, o: right_shift(s, o)
+    cls.__rrshift__ = lambda s, o: right_shift(o, s)
     cls.__lt__ = lambda s, o: less(s, o)
     cls.__le__ = lambda s, o: less_equal(s, o)
     cls.__gt__ = lambda s, o: greater(s, o)
