@@ -19,3 +19,4 @@ bench:
 	$(PY) bench/peak.py
 	$(PY) bench/kernels.py --dtype bfloat16
 	$(PY) bench/train_step.py
+	$(PY) bench/api_coverage.py
