@@ -1552,3 +1552,300 @@ Array.__format__ = lambda s, spec: format(_np.asarray(s).item(), spec) if s.ndim
 
 def _raise_index(s):
     raise TypeError(f"only integer arrays can be used as an index, got {s.dtype}")
+
+
+# ---------------------------------------------------------------------------------
+# jax.numpy API additions: triangles, roll, meshgrid, diagonals, kron, closeness,
+# differences, and a few elementwise helpers. All compositions of the primitives
+# above (select / slice / concatenate / gather / reduce_sum / mul ...), so they
+# trace under jit and differentiate through the primitives' rules.
+# ---------------------------------------------------------------------------------
+def _tri_mask(N, M, k):
+    return to_array(_np.tri(int(N), int(M), int(k), dtype=_np.bool_))
+
+
+def tri(N, M=None, k=0, dtype=None):
+    """jnp.tri: ones at and below the k-th diagonal; float32 by default, as JAX."""
+    M = N if M is None else M
+    return astype(_tri_mask(N, M, k), _default_float(dtype))
+
+
+def _tri_select(m, k, name, upper):
+    m = asarray(m)
+    if m.ndim < 2:
+        raise ValueError(f"Argument to jax.numpy.{name} must be at least 2D")
+    N, M = m.shape[-2:]
+    mask = _tri_mask(N, M, k - 1 if upper else k)  # select broadcasts it over the batch dims
+    z = _const_like(m, 0)
+    return bind("select", mask, z, m) if upper else bind("select", mask, m, z)
+
+
+def tril(m, k=0):
+    return _tri_select(m, int(k), "tril", False)
+
+
+def triu(m, k=0):
+    return _tri_select(m, int(k), "triu", True)
+
+
+def roll(a, shift, axis=None):
+    """jnp.roll: static shifts slice and concatenate (JAX's _roll_static); a traced
+    shift concatenates a with itself and takes a dynamic slice (JAX's _roll_dynamic)."""
+    a = asarray(a)
+    if axis is None:
+        return reshape(roll(ravel(a), shift, 0), a.shape)
+    axes = (axis,) if isinstance(axis, (int, _np.integer)) else tuple(axis)
+    axes = tuple(_norm_axis(int(ax), a.ndim) for ax in axes)
+    if isinstance(shift, Tracer):
+        shift = astype(shift, int32)
+        if shift.ndim > 1 or (shift.ndim == 1 and len(axes) > 1 and shift.shape[0] not in (1, len(axes))):
+            raise ValueError("'shift' and 'axis' arguments to roll must be scalars or 1D arrays")
+        m = _bi.max(len(axes), shift.shape[0] if shift.ndim else 1)
+        for p in range(m):
+            s = shift if shift.ndim == 0 else shift[p if shift.shape[0] > 1 else 0]
+            ax = axes[p if len(axes) > 1 else 0]
+            n = a.shape[ax]
+            x = remainder(s, _np.int32(_bi.max(n, 1)))
+            a = lax.dynamic_slice_in_dim(lax.concatenate([a, a], ax), subtract(_np.int32(n), x), n, ax)
+        return a
+    shifts = _np.asarray(shift)
+    if shifts.dtype.kind not in "iu":
+        raise TypeError(f"roll: shift must be integers, got {shifts.dtype}")
+    if shifts.ndim > 1 or len(axes) > 1 and shifts.ndim == 1 and shifts.size not in (1, len(axes)):
+        raise ValueError("'shift' and 'axis' arguments to roll must be scalars or 1D arrays of equal length")
+    ax_arr = _np.asarray(axes) if len(axes) != 1 else _np.asarray(axes[0])
+    for ax, s in zip(*(_np.atleast_1d(x) for x in _np.broadcast_arrays(ax_arr, shifts))):
+        ax, n = int(ax), a.shape[int(ax)]
+        if n == 0:
+            continue
+        i = int(-s) % n
+        if i == 0:
+            continue
+        a = lax.concatenate([lax.slice_in_dim(a, i, n, 1, ax), lax.slice_in_dim(a, 0, i, 1, ax)], ax)
+    return a
+
+
+def meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """jnp.meshgrid: 1-D inputs only, each keeps its own dtype; 'xy' swaps the first two."""
+    args = [asarray(x) for x in xi]
+    if not copy:
+        raise ValueError("jax.numpy.meshgrid only supports copy=True")
+    if indexing not in ("xy", "ij"):
+        raise ValueError(f"Valid values for indexing are 'xy' and 'ij', got {indexing}")
+    if _bi.any(x.ndim != 1 for x in args):
+        raise ValueError(f"Arguments to jax.numpy.meshgrid must be 1D, got shapes {[x.shape for x in args]}")
+    if indexing == "xy" and len(args) >= 2:
+        args[0], args[1] = args[1], args[0]
+    shape = [1 if sparse else x.shape[0] for x in args]
+    out = []
+    for i, x in enumerate(args):
+        s = shape[:i] + [x.shape[0]] + shape[i + 1:] if sparse else shape
+        out.append(lax.broadcast_in_dim(x, s, [i]))
+    if indexing == "xy" and len(args) >= 2:
+        out[0], out[1] = out[1], out[0]
+    return out
+
+
+def _ml_finfo(d):
+    import ml_dtypes
+    return ml_dtypes.finfo(d)
+
+
+def _isposinf(x):
+    return bind("eq", x, to_array(_np.asarray(_np.inf, x.dtype)))
+
+
+def _isneginf(x):
+    return bind("eq", x, to_array(_np.asarray(-_np.inf, x.dtype)))
+
+
+def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    """NaN -> nan, +inf -> posinf (default finfo.max), -inf -> neginf (default finfo.min);
+    non-float inputs are returned unchanged, as JAX."""
+    x = asarray(x)
+    if not _dtypes.is_float(x.dtype):
+        return x
+    info = _ml_finfo(x.dtype)  # ml_dtypes' finfo also knows bfloat16
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    c = lambda v: astype(v, x.dtype) if _is_array(v) else _const_like(x, v)  # select broadcasts
+    out = bind("select", isnan(x), c(nan), x)
+    out = bind("select", _isposinf(out), c(posinf), out)
+    return bind("select", _isneginf(out), c(neginf), out)
+
+
+def diagonal(a, offset=0, axis1=0, axis2=1):
+    """jnp.diagonal: a[..., i, j] over the two axes moved last (a gather, as JAX)."""
+    a = asarray(a)
+    if a.ndim < 2:
+        raise ValueError("diagonal requires an array of at least two dimensions.")
+    offset = int(offset)
+    n1, n2 = a.shape[_norm_axis(axis1, a.ndim)], a.shape[_norm_axis(axis2, a.ndim)]
+    a = moveaxis(a, (axis1, axis2), (-2, -1))
+    d = _bi.max(0, _bi.min(n1 + _bi.min(offset, 0), n2 - _bi.max(offset, 0)))
+    i = _np.arange(d, dtype=_np.int32)
+    j = _np.arange(_bi.abs(offset), _bi.abs(offset) + d, dtype=_np.int32)
+    return a[..., i, j] if offset >= 0 else a[..., j, i]
+
+
+def diag(v, k=0):
+    """jnp.diag: a 1-D v gives the 2-D array with v on the k-th diagonal; a 2-D v gives
+    its k-th diagonal."""
+    v = asarray(v)
+    k = int(k)
+    if v.ndim == 1:
+        n = v.shape[0] + _bi.abs(k)
+        v = lax.pad(v, _np.zeros((), v.dtype), [(_bi.max(0, -k), _bi.max(0, k), 0)])
+        mask = to_array(_np.eye(n, k=k, dtype=_np.bool_))
+        return bind("select", mask, reshape(v, (n, 1)), _const_like(v, 0))
+    if v.ndim == 2:
+        return diagonal(v, offset=k)
+    raise ValueError("diag input must be 1d or 2d")
+
+
+def _sum_default_dtype(d):
+    """The dtype jnp.sum gives by default: small ints widen to (u)int32, bool to int32."""
+    d = _np.dtype(d)
+    if d == _np.bool_:
+        return _np.dtype(int32)
+    if d.kind in "iu" and d.itemsize < 4:
+        return _np.dtype(uint32 if d.kind == "u" else int32)
+    return d
+
+
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    """jnp.trace: the k-th diagonal masked with eye and summed over both axes (JAX's way)."""
+    if out is not None:
+        raise NotImplementedError("The 'out' argument to jnp.trace is not supported.")
+    a = asarray(a)
+    ax1, ax2 = _norm_axis(axis1, a.ndim), _norm_axis(axis2, a.ndim)
+    if ax1 == ax2:
+        raise ValueError(f"axis1 and axis2 can not be same. axis1={axis1} and axis2={axis2}")
+    n1, n2 = a.shape[ax1], a.shape[ax2]
+    a = moveaxis(a, (ax1, ax2), (-2, -1))
+    mask = to_array(_np.eye(n1, n2, k=int(offset), dtype=_np.bool_))  # select broadcasts it
+    a = bind("select", mask, a, _const_like(a, 0))
+    return sum(a, axis=(-2, -1), dtype=_sum_default_dtype(a.dtype) if dtype is None else dtype)
+
+
+def kron(a, b):
+    """Kronecker product: a and b interleaved by unit axes, multiplied, merged (as JAX)."""
+    a, b = _promote(a, b)
+    if a.ndim < b.ndim:
+        a = reshape(a, (1,) * (b.ndim - a.ndim) + tuple(a.shape))
+    elif b.ndim < a.ndim:
+        b = reshape(b, (1,) * (a.ndim - b.ndim) + tuple(b.shape))
+    nd = a.ndim
+    a2 = expand_dims(a, tuple(range(1, 2 * nd, 2))) if nd else a
+    b2 = expand_dims(b, tuple(range(0, 2 * nd, 2))) if nd else b
+    return reshape(multiply(a2, b2), tuple(int(x) * int(y) for x, y in zip(a.shape, b.shape)))
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol * |b| with b finite, or a == b (equal infinities);
+    NaNs are close only with equal_nan. Integers compare as float32, as JAX."""
+    a, b = _promote_float(a, b)
+    d = a.dtype
+    rtol = astype(rtol, d) if _is_array(rtol) else to_array(_np.asarray(rtol, d))
+    atol = astype(atol, d) if _is_array(atol) else to_array(_np.asarray(atol, d))
+    in_range = bind("le", bind("abs", bind("sub", a, b)), bind("add", atol, bind("mul", rtol, bind("abs", b))))
+    out = logical_or(bind("eq", a, b), logical_and(isfinite(b), in_range))
+    return logical_or(out, logical_and(isnan(a), isnan(b))) if equal_nan else out
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return all(isclose(a, b, rtol, atol, equal_nan))
+
+
+def diff(a, n=1, axis=-1, prepend=None, append=None):
+    """n-th discrete difference along axis (not_equal for bool), after concatenating
+    prepend / append (scalars broadcast to one slice, weakly typed like JAX)."""
+    arr = asarray(a)
+    n = int(n)
+    if n == 0:
+        return arr
+    if n < 0:
+        raise ValueError(f"order must be non-negative but got {n}")
+    if arr.ndim == 0:
+        raise ValueError(f"diff requires input that is at least one dimensional; got {a}")
+    axis = _norm_axis(int(axis), arr.ndim)
+    one = list(arr.shape)
+    one[axis] = 1
+
+    def edge(v):
+        if _is_array(v) or _np.ndim(v):
+            return asarray(v) if _is_array(v) else array(v)
+        return v  # a Python / NumPy scalar: kept for weak-type promotion below
+
+    parts = [edge(p) for p in (prepend,) if p is not None] + [arr] + [edge(p) for p in (append,) if p is not None]
+    if len(parts) > 1:
+        d = result_type(*parts)
+        parts = [astype(p, d) if _is_array(p) else full(one, p, d) for p in parts]
+        arr = concatenate(parts, axis)
+    for _ in range(n):
+        m = arr.shape[axis]
+        hi = lax.slice_in_dim(arr, _bi.min(1, m), m, 1, axis)
+        lo = lax.slice_in_dim(arr, 0, _bi.max(m - 1, 0), 1, axis)
+        arr = bind("ne", hi, lo) if arr.dtype == bool_ else bind("sub", hi, lo)
+    return arr
+
+
+def _const_like(x, v):
+    return to_array(_np.asarray(v, x.dtype))
+
+
+def log2(x):
+    (x,) = _promote_float(x)
+    return bind("div", bind("log", x), bind("log", _const_like(x, 2)))
+
+
+def log10(x):
+    (x,) = _promote_float(x)
+    return bind("mul", bind("log", x), _const_like(x, 0.4342944819032518))  # 1 / log(10)
+
+
+def hypot(x1, x2):
+    """sqrt(x1**2 + x2**2) without overflow: max * sqrt(1 + (min / max)**2), inf if
+    either is inf (JAX's algorithm)."""
+    a, b = _promote_float(x1, x2)
+    a, b = bind("abs", a), bind("abs", b)
+    a, b = broadcast_arrays(a, b)
+    idx_inf = bind("or", _isposinf(a), _isposinf(b))
+    hi, lo = bind("max", a, b), bind("min", a, b)
+    zero = bind("eq", hi, zeros_like(hi))
+    q = bind("div", lo, bind("select", zero, ones_like(hi), hi))
+    x = bind("select", zero, hi, bind("mul", hi, bind("sqrt", bind("add", ones_like(q), lax.integer_pow(q, 2)))))
+    return bind("select", idx_inf, _const_like(x, _np.inf), x)
+
+
+def deg2rad(x):
+    (x,) = _promote_float(x)
+    return bind("mul", x, _const_like(x, _np.pi / 180))
+
+
+def rad2deg(x):
+    (x,) = _promote_float(x)
+    return bind("mul", x, _const_like(x, 180 / _np.pi))
+
+
+radians = deg2rad
+degrees = rad2deg
+
+
+def fliplr(m):
+    m = asarray(m)
+    if m.ndim < 2:
+        raise ValueError(f"fliplr requires an array with at least 2 dimensions, got {m.ndim}")
+    return flip(m, 1)
+
+
+def flipud(m):
+    m = asarray(m)
+    if m.ndim < 1:
+        raise ValueError(f"flipud requires an array with at least 1 dimension, got {m.ndim}")
+    return flip(m, 0)
+
+
+def count_nonzero(a, axis=None, keepdims=False):
+    a = asarray(a)
+    return sum(bind("ne", a, to_array(_np.zeros((), a.dtype))), axis=axis, dtype=int32, keepdims=keepdims)
