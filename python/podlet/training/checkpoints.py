@@ -13,6 +13,34 @@ stored as its uint16 bit pattern. The root's attributes pin what is needed to tr
 file later: ``step``, ``config`` (the resolved YAML), ``model`` (the model definition as
 JSON), ``metrics`` (JSON), ``format`` and ``podlet_version``.
 
+Checksums (format ``podlet-checkpoint-v2``), in two layers:
+
+* Per leaf and over the metadata, inside HDF5 (readable with plain h5py): every dataset
+  carries ``crc32``, the ``zlib.crc32`` of its data exactly as stored (C order, bfloat16
+  as its uint16 view). The root carries ``manifest``, a JSON list sorted by path of
+  ``[path, dtype attribute, shape, python_type or null, crc32]`` for every dataset, and
+  ``checksum``, the crc32 of a canonical text (``_root_checksum``: a compact JSON list) of
+  ``format``, ``podlet_version``, ``step``, ``config``, ``model``, ``metrics`` and
+  ``manifest``. So the metadata, the tree (paths, dtypes, shapes, Python scalar types)
+  and every value are covered.
+* Over HDF5's own structure: parsing a damaged HDF5 file can crash or hang the process
+  (most of HDF5's structures, such as the global heap holding the string attributes, have
+  no checksum of their own), so the file starts with an HDF5 user block holding an
+  integrity header (see ``_check_header``): the file size, the byte ranges of the leaves'
+  data, and the crc32 of every other byte. It is checked, reading no leaf data, before
+  HDF5 opens the file.
+
+Every read verifies what it reads: ``read_metadata`` the header and the root checksum;
+``read_checkpoint``, ``restore_checkpoint`` and ``verify_checkpoint`` (a full check) also
+that the datasets are exactly the manifest's, each with the attributes, dtype, shape and
+crc32 it records. Any failure, a truncated file, and any error h5py raises while opening
+or reading, is a CheckpointError naming the file and every failing leaf: a damaged file
+is refused, or (damage in unused bytes) reads back bit-identical, never silently changed.
+``CheckpointManager.latest_valid_step`` (what ``--resume`` uses) is the newest step whose
+file verifies. Files in the older ``podlet-checkpoint-v1`` format (no checksums, no
+header) still load as before, with a warning (once per file per process) that they
+cannot be verified; HDF5 parses them unprotected.
+
 A file appears under its final name only once complete: it is written to a temporary
 name in the same directory, fsynced, renamed, and the directory fsynced, so a crash
 leaves the previous checkpoints intact and no half file. Restoring into a target pytree
@@ -21,10 +49,13 @@ error (Orbax silently restores partial trees; podlet refuses).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import threading
+import warnings
+import zlib
 
 import h5py
 import numpy as np
@@ -34,14 +65,16 @@ from .._src import dtypes as _dtypes
 from .._src.errors import PodletError
 
 __all__ = ["CheckpointError", "CheckpointMismatchError", "save_checkpoint", "restore_checkpoint",
-           "read_checkpoint", "read_metadata", "CheckpointManager", "checkpoint_path", "check_structure"]
+           "read_checkpoint", "read_metadata", "verify_checkpoint", "CheckpointManager", "checkpoint_path",
+           "check_structure"]
 
-FORMAT = "podlet-checkpoint-v1"
+FORMAT = "podlet-checkpoint-v2"
+FORMAT_V1 = "podlet-checkpoint-v1"  # no checksums: still read, with a warning
 _NAME = re.compile(r"^checkpoint_(\d+)\.h5$")
 
 
 class CheckpointError(PodletError):
-    """A checkpoint file is missing, unreadable or not a podlet checkpoint."""
+    """A checkpoint file is missing, unreadable, damaged or not a podlet checkpoint."""
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -112,28 +145,161 @@ def _fsync_dir(d):
         os.close(fd)
 
 
+def _crc32(a) -> int:
+    """zlib.crc32 of an array's bytes in C order (zlib releases the GIL for large buffers)."""
+    return zlib.crc32(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+
+
+def _storage_dtype(name):
+    """The NumPy dtype a leaf whose ``dtype`` attribute is `name` is stored (and read back) as."""
+    return np.dtype(np.uint16) if name == "bfloat16" else np.dtype(name)
+
+
+_ROOT_KEYS = ("format", "podlet_version", "step", "config", "model", "metrics", "manifest")
+
+
+def _root_checksum(fmt, podlet_version, step, config, model, metrics, manifest) -> int:
+    """crc32 of the canonical text of the root attributes (the strings exactly as stored)."""
+    text = json.dumps([str(fmt), str(podlet_version), int(step), str(config), str(model), str(metrics),
+                       str(manifest)], ensure_ascii=True, separators=(",", ":"))
+    return zlib.crc32(text.encode("ascii"))
+
+
+# ----------------------------------------------------------- the integrity header
+# HDF5 has no checksum over most of its own structures (the global heap that holds string
+# attributes, v1 object headers, B-trees, local heaps), and parsing a damaged one can
+# crash or hang the process rather than raise. So a v2 file starts with a user block
+# (HDF5 ignores it; the superblock follows it) holding a header that lets a reader check
+# every byte HDF5 will parse before HDF5 sees the file:
+#     b"podlet-checkpoint-v2 integrity header <user block size>\n"
+#     b'{"size": <file size>, "data": [[offset, length], ...], "crc32": <crc>}\n'
+#     b"<crc32 of the two lines above, 8 hex digits>\n"
+# where "data" are the byte ranges of the leaves' raw data (checked per leaf, by their
+# crc32s) and "crc32" is the crc32 of every other byte after the user block.
+_HEADER_MAGIC = b"podlet-checkpoint-v2 integrity header "
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _userblock_size(n_leaves):
+    need, size = 512 + 48 * n_leaves, 512  # a power of two >= 512, room for every data range
+    while size < need:
+        size *= 2
+    return size
+
+
+def _merge(ranges):
+    out = []
+    for off, n in sorted((int(o), int(n)) for o, n in ranges if n):
+        if out and off <= out[-1][0] + out[-1][1]:
+            out[-1][1] = max(out[-1][1], off + n - out[-1][0])
+        else:
+            out.append([off, n])
+    return out
+
+
+def _crc_outside(fh, start, size, data):
+    """crc32 of the bytes [start, size) of `fh` outside the (merged, sorted) `data` ranges."""
+    crc, pos, gaps = 0, start, []
+    for off, n in data:
+        gaps.append((pos, off))
+        pos = max(pos, off + n)
+    gaps.append((pos, size))
+    for lo, hi in gaps:
+        fh.seek(lo)
+        while lo < hi:
+            b = fh.read(min(hi - lo, 1 << 22))
+            if not b:
+                raise EOFError(f"end of file at byte {lo}")
+            crc = zlib.crc32(b, crc)
+            lo += len(b)
+    return crc
+
+
+def _write_header(fh, userblock, data):
+    size = os.fstat(fh.fileno()).st_size
+    body = json.dumps({"size": size, "data": data, "crc32": _crc_outside(fh, userblock, size, data)},
+                      separators=(",", ":")).encode("ascii")
+    head = _HEADER_MAGIC + b"%d\n" % userblock + body + b"\n"
+    head += b"%08x\n" % zlib.crc32(head)
+    if len(head) > userblock:  # cannot happen: _userblock_size leaves room
+        raise CheckpointError(f"the checkpoint header ({len(head)} bytes) does not fit its {userblock}-byte block")
+    fh.seek(0)
+    fh.write(head)
+
+
+def _check_header(path):
+    """Checks a v2 file's integrity header and every byte HDF5 will parse; returns False for
+    a file without one (HDF5's signature at byte 0: the v1 layout). Reads no leaf data."""
+    def damaged(why):
+        return CheckpointError(f"checkpoint {path} is damaged: {why}")
+    with open(path, "rb") as fh:
+        start = fh.read(512)
+        if start.startswith(_HDF5_SIGNATURE):
+            return False
+        if not start.startswith(_HEADER_MAGIC):
+            raise CheckpointError(f"checkpoint {path} is not a readable HDF5 file: it starts with neither a podlet "
+                                  f"checkpoint header nor the HDF5 signature")
+        actual = os.fstat(fh.fileno()).st_size
+        try:
+            userblock = int(start[len(_HEADER_MAGIC):start.index(b"\n")])
+        except ValueError:
+            raise damaged("its integrity header is unreadable") from None
+        if userblock < 512 or userblock & (userblock - 1) or userblock > actual:
+            raise damaged(f"its integrity header records a {userblock}-byte user block")
+        fh.seek(0)
+        block = fh.read(userblock)
+        lines = block.split(b"\n", 3)
+        if len(lines) < 4 or lines[2] != b"%08x" % zlib.crc32(lines[0] + b"\n" + lines[1] + b"\n"):
+            raise damaged("its integrity header fails its checksum")
+        try:
+            head = json.loads(lines[1])
+            size, crc, data = int(head["size"]), int(head["crc32"]), _merge(head["data"])
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # a bug, or a crc collision
+            raise damaged(f"its integrity header is unreadable ({e})") from None
+        if actual != size:
+            raise damaged(f"it has {actual} bytes, its header records {size} (truncated or extended)")
+        got = _crc_outside(fh, userblock, size, data)
+        if got != crc:
+            raise damaged(f"the checksum of its HDF5 structure (every byte outside the leaves' data) is "
+                          f"{got:#010x}, its header records {crc:#010x}")
+    return True
+
+
 def _write(path, snapshot, step, config, model, metrics):
     import podlet
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     tmp = os.path.join(d, f".tmp-{os.path.basename(path)}.{os.getpid()}.{threading.get_ident()}")
     try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["format"] = FORMAT
-            f.attrs["podlet_version"] = podlet.__version__
-            f.attrs["step"] = int(step)
-            f.attrs["config"] = config if isinstance(config, str) else json.dumps(config or {})
-            f.attrs["model"] = model if isinstance(model, str) else json.dumps(model or {}, default=str)
-            f.attrs["metrics"] = json.dumps(metrics or {})
+        userblock = _userblock_size(len(snapshot))
+        data_ranges = []
+        with h5py.File(tmp, "w", userblock_size=userblock) as f:
+            root = {"format": FORMAT, "podlet_version": str(podlet.__version__), "step": int(step),
+                    "config": config if isinstance(config, str) else json.dumps(config or {}),
+                    "model": model if isinstance(model, str) else json.dumps(model or {}, default=str),
+                    "metrics": json.dumps(metrics or {})}
             g = f.create_group("state")
+            manifest = []
             for p, a, pytype in snapshot:
                 name = str(a.dtype)
                 data = a.view(np.uint16) if a.dtype == _dtypes.bfloat16 else a
+                if not data.flags.c_contiguous:  # what HDF5 stores, and what a read returns
+                    data = np.ascontiguousarray(data)
+                crc = _crc32(data)
                 ds = g.create_dataset(p, data=data)
                 ds.attrs["dtype"] = name
                 if pytype:
                     ds.attrs["python_type"] = pytype
+                ds.attrs["crc32"] = crc
+                data_ranges.append((ds.id.get_offset() or 0, ds.id.get_storage_size() if data.size else 0))
+                manifest.append([p, name, [int(n) for n in data.shape], pytype or None, crc])
+            root["manifest"] = json.dumps(sorted(manifest, key=lambda e: e[0]), separators=(",", ":"))
+            for k, v in root.items():
+                f.attrs[k] = v
+            f.attrs["checksum"] = _root_checksum(*(root[k] for k in _ROOT_KEYS))
         with open(tmp, "rb+") as fh:
+            _write_header(fh, userblock, _merge(data_ranges))
+            fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
         _fsync_dir(d)
@@ -151,36 +317,105 @@ def save_checkpoint(path, target, *, step: int, config=None, model=None, metrics
     return _write(os.fspath(path), _snapshot(target), step, config, model, metrics)
 
 
+# Whatever h5py/HDF5 raises on a damaged file (and json/int on a damaged attribute).
+_READ_ERRORS = (OSError, LookupError, RuntimeError, ValueError, TypeError, AttributeError, ArithmeticError)
+_warned_v1 = set()
+
+
+@contextlib.contextmanager
+def _guard(path):
+    """Turns an h5py/HDF5 error while reading `path` into a CheckpointError naming it."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except _READ_ERRORS as e:
+        raise CheckpointError(f"checkpoint {path} is damaged or unreadable: {type(e).__name__}: {e}") from e
+
+
+def _close(f):
+    try:
+        f.close()
+    except Exception:  # noqa: BLE001  (a read-only file: nothing to lose)
+        pass
+
+
+def _check_root(path, f, has_header):
+    """The manifest ({path: (dtype, shape, python_type, crc32)}) of an open file after checking
+    its root checksum; None for a v1 file (no checksums: warns once per file)."""
+    a = f.attrs
+    fmt = a.get("format")
+    if fmt not in (FORMAT, FORMAT_V1) or "state" not in f:
+        raise CheckpointError(f"{path} is not a podlet checkpoint (format attribute {fmt!r}, "
+                              f"expected {FORMAT!r})")
+    if fmt == FORMAT_V1:
+        if has_header or "checksum" in a or "manifest" in a:  # a v2 file whose format attribute was damaged
+            raise CheckpointError(f"checkpoint {path} is damaged: its format attribute says {FORMAT_V1!r} "
+                                  f"but it carries {FORMAT} checksums")
+        key = os.path.abspath(path)
+        if key not in _warned_v1:
+            _warned_v1.add(key)
+            warnings.warn(f"checkpoint {path} has no checksums (format {FORMAT_V1}): its contents cannot be "
+                          f"verified; saving it again writes {FORMAT}", stacklevel=2)
+        return None
+    if not has_header:
+        raise CheckpointError(f"checkpoint {path} is damaged: a {FORMAT} file without its integrity header")
+    absent = [k for k in _ROOT_KEYS + ("checksum",) if k not in a]
+    if absent:
+        raise CheckpointError(f"checkpoint {path} is damaged: root attribute(s) {', '.join(absent)} missing")
+    want = int(a["checksum"])
+    got = _root_checksum(*(a[k] for k in _ROOT_KEYS))
+    if got != want:
+        raise CheckpointError(f"checkpoint {path} is damaged: the checksum of its metadata ({', '.join(_ROOT_KEYS)}) "
+                              f"is {got:#010x}, the file records {want:#010x}")
+    manifest = {}
+    for p, dtype, shape, pytype, crc in json.loads(a["manifest"]):
+        manifest[str(p)] = (str(dtype), tuple(int(n) for n in shape), pytype, int(crc))
+    return manifest
+
+
 def _open(path):
+    """(open h5py.File, manifest or None for v1): a podlet checkpoint whose root checksum holds."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint {path} does not exist")
     try:
-        f = h5py.File(path, "r")
+        has_header = _check_header(path)
     except OSError as e:
+        raise CheckpointError(f"checkpoint {path} is not readable: {e}") from None
+    except EOFError as e:
+        raise CheckpointError(f"checkpoint {path} is damaged: {e}") from None
+    try:
+        f = h5py.File(path, "r")
+    except _READ_ERRORS as e:
         raise CheckpointError(f"checkpoint {path} is not a readable HDF5 file: {e}") from None
-    fmt = f.attrs.get("format")
-    if fmt != FORMAT or "state" not in f:
-        f.close()
-        raise CheckpointError(f"{path} is not a podlet checkpoint (format attribute {fmt!r}, "
-                              f"expected {FORMAT!r})")
-    return f
+    try:
+        with _guard(path):
+            return f, _check_root(path, f, has_header)
+    except BaseException:
+        _close(f)
+        raise
+
+
+@contextlib.contextmanager
+def _reading(path):
+    """with _reading(path) as (f, manifest): every error inside is a CheckpointError naming `path`."""
+    path = os.fspath(path)
+    f, manifest = _open(path)
+    try:
+        with _guard(path):
+            yield f, manifest
+    finally:
+        _close(f)
 
 
 def read_metadata(path) -> dict:
-    """``{"step", "config" (YAML text), "model", "metrics", "podlet_version"}`` of a file."""
-    with _open(path) as f:
+    """``{"step", "config" (YAML text), "model", "metrics", "podlet_version"}`` of a file
+    (its root checksum verified)."""
+    with _reading(path) as (f, _):
         a = f.attrs
         return {"step": int(a["step"]), "config": str(a["config"]), "model": json.loads(a["model"] or "{}"),
                 "metrics": json.loads(a["metrics"] or "{}"), "podlet_version": str(a["podlet_version"])}
-
-
-def _stored(ds):
-    a = ds[()]
-    a = np.asarray(a)
-    if ds.attrs.get("dtype") == "bfloat16":
-        a = a.view(_dtypes.bfloat16)
-    return a
 
 
 def _all_datasets(f):
@@ -193,10 +428,97 @@ def _all_datasets(f):
     return out
 
 
+def _damaged(path, failures):
+    """Raises one CheckpointError naming `path` and every failing leaf ([(leaf path, why)])."""
+    if not failures:
+        return
+    failures = sorted(failures)
+    names = [p for p, _ in failures]
+    shown = ", ".join(dict.fromkeys(names[:8])) + (", ..." if len(set(names)) > 8 else "")
+    lines = [f"checkpoint {path} is damaged: {len(set(names))} leaf/leaves fail verification: {shown}"]
+    lines += [f"  {p}: {why}" for p, why in failures]
+    raise CheckpointError("\n".join(lines))
+
+
+def _why(e):
+    return f"unreadable ({type(e).__name__}: {e})"
+
+
+def _checked_datasets(path, f, manifest):
+    """{path: dataset} under /state; for a v2 file, after checking that the file holds exactly
+    the manifest's datasets, each with the attributes, dtype and shape it records."""
+    stored = _all_datasets(f)
+    failures = []
+    if manifest is None:  # v1: nothing to check against, but a leaf with a crc32 is a damaged v2 file
+        for p, ds in stored.items():
+            if "crc32" in ds.attrs:
+                failures.append((p, f"carries a crc32 attribute in a file whose format attribute says {FORMAT_V1!r}"))
+        _damaged(path, failures)
+        return stored
+    failures += [(p, "listed in the manifest, missing from the file") for p in set(manifest) - set(stored)]
+    failures += [(p, "in the file, not in the manifest") for p in set(stored) - set(manifest)]
+    for p in set(stored) & set(manifest):
+        name, shape, pytype, crc = manifest[p]
+        ds = stored[p]
+        try:
+            at = ds.attrs
+            got = (at.get("dtype"), at.get("python_type"), at.get("crc32"))
+            if got[0] != name:
+                failures.append((p, f"dtype attribute {got[0]!r}, the manifest records {name!r}"))
+            if got[1] != pytype:
+                failures.append((p, f"python_type attribute {got[1]!r}, the manifest records {pytype!r}"))
+            if got[2] is None or int(got[2]) != crc:
+                failures.append((p, f"crc32 attribute {got[2]!r}, the manifest records {crc}"))
+            if ds.shape != shape:
+                failures.append((p, f"shape {ds.shape}, the manifest records {shape}"))
+            if ds.dtype != _storage_dtype(name):
+                failures.append((p, f"stored as {ds.dtype.str}, the manifest's {name} is stored as "
+                                    f"{_storage_dtype(name).str}"))
+        except _READ_ERRORS as e:
+            failures.append((p, _why(e)))
+    _damaged(path, failures)
+    return stored
+
+
+def _read_checked(path, items, manifest, keep=True):
+    """{path: array} of the datasets in `items` ([(path, dataset)]), each checked against its
+    manifest crc32, dtype and shape (v2); raises once naming every failing leaf."""
+    out, failures = {}, []
+    for p, ds in items:
+        try:
+            a = np.asarray(ds[()])
+            if manifest is not None:
+                name, shape, _, crc = manifest[p]
+                if a.dtype != _storage_dtype(name) or a.shape != shape:
+                    failures.append((p, f"read as {a.dtype.str}{list(a.shape)}, the manifest records "
+                                        f"{name}{list(shape)}"))
+                    continue
+                got = _crc32(a)
+                if got != crc:
+                    failures.append((p, f"crc32 of its data is {got:#010x}, the manifest records {crc:#010x}"))
+                    continue
+            if keep:
+                out[p] = a.view(_dtypes.bfloat16) if ds.attrs.get("dtype") == "bfloat16" else a
+        except _READ_ERRORS as e:
+            failures.append((p, _why(e)))
+    _damaged(path, failures)
+    return out
+
+
 def read_checkpoint(path) -> dict:
-    """The stored state as ``{hdf5 path: numpy array}`` (no target needed)."""
-    with _open(path) as f:
-        return {p: _stored(ds) for p, ds in _all_datasets(f).items()}
+    """The stored state as ``{hdf5 path: numpy array}`` (no target needed), every leaf verified."""
+    with _reading(path) as (f, manifest):
+        stored = _checked_datasets(path, f, manifest)
+        return _read_checked(path, stored.items(), manifest)
+
+
+def verify_checkpoint(path) -> None:
+    """Reads all of `path` and checks every checksum (root, manifest, every leaf's crc32);
+    raises CheckpointError naming the file and every failing leaf. A v1 file (no checksums)
+    passes if it reads, with a warning."""
+    with _reading(path) as (f, manifest):
+        stored = _checked_datasets(path, f, manifest)
+        _read_checked(path, stored.items(), manifest, keep=False)
 
 
 def _shape_of(leaf):
@@ -227,11 +549,12 @@ def restore_checkpoint(path, target):
 
     The target fixes structure, shapes and dtypes (a freshly initialised state, or one of
     ``ShapeDtypeStruct``). Raises CheckpointMismatchError listing every missing, extra,
-    mis-shaped and mis-typed path, so a model change is diagnosed in one go.
+    mis-shaped and mis-typed path, so a model change is diagnosed in one go, and
+    CheckpointError naming every leaf whose checksum fails (a damaged file).
     """
     path = os.fspath(path)
-    with _open(path) as f:
-        stored = _all_datasets(f)
+    with _reading(path) as (f, manifest):
+        stored = _checked_datasets(path, f, manifest)
         leaves_with_paths = _leaf_paths(target)
         treedef = tree_util.tree_structure(target)
         missing, mismatched, values = [], [], []
@@ -247,7 +570,7 @@ def restore_checkpoint(path, target):
                 mismatched.append(f"{p}: checkpoint has {dt}{list(ds.shape)}, target expects "
                                   f"{tdtype or type(leaf).__name__}{list(tshape)}")
                 continue
-            values.append((_stored(ds), leaf))
+            values.append((p, ds, leaf))
         extra = sorted(set(stored) - {p for p, _ in leaves_with_paths})
         if missing or extra or mismatched:
             lines = [f"checkpoint {path} does not match the target: {len(missing)} missing, "
@@ -256,7 +579,8 @@ def restore_checkpoint(path, target):
             lines += [f"  not in the target:           {p}" for p in extra]
             lines += [f"  mismatched:                  {m}" for m in mismatched]
             raise CheckpointMismatchError("\n".join(lines), missing, extra, mismatched)
-        return treedef.unflatten([_as_target_type(a, leaf) for a, leaf in values])
+        arrays = _read_checked(path, [(p, ds) for p, ds, _ in values], manifest)
+        return treedef.unflatten([_as_target_type(arrays[p], leaf) for p, _, leaf in values])
 
 
 def check_structure(tree, target, where):
@@ -326,6 +650,23 @@ class CheckpointManager:
     def latest_step(self):
         steps = self.all_steps()
         return steps[-1] if steps else None
+
+    def latest_valid_step(self, on_skip=None):
+        """The newest step whose file passes ``verify_checkpoint`` (None if none does).
+
+        Each newer step whose file fails is passed to ``on_skip(step, error)`` (the
+        CheckpointError; its first line names the file and the failing leaves).
+        """
+        self.wait_until_finished()
+        for s in reversed(self.all_steps()):
+            try:
+                verify_checkpoint(self.path(s))
+            except CheckpointError as e:
+                if on_skip is not None:
+                    on_skip(s, e)
+                continue
+            return s
+        return None
 
     def best_step(self):
         if self.best_metric is None:

@@ -370,7 +370,9 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
     config_text = C.dump_config(cfg)
     model_def = S.model_definition(cfg)
     loop = {"best": None, "best_epoch": None, "bad_epochs": 0, "stopped_early": False}
-    step = _on_process_0(lambda: (mgr.latest_step() or 0) if resume else 0)
+    # resume from the newest checkpoint that verifies; say why each newer one is skipped
+    step = _on_process_0(lambda: (mgr.latest_valid_step(on_skip=lambda s, e: say(
+        f"warning: not resuming from step {s}: {str(e).splitlines()[0]}")) or 0) if resume else 0)
     if step:
         path = ckpt.checkpoint_path(ckpt_dir, step)
         state = ckpt.restore_checkpoint(path, state)
