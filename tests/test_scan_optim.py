@@ -130,6 +130,20 @@ def test_hoisting_under_vmap_and_reverse():
         close(got[1], want[1])
 
 
+def test_no_hoisting_when_the_stacked_results_would_be_huge():
+    # 1100 iterations x a [1, 65536] f32 projection = 288 MB stacked: over the 256 MiB
+    # cap, so the projection stays in the loop (and the results stay right).
+    T, N = 1100, 65536
+    W = randn(1, N) * 0.1
+    xs = randn(T, 1, 1)
+    f = podlet.jit(lambda W, xs: plax.scan(lambda c, x: (c + (x @ W).sum(), None), np.float32(0), xs)[0])
+    want = float((xs[:, 0, :] @ W).sum(axis=1).astype(np.float64).sum())
+    dots = shaped_dots(lambda: f(W, xs))
+    assert dots.get(f"float32[1,1] float32[1,{N}]") == T, dots
+    assert f"float32[{T},1,1] float32[1,{N}]" not in dots, dots
+    np.testing.assert_allclose(float(f(W, xs)), want, rtol=1e-4)
+
+
 def test_same_bits_whatever_the_thread_count():
     p, xs = lstm_case(T=16, B=8, D=24, H=32)
     f = podlet.jit(podlet.value_and_grad(lstm_loss(pnp, plax, pnn.sigmoid)))

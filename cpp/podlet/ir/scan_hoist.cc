@@ -8,6 +8,8 @@ namespace podlet {
 
 namespace {
 
+constexpr double kMaxHoistedBytes = 256.0 * 1024 * 1024;
+
 bool is_contraction(const Node& n) {
   const auto& p = n.prim->name;
   return p == "dot_general" || p == "conv_general_dilated";
@@ -60,9 +62,17 @@ ScanPlan hoist_scan_inputs(const Graph& b, int64_t nc, int64_t nh, int64_t lengt
       for (int v : b.nodes[i].in) read_outside[v] = 1;
   for (int v : b.outputs) read_outside[v] = 1;
   std::vector<int> exported;
+  double stacked_bytes = 0;
   for (size_t i = 0; i < b.nodes.size(); ++i)
     if (hoist[i] && cls[b.nodes[i].out[0]] == 1)
-      for (int v : b.nodes[i].out) if (read_outside[v]) exported.push_back(v);
+      for (int v : b.nodes[i].out)
+        if (read_outside[v]) {
+          exported.push_back(v);
+          stacked_bytes += double(b.aval(v).nbytes()) * double(length);
+        }
+  // The stacked results live through the whole loop: a very long scan keeps its
+  // per-iteration GEMMs rather than hold them all at once.
+  if (stacked_bytes > kMaxHoistedBytes) return none;
 
   // pre: one iteration's hoisted work, then batched over the scanned axis.
   Graph p;
