@@ -7,7 +7,9 @@ the identity). Every function reproduces jax 0.10.2's default PRNG ("threefry2x3
 ``split`` and ``fold_in``, the same ``bits``, and the same floats from ``uniform``,
 ``normal``, ``truncated_normal``, ``bernoulli``, ``randint`` and ``permutation`` in
 float32 and bfloat16 (the C++ samplers replay the exact float operations XLA:CPU runs,
-FMAs included). float64 (x64 enabled) draws the same bits; ``uniform`` and ``bernoulli``
+FMAs included); ``gumbel``, ``categorical``, ``exponential``, ``laplace``, ``logistic``
+and ``rademacher`` apply jax's formulas to those uniforms (equal up to the last bit of
+log / log1p; categorical's indices equal). float64 (x64 enabled) draws the same bits; ``uniform`` and ``bernoulli``
 match bitwise, ``normal`` / ``truncated_normal`` to ~1e-13 relative (different erf_inv).
 
     key = podlet.random.PRNGKey(0)
@@ -386,3 +388,99 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0, mode=None):
         result = ind if len(arr.shape) == 0 else bind("take", arr, ind, axis=axis)
     out_shape = shape if len(arr.shape) == 0 else tuple(arr.shape[:axis]) + shape + tuple(arr.shape[axis + 1:])
     return jnp.reshape(result, out_shape)
+
+
+# ---- distributions built on uniform (jax 0.10.2's formulas, so the same draws up to the
+# last bit of log / log1p) ----------------------------------------------------------------
+def _finfo(d):
+    import ml_dtypes
+    return ml_dtypes.finfo(d)
+
+
+def _tiny(d):
+    return float(_finfo(d).tiny)
+
+
+def gumbel(key, shape=(), dtype=None, mode="low"):
+    """Standard Gumbel samples: -log(-log(uniform(tiny, 1))); mode='high' adds the low
+    bits of a second uniform (jax's formula) for more resolution near 1."""
+    from . import numpy as jnp
+    if mode not in ("low", "high"):
+        raise ValueError(f"gumbel: mode must be 'low' or 'high', got {mode!r}")
+    d = _float_dtype(dtype, "gumbel")
+    shape = tuple(_shape(shape))
+    if mode == "high":
+        hl = uniform(key, (2,) + shape, d, 0., 1.)
+        high, low = hl[0], hl[1]
+        nmant = _finfo(d).nmant
+        x = jnp.where(high >= 0.5, high, high + 2.0 ** -nmant * low + _tiny(d))
+        return -jnp.log(-jnp.log1p(-x))
+    return -jnp.log(-jnp.log(uniform(key, shape, d, _tiny(d), 1.)))
+
+
+def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None):
+    """Samples of category indices from unnormalised log-probabilities along `axis` (the
+    Gumbel-max trick, as jax: argmax of logits + gumbel; without replacement: top-k)."""
+    from . import numpy as jnp
+    from . import lax
+    logits = jnp.asarray(logits)
+    nd = logits.ndim
+    if not -nd <= axis < nd:
+        raise ValueError(f"categorical: axis {axis} is out of bounds for logits of rank {nd}")
+    batch_shape = tuple(_np.delete(_np.array(logits.shape, dtype=_np.int64), axis).tolist())
+    if shape is None:
+        shape = batch_shape
+    else:
+        shape = tuple(_shape(shape))
+        if shape[len(shape) - len(batch_shape):] != batch_shape:
+            raise ValueError(f"categorical: shape {shape} must end with the logits' batch shape {batch_shape}")
+    mode = mode or "low"
+    prefix = shape[:len(shape) - len(batch_shape)]
+    if replace:
+        if axis >= 0:
+            axis -= nd
+        lshape = list(shape[len(shape) - len(batch_shape):])
+        lshape.insert(axis % nd, logits.shape[axis])
+        g = gumbel(key, (*prefix, *lshape), logits.dtype, mode=mode)
+        return jnp.argmax(g + jnp.reshape(logits, (1,) * len(prefix) + tuple(logits.shape)), axis=axis)
+    logits = logits + gumbel(key, tuple(logits.shape), logits.dtype, mode=mode)
+    k = int(_np.prod(prefix)) if prefix else 1
+    if k > logits.shape[axis]:
+        raise ValueError(f"Number of samples without replacement ({k}) cannot exceed number of categories "
+                         f"({logits.shape[axis]}).")
+    _, idx = lax.top_k(jnp.moveaxis(logits, axis, -1), k)
+    return jnp.reshape(jnp.moveaxis(idx, -1, 0), shape)
+
+
+def exponential(key, shape=(), dtype=None):
+    """Standard exponential samples: -log1p(-uniform)."""
+    from . import numpy as jnp
+    d = _float_dtype(dtype, "exponential")
+    return -jnp.log1p(-uniform(key, tuple(_shape(shape)), d))
+
+
+def laplace(key, shape=(), dtype=None):
+    """Standard Laplace samples: sign(u) * log1p(-|u|), u uniform in (-1, 1)."""
+    from . import numpy as jnp
+    d = _float_dtype(dtype, "laplace")
+    epsneg = float(_finfo(d).epsneg)
+    u = uniform(key, tuple(_shape(shape)), d, -1. + epsneg, 1.)
+    return jnp.sign(u) * jnp.log1p(-jnp.abs(u))
+
+
+def logistic(key, shape=(), dtype=None):
+    """Standard logistic samples: log(x) - log1p(-x), x uniform in (tiny, 1)."""
+    from . import numpy as jnp
+    d = _float_dtype(dtype, "logistic")
+    x = uniform(key, tuple(_shape(shape)), d, _tiny(d), 1.)
+    return jnp.log(x) - jnp.log1p(-x)
+
+
+def rademacher(key, shape=(), dtype=None):
+    """+1 / -1 with equal probability (2 * bernoulli(0.5) - 1), as integers by default."""
+    d = _np.dtype(_np.int32) if dtype is None else _dtypes.canonicalize(dtype)
+    b = bernoulli(key, 0.5, tuple(_shape(shape))).astype(d)
+    return (2 * b - 1).astype(d)
+
+
+__all__ += ["gumbel", "categorical", "exponential", "laplace", "logistic", "rademacher"]
