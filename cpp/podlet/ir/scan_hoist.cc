@@ -47,6 +47,7 @@ ScanPlan hoist_scan_inputs(const Graph& b, int64_t nc, int64_t nh, int64_t lengt
   bool any = false;
   for (int i = int(b.nodes.size()) - 1; i >= 0; --i) {
     const Node& n = b.nodes[i];
+    if (n.out.empty()) continue;
     bool h = false;
     if (cls[n.out[0]] == 1 && is_contraction(n)) h = any = true;
     for (int v : n.out) h |= bool(want[v]);
