@@ -253,12 +253,7 @@ PYBIND11_MODULE(_core, m) {
         std::function<void(const Graph&)> walk = [&](const Graph& h) {
           for (auto& n : h.nodes) {
             c[n.prim->name]++;
-            if (!nested) continue;
-            for (auto& [k, v] : n.attrs.items()) {
-              (void)k;
-              if (auto* r = std::get_if<GraphRef>(&v)) walk(**r);
-              if (auto* rs = std::get_if<std::vector<GraphRef>>(&v)) for (auto& r2 : *rs) walk(*r2);
-            }
+            if (nested) for (auto& r : subgraphs_of(n.attrs)) walk(*r);
           }
         };
         walk(g);

@@ -405,12 +405,7 @@ void run_collective(const Graph& g, const Node& n, std::vector<Value>& vals, int
 bool has_collective(const Graph& g) {
   for (const Node& n : g.nodes) {
     if (is_collective(n.prim->name)) return true;
-    for (auto& [k, v] : n.attrs.items()) {
-      (void)k;
-      if (auto* r = std::get_if<GraphRef>(&v); r && has_collective(**r)) return true;
-      if (auto* rs = std::get_if<std::vector<GraphRef>>(&v))
-        for (auto& r2 : *rs) if (has_collective(*r2)) return true;
-    }
+    for (auto& r : subgraphs_of(n.attrs)) if (has_collective(*r)) return true;
   }
   return false;
 }
@@ -418,23 +413,17 @@ bool has_collective(const Graph& g) {
 bool holds_collectives(const Node& n) {
   static std::mutex mu;
   static std::map<const Graph*, std::pair<std::weak_ptr<const Graph>, bool>> memo;
-  for (auto& [k, v] : n.attrs.items()) {
-    (void)k;
-    std::vector<GraphRef> gs;
-    if (auto* r = std::get_if<GraphRef>(&v)) gs.push_back(*r);
-    if (auto* rs = std::get_if<std::vector<GraphRef>>(&v)) gs = *rs;
-    for (auto& gr : gs) {
-      std::lock_guard<std::mutex> lk(mu);
-      auto it = memo.find(gr.get());
-      bool h;
-      if (it != memo.end() && it->second.first.lock() == gr) {
-        h = it->second.second;
-      } else {
-        h = has_collective(*gr);
-        memo[gr.get()] = {gr, h};
-      }
-      if (h) return true;
+  for (auto& gr : subgraphs_of(n.attrs)) {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = memo.find(gr.get());
+    bool h;
+    if (it != memo.end() && it->second.first.lock() == gr) {
+      h = it->second.second;
+    } else {
+      h = has_collective(*gr);
+      memo[gr.get()] = {gr, h};
     }
+    if (h) return true;
   }
   return false;
 }

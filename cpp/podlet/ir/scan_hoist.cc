@@ -18,12 +18,7 @@ bool is_contraction(const Node& n) {
 // A node whose batched form is the same computation for every row: a vmap rule that is
 // not a collective (those talk to other devices) and no sub-graphs of its own.
 bool batchable(const Node& n) {
-  if (!n.prim->batch || n.prim->batch_always) return false;
-  for (auto& [k, v] : n.attrs.items()) {
-    (void)k;
-    if (std::holds_alternative<GraphRef>(v) || std::holds_alternative<std::vector<GraphRef>>(v)) return false;
-  }
-  return true;
+  return n.prim->batch && !n.prim->batch_always && subgraphs_of(n.attrs).empty();
 }
 
 }  // namespace

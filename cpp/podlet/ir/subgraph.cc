@@ -17,6 +17,16 @@ static bool fusion_on() {
 static std::mutex g_mu;
 static std::map<const Graph*, std::pair<std::weak_ptr<const Graph>, std::shared_ptr<const Graph>>> g_cache;
 
+std::vector<GraphRef> subgraphs_of(const Attrs& a) {
+  std::vector<GraphRef> r;
+  for (auto& [k, v] : a.items()) {
+    (void)k;
+    if (auto* g = std::get_if<GraphRef>(&v)) r.push_back(*g);
+    if (auto* gs = std::get_if<std::vector<GraphRef>>(&v)) r.insert(r.end(), gs->begin(), gs->end());
+  }
+  return r;
+}
+
 void clear_subgraph_cache() {
   std::lock_guard<std::mutex> lk(g_mu);
   g_cache.clear();

@@ -109,6 +109,16 @@ def _aval_str(d, s):
     return f"{d}[{','.join(str(x) for x in s)}]"
 
 
+def _check_rule_primals(entry, n_out, out_avals, rule):
+    """The primal outputs a traced rule (custom_vjp's fwd, custom_jvp's jvp) produces must
+    have the function's types: JAX's TypeError otherwise."""
+    for k, v in enumerate(entry.out_vids[:n_out]):
+        a, b = entry.graph.aval(v), out_avals[k]
+        if tuple(a[1]) != tuple(b[1]) or a[0] != b[0]:
+            raise TypeError(f"{rule} produced a primal output of type {_aval_str(*a)} at output[{k}], while the "
+                            f"function produces {_aval_str(*b)}")
+
+
 def _leaf_as_value(x):
     if isinstance(x, (Tracer, Array)):
         return x
@@ -221,11 +231,7 @@ class custom_vjp(_CustomRule):
             return tuple(tree_util.tree_leaves(out)) + tuple(_leaf_as_value(x) for x in r_leaves)
 
         fwd_e = _trace(fwd_flat, sig, dtree)
-        fo_avals = [fwd_e.graph.aval(v) for v in fwd_e.out_vids]
-        for k, (a, b) in enumerate(zip(fo_avals[:n_out], out_avals)):
-            if tuple(a[1]) != tuple(b[1]) or a[0] != b[0]:
-                raise TypeError(f"Custom VJP fwd rule for {name} produced a primal output of type "
-                                f"{_aval_str(*a)} at output[{k}], while the function produces {_aval_str(*b)}")
+        _check_rule_primals(fwd_e, n_out, out_avals, f"Custom VJP fwd rule for {name}")
         n_res, res_tree = fwd_info["n_res"], fwd_info["res_tree"]
         res_sig = _sig_of(fwd_e.graph, fwd_e.out_vids[n_out:])
         ct_sig = _sig_of(f_e.graph, f_e.out_vids)
@@ -415,11 +421,7 @@ class custom_jvp(_CustomRule):
         j_sig = list(sig) + [sig[i] for i in float_in]
         j_tree = tree_util.tree_structure(tuple([0] * len(j_sig)))
         j_e = _trace(jvp_flat, j_sig, j_tree)
-        jo = [j_e.graph.aval(v) for v in j_e.out_vids]
-        for k, (a, b) in enumerate(zip(jo[:n_out], out_avals)):
-            if tuple(a[1]) != tuple(b[1]) or a[0] != b[0]:
-                raise TypeError(f"Custom JVP rule for {name} produced a primal output of type {_aval_str(*a)} "
-                                f"at output[{k}], while the function produces {_aval_str(*b)}")
+        _check_rule_primals(j_e, n_out, out_avals, f"Custom JVP rule for {name}")
         operands = conv + list(f_e.captures) + list(j_e.captures)
         try:
             outs = _bind_custom("custom_jvp_call", operands, f=f_e.graph, jvp=j_e.graph, n_args=n_args,
