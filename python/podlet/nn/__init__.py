@@ -12,7 +12,9 @@ from .activations import (relu, relu6, gelu, silu, swish, sigmoid, log_sigmoid, 
 from . import initializers
 from .module import (Module, compact, nowrap, merge_param, Variable, Scope, DenyList, apply, init,
                      init_with_output, tabulate, errors, FlaxError)
-from .linear import Dense, DenseGeneral, Conv, ConvTranspose, canonicalize_dtype, promote_dtype
+from .linear import Dense, DenseGeneral, Conv, ConvLocal, ConvTranspose, canonicalize_dtype, promote_dtype
+from .embedding import Embed
+from .einsum import Einsum
 from .combinators import Sequential
 from .normalization import BatchNorm, LayerNorm, GroupNorm, RMSNorm
 from .stochastic import Dropout, DropPath
