@@ -16,6 +16,9 @@ from .linear import Dense, DenseGeneral, Conv, ConvLocal, ConvTranspose, canonic
 from .embedding import Embed
 from .einsum import Einsum
 from .combinators import Sequential
+from .frozen_dict import FrozenDict
+from .recurrent import (RNNCellBase, LSTMCell, OptimizedLSTMCell, GRUCell, MGUCell, SimpleCell, ConvLSTMCell,
+                        RNN, Bidirectional)
 from .normalization import BatchNorm, LayerNorm, GroupNorm, RMSNorm
 from .stochastic import Dropout, DropPath
 from .pooling import pool, avg_pool, max_pool, min_pool
