@@ -19,7 +19,7 @@ from .combinators import Sequential
 from .frozen_dict import FrozenDict
 from .recurrent import (RNNCellBase, LSTMCell, OptimizedLSTMCell, GRUCell, MGUCell, SimpleCell, ConvLSTMCell,
                         RNN, Bidirectional)
-from .normalization import BatchNorm, LayerNorm, GroupNorm, RMSNorm
+from .normalization import BatchNorm, LayerNorm, GroupNorm, RMSNorm, InstanceNorm, SpectralNorm, WeightNorm
 from .stochastic import Dropout, DropPath
 from .pooling import pool, avg_pool, max_pool, min_pool
 from .attention import (MultiHeadDotProductAttention, MultiHeadAttention, SelfAttention, dot_product_attention,
