@@ -18,7 +18,8 @@ param-block norms, centralize, Polyak, Rprop, optimistic, DoG), ``_clipping`` (b
 RMS, adaptive, per example), ``_constrain`` (non-negative params, zero NaNs, gradient
 noise), ``_combine`` (partition / multi_transform, freeze), ``_wrappers`` (MultiSteps,
 apply_if_finite, conditional, flatten, lookahead, monitoring), ``_inject``
-(inject_hyperparams), ``alias`` (the optimizers), ``schedules``, ``losses``; and the
+(inject_hyperparams), ``alias`` (the optimizers), ``schedules``, ``losses`` (with
+``_losses_classification`` and ``_losses_structured``); and the
 submodules ``tree`` (optax.tree) and ``contrib`` (schedule-free, reduce_on_plateau),
 reachable as ``podlet.optim.losses``, ``.schedules``, ``.tree``, ``.contrib`` like
 optax's.
@@ -68,7 +69,9 @@ from .schedules import (InjectHyperparamsState, InjectStatefulHyperparamsState, 
                         polynomial_schedule, sgdr_schedule, warmup_constant_schedule, warmup_cosine_decay_schedule,
                         warmup_exponential_decay_schedule)
 from . import losses
-from .losses import (classification_loss, huber_loss, l2_loss, sigmoid_binary_cross_entropy,
+from .losses import (classification_loss, convex_kl_divergence, cosine_distance, cosine_similarity, ctc_loss,
+                     ctc_loss_with_forward_probs, generalized_kl_divergence, hinge_loss, huber_loss, kl_divergence,
+                     l2_loss, log_cosh, ntxent, safe_softmax_cross_entropy, sigmoid_binary_cross_entropy,
                      sigmoid_focal_loss, smooth_labels, softmax_cross_entropy,
                      softmax_cross_entropy_with_integer_labels, softmax_focal_loss, squared_error)
 from . import tree
@@ -122,7 +125,9 @@ __all__ = [
     # losses
     "losses", "classification_loss", "huber_loss", "l2_loss", "sigmoid_binary_cross_entropy",
     "sigmoid_focal_loss", "smooth_labels", "softmax_cross_entropy", "softmax_cross_entropy_with_integer_labels",
-    "softmax_focal_loss", "squared_error",
+    "softmax_focal_loss", "squared_error", "convex_kl_divergence", "cosine_distance", "cosine_similarity",
+    "ctc_loss", "ctc_loss_with_forward_probs", "generalized_kl_divergence", "hinge_loss", "kl_divergence",
+    "log_cosh", "ntxent", "safe_softmax_cross_entropy",
     # submodules
     "tree", "contrib",
 ]

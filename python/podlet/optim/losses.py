@@ -373,3 +373,16 @@ def classification_loss(logits, labels, num_classes: int, loss_name: str = "ce",
     if class_weights is not None:
         losses = losses * _class_weight_of(labels, class_weights, losses.dtype)
     return losses.mean()
+
+
+# The rest of optax.losses, one file per family (imported here so that
+# podlet.optim.losses.<name> is optax.losses.<name>).
+from ._losses_classification import (convex_kl_divergence, ctc_loss, ctc_loss_with_forward_probs,  # noqa: E402
+                                     generalized_kl_divergence, hinge_loss, kl_divergence,
+                                     kl_divergence_with_log_targets, make_fenchel_young_loss,
+                                     multiclass_hinge_loss, multiclass_perceptron_loss, multiclass_sparsemax_loss,
+                                     perceptron_loss, poly_loss_cross_entropy, safe_softmax_cross_entropy,
+                                     sparsemax_loss)
+from ._losses_structured import (binary_dice_loss, cosine_distance, cosine_similarity, dice_loss,  # noqa: E402
+                                 log_cosh, multiclass_generalized_dice_loss, ntxent, ranking_softmax_loss,
+                                 triplet_margin_loss)
