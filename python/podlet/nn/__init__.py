@@ -8,14 +8,18 @@
             return nn.Dense(2)(nn.relu(nn.Dense(16)(x)))
 """
 from .activations import (relu, relu6, gelu, silu, swish, sigmoid, log_sigmoid, softplus, tanh, elu,
-                          leaky_relu, softmax, log_softmax, logsumexp, one_hot, standardize)
+                          leaky_relu, softmax, log_softmax, logsumexp, one_hot, standardize, identity, celu, selu,
+                          glu, hard_sigmoid, hard_silu, hard_swish, hard_tanh, mish, soft_sign, sparse_plus,
+                          sparse_sigmoid, squareplus, log1mexp, logmeanexp, normalize, PReLU)
 from . import initializers
+from .initializers import ones, ones_init, zeros, zeros_init
 from .module import (Module, compact, nowrap, merge_param, Variable, Scope, DenyList, apply, init,
-                     init_with_output, tabulate, errors, FlaxError)
+                     init_with_output, tabulate, errors, FlaxError, intercept_methods, enable_named_call,
+                     disable_named_call, override_named_call, named_call)
 from .linear import Dense, DenseGeneral, Conv, ConvLocal, ConvTranspose, canonicalize_dtype, promote_dtype
 from .embedding import Embed
 from .einsum import Einsum
-from .combinators import Sequential
+from .combinators import Sequential, BatchApply
 from .frozen_dict import FrozenDict
 from .recurrent import (RNNCellBase, LSTMCell, OptimizedLSTMCell, GRUCell, MGUCell, SimpleCell, ConvLSTMCell,
                         RNN, Bidirectional)
@@ -25,4 +29,4 @@ from .pooling import pool, avg_pool, max_pool, min_pool
 from .attention import (MultiHeadDotProductAttention, MultiHeadAttention, SelfAttention, dot_product_attention,
                         dot_product_attention_weights, make_attention_mask, make_causal_mask, combine_masks)
 from .transforms import (vmap, scan, remat, checkpoint, jit, cond, switch, while_loop, map_variables, remat_scan,
-                         broadcast)
+                         broadcast, vjp, jvp, grad, value_and_grad)

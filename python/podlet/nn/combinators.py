@@ -1,10 +1,14 @@
-"""Combinators (flax.linen.combinators): Sequential."""
+"""Combinators (flax.linen.combinators): Sequential; BatchApply (flax.linen.batch_apply)."""
 from collections.abc import Sequence
 from typing import Any, Callable
 
+import numpy as np
+
+from .. import numpy as jnp
+from .. import tree_util
 from .module import Module, compact
 
-__all__ = ["Sequential"]
+__all__ = ["Sequential", "BatchApply"]
 
 
 class Sequential(Module):
@@ -37,3 +41,37 @@ class Sequential(Module):
             else:
                 outputs = layer(outputs)
         return outputs
+
+
+def _ndim_at_least(x, num_dims):
+    if not hasattr(x, "ndim"):
+        x = jnp.asarray(x)
+    return x.ndim >= num_dims
+
+
+class BatchApply:
+    """Merges the leading ``num_dims`` axes of the inputs into one, calls ``f``, and
+    splits them back out of the outputs (e.g. a layer applied to every step of a
+    ``(time, batch, ...)`` array). Inputs of rank below ``num_dims`` pass unchanged.
+
+        y = nn.BatchApply(nn.Dense(4))(x)        # x (T, B, F) -> y (T, B, 4)
+    """
+
+    def __init__(self, f, num_dims=2):
+        self._f = f
+        self.num_dims = num_dims
+
+    def __call__(self, *args, **kwargs):
+        leaves = tree_util.tree_leaves(args) + tree_util.tree_leaves(kwargs)
+        example = next((a for a in leaves if _ndim_at_least(a, self.num_dims)), None)
+        if example is None:
+            raise ValueError(f"BatchApply requires at least one input with ndim >= {self.num_dims}.")
+        lead = tuple(example.shape[:self.num_dims])
+
+        def merge(x):
+            if not _ndim_at_least(x, self.num_dims):
+                return x
+            return x.reshape((int(np.prod(x.shape[:self.num_dims])),) + tuple(x.shape[self.num_dims:]))
+
+        outputs = self._f(*tree_util.tree_map(merge, args), **tree_util.tree_map(merge, kwargs))
+        return tree_util.tree_map(lambda x: x.reshape(lead + tuple(x.shape[1:])), outputs)

@@ -85,7 +85,8 @@ M = TypeVar("M", bound="Module")
 
 __all__ = [
     "Module", "compact", "nowrap", "Variable", "Scope", "DenyList", "merge_param", "apply", "init",
-    "init_with_output", "tabulate", "FlaxError",
+    "init_with_output", "tabulate", "FlaxError", "intercept_methods", "enable_named_call", "disable_named_call",
+    "override_named_call", "named_call",
 ]
 
 
@@ -772,6 +773,49 @@ def intercept_methods(interceptor):
         yield
     finally:
         assert _interceptors.stack.pop() is interceptor
+
+
+# =====================================================================================
+# Named calls (flax.linen.enable_named_call & co.): labels for profile traces
+# =====================================================================================
+# Flax wraps module methods in ``jax.named_call`` so XLA profiles group ops by module.
+# podlet's profiler (podlet.profiler) attributes time per primitive of the plan and has
+# no name stack: these keep Flax's switch and its context manager so Flax code runs
+# unchanged, and ``named_call`` calls the method as it is.
+_use_named_call = False
+
+
+def enable_named_call():
+    """Turns named-call labelling of module methods on (a label only: see above)."""
+    global _use_named_call
+    _use_named_call = True
+
+
+def disable_named_call():
+    """Turns named-call labelling off."""
+    global _use_named_call
+    _use_named_call = False
+
+
+@contextlib.contextmanager
+def override_named_call(enable: bool = True):
+    """Named-call labelling on (or off) inside the ``with`` block."""
+    global _use_named_call
+    prev = _use_named_call
+    _use_named_call = enable
+    try:
+        yield
+    finally:
+        _use_named_call = prev
+
+
+def named_call(class_fn, force=True):
+    """``class_fn`` labelled for profiles (flax.linen.named_call); podlet records no
+    labels, so this is ``class_fn`` with its name and docstring."""
+    @functools.wraps(class_fn)
+    def wrapped_fn(self, *args, **kwargs):
+        return class_fn(self, *args, **kwargs)
+    return wrapped_fn
 
 
 def _run_interceptors(orig_method, module, *args, **kwargs):

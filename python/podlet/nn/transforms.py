@@ -1,5 +1,6 @@
 """flax.linen's lifted transforms: vmap, scan, remat/checkpoint, jit, cond, switch,
-while_loop, map_variables (flax/linen/transforms.py over flax/core/lift.py).
+while_loop, map_variables, vjp, jvp, grad, value_and_grad (flax/linen/transforms.py over
+flax/core/lift.py).
 
 A lifted transform turns a Module (or a function taking a Module first) into a pure
 function of its variables and rng keys, applies the podlet transform to that function
@@ -41,7 +42,7 @@ from .module import (DenyList, LazyRng, Module, Scope, Variable, FlaxError, _Set
                      subtract_filters, union_filters)
 
 __all__ = ["vmap", "scan", "remat", "checkpoint", "jit", "cond", "switch", "while_loop", "map_variables",
-           "broadcast", "remat_scan"]
+           "broadcast", "remat_scan", "vjp", "jvp", "grad", "value_and_grad"]
 
 
 class _Broadcast:
@@ -544,6 +545,92 @@ def lift_checkpoint(fn, variables=True, rngs=True, concrete=False, prevent_cse=T
                            policy=policy)(variable_groups, keys, *args, **kwargs)
 
     return pack(inner, (variables,), (variables,), (rngs,), name="remat", enable_kwargs=True)
+
+
+def _unflatten_scope_grads(scope_tree, grads):
+    """Per-scope variable gradients in the shape of the scope tree (one dict for one scope)."""
+    return grads[0] if isinstance(scope_tree, Scope) else type(scope_tree)(grads)
+
+
+def lift_vjp(fn, scope, *primals, has_aux=False, reduce_axes=(), vjp_variables="params", variables=True,
+             rngs=True):
+    """flax.core.lift.vjp: ``(y, bwd)`` (and ``aux``) of ``fn(scope, *primals)``; ``bwd(ct)``
+    gives ``(gradients of the vjp_variables, *gradients of the primals)``."""
+    if reduce_axes:
+        raise NotImplementedError("reduce_axes argument to vjp is deprecated")
+
+    def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args):
+        vjp_vars, other_vars = variable_groups
+
+        def wrapper(vjp_vars, *args):
+            inner_scope = scope_fn((vjp_vars, other_vars), rng_groups)
+            if has_aux:
+                y, aux = fn(inner_scope, *args)
+            else:
+                y, aux = fn(inner_scope, *args), ()
+            return y, (aux, repack_fn(inner_scope))
+
+        y, bwd, (aux, out_vars) = _podlet().vjp(wrapper, vjp_vars, *args, has_aux=True)
+
+        def bwd_wrapper(tangent):
+            vars_grad, *inputs_grad = bwd(tangent)
+            return (_unflatten_scope_grads(scope, vars_grad), *inputs_grad)
+
+        return ((y, bwd_wrapper, aux) if has_aux else (y, bwd_wrapper)), out_vars
+
+    return pack(inner, (vjp_variables, variables), (variables,), (rngs,), name="vjp")(scope, *primals)
+
+
+def lift_value_and_grad(fn, scope, *primals, has_aux=False, reduce_axes=(), variables=True, rngs=True):
+    """flax.core.lift.value_and_grad: ``(y, grads of the primals)`` (``(y, aux, grads)``
+    with ``has_aux``); the variables are not differentiated."""
+    if reduce_axes:
+        raise NotImplementedError("reduce_axes argument to value_and_grad is deprecated")
+
+    def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args):
+        def wrapper(*args):
+            inner_scope = scope_fn(variable_groups, rng_groups)
+            if has_aux:
+                y, aux = fn(inner_scope, *args)
+            else:
+                y, aux = fn(inner_scope, *args), ()
+            return y, (aux, repack_fn(inner_scope))
+
+        from .. import numpy as jnp
+        y, bwd, (aux, out_vars) = _podlet().vjp(wrapper, *args, has_aux=True)
+        inputs_grad = bwd(jnp.ones_like(y))
+        return ((y, aux, inputs_grad) if has_aux else (y, inputs_grad)), out_vars
+
+    return pack(inner, (variables,), (variables,), (rngs,), name="value_and_grad")(scope, *primals)
+
+
+def lift_jvp(fn, scope, primals, tangents, variable_tangents, variables=True, rngs=True):
+    """flax.core.lift.jvp: ``(y, tangent of y)`` of ``fn(scope, *primals)`` along
+    `tangents` (the primals') and `variable_tangents` (a variables dict, e.g.
+    ``{'params': ...}``; its collections are the ones differentiated)."""
+    if isinstance(scope, Scope):
+        variable_tangents = ({k: v for k, v in variable_tangents.items() if v},)
+    else:
+        variable_tangents = tuple({k: v for k, v in vt.items() if v} for vt in variable_tangents)
+    target = tuple(variable_tangents[0].keys())
+
+    def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args):
+        jvp_vars, other_vars = variable_groups
+
+        def wrapper(vars_primals, args):
+            inner_scope = scope_fn((vars_primals, other_vars), rng_groups)
+            y = fn(inner_scope, *args)
+            return y, repack_fn(inner_scope)
+
+        (y, out_vars), out_tangents = _podlet().jvp(wrapper, (jvp_vars, args), (variable_tangents, tangents))
+        return (y, out_tangents[0]), out_vars
+
+    return pack(inner, (target, variables), (variables,), (rngs,), name="jvp")(scope, *primals)
+
+
+def _podlet():
+    import podlet
+    return podlet
 
 
 def lift_cond(pred, true_fun, false_fun, scope, *operands, variables=True, rngs=True):
@@ -1191,6 +1278,51 @@ def switch(index, branches, mdl, *operands, variables=True, rngs=True):
     """Lifted ``lax.switch``: ``branches[index](mdl, *operands)``."""
     return lift_direct_transform(_switch_wrapper, tuple(branches), mdl, index, *operands, variables=variables,
                                  rngs=rngs, n_branches=len(branches))
+
+
+def vjp(fn, mdl, *primals, has_aux=False, reduce_axes=(), vjp_variables="params", variables=True, rngs=True,
+        multi_scope=False):
+    """Lifted ``podlet.vjp`` (flax.linen.vjp) of ``fn(mdl, *primals)``: returns ``(y,
+    vjp_fn)`` (``(y, vjp_fn, aux)`` with ``has_aux``); ``vjp_fn(ct)`` gives ``(gradients
+    of mdl's vjp_variables collections, *gradients of the primals)``."""
+    if reduce_axes:
+        raise NotImplementedError("reduce_axes argument to vjp is deprecated")
+    return lift_direct_transform(lift_vjp, (fn,), mdl, *primals, multi_scope=multi_scope, has_aux=has_aux,
+                                 vjp_variables=vjp_variables, variables=variables, rngs=rngs)
+
+
+def value_and_grad(fn, mdl, *primals, has_aux=False, reduce_axes=(), variables=True, rngs=True):
+    """Lifted ``podlet.value_and_grad`` (flax.linen.value_and_grad) of the scalar
+    ``fn(mdl, *primals)`` with respect to the primals: ``(y, grads)`` (``((y, aux),
+    grads)`` with ``has_aux``)."""
+    if reduce_axes:
+        raise NotImplementedError("reduce_axes argument to value_and_grad is deprecated")
+    out = lift_direct_transform(lift_value_and_grad, (fn,), mdl, *primals, has_aux=has_aux, variables=variables,
+                                rngs=rngs)
+    y = out[0]
+    if tuple(y.shape) != ():
+        raise ValueError(f"grad can only work on functions with scalar-valued outputs. out shape={y.shape}")
+    return ((y, out[1]), out[2]) if has_aux else (y, out[1])
+
+
+def grad(fn, mdl, *primals, has_aux=False, reduce_axes=(), variables=True, rngs=True):
+    """Lifted ``podlet.grad`` (flax.linen.grad): the gradients of the scalar ``fn(mdl,
+    *primals)`` with respect to the primals (``(grads, aux)`` with ``has_aux``)."""
+    if reduce_axes:
+        raise NotImplementedError("reduce_axes argument to grad is deprecated")
+    if has_aux:
+        (_, aux), argument_grads = value_and_grad(fn, mdl, *primals, has_aux=True, variables=variables, rngs=rngs)
+        return argument_grads, aux
+    _, argument_grads = value_and_grad(fn, mdl, *primals, variables=variables, rngs=rngs)
+    return argument_grads
+
+
+def jvp(fn, mdl, primals, tangents, variable_tangents, variables=True, rngs=True):
+    """Lifted ``podlet.jvp`` (flax.linen.jvp) of ``fn(mdl, *primals)``: ``(y, tangent of
+    y)`` along `tangents` and `variable_tangents` (e.g. ``{'params': ...}`` for mdl's
+    parameters)."""
+    return lift_direct_transform(lift_jvp, (fn,), mdl, primals, tangents, variable_tangents, multi_scope=False,
+                                 variables=variables, rngs=rngs)
 
 
 def remat_scan(target, lengths=(), policy=None, variable_broadcast=False, variable_carry=False,
