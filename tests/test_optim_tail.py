@@ -385,8 +385,8 @@ def test_zero_nans_and_flatten_match_optax():
     grads = make_grads(10, nan_at=(2, 6))
     mk = lambda o: o.chain(o.zero_nans(), o.flatten(o.adam(1e-2)))  # noqa: E731
     found = []
-    (pp, sp), (pj, sj) = run_both(mk(poptax), mk(optax), grads,
-                                  per_step=lambda i, sp, sj, up, uj: found.append(bool(sp[0].found_nan["dense"]["bias"])))
+    record = lambda i, sp, sj, up, uj: found.append(bool(sp[0].found_nan["dense"]["bias"]))  # noqa: E731
+    (pp, sp), (pj, sj) = run_both(mk(poptax), mk(optax), grads, per_step=record)
     assert found == [i in (2, 6) for i in range(10)]
     assert_close(pp, pj)
     assert_close(sp, sj, rtol=1e-5)

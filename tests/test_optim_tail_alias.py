@@ -109,7 +109,8 @@ CASES = {
     "nadamw": (STEPS, lambda o: o.nadamw(1e-2, weight_decay=1e-2), 1e-6, None),
     "noisy_sgd": (STEPS, lambda o: o.noisy_sgd(1e-2, key=3), 1e-6, None),
     "novograd": (STEPS, lambda o: o.novograd(1e-2, weight_decay=1e-3), 1e-5, _REDUCE),
-    "optimistic_gradient_descent": (STEPS, lambda o: o.optimistic_gradient_descent(1e-2, alpha=0.7, beta=0.5), 1e-6, None),
+    "optimistic_gradient_descent": (STEPS, lambda o: o.optimistic_gradient_descent(1e-2, alpha=0.7, beta=0.5),
+                                    1e-6, None),
     "optimistic_adam_v2": (STEPS, lambda o: o.optimistic_adam_v2(1e-2), 1e-6, None),
     "polyak_sgd": (STEPS, lambda o: o.polyak_sgd(max_learning_rate=0.1, f_min=-1.0), 1e-5, _REDUCE),
     # radam with b2 = 0.9: rho_inf = 19, no cancellation to speak of.
@@ -142,7 +143,8 @@ CASES = {
                                       o.scale(-1e-1)), 1e-5, _REDUCE),
     "adaptive_grad_clip": (SHORT, lambda o: o.chain(o.adaptive_grad_clip(0.05), o.sgd(0.1)), 1e-5, _REDUCE),
     "normalize_by_update_norm": (SHORT, lambda o: o.chain(o.normalize_by_update_norm(), o.scale(-1e-2)), 1e-5, _REDUCE),
-    "distance_over_gradients": (SHORT, lambda o: o.chain(o.scale_by_distance_over_gradients(reps_rel=1e-2), o.scale(-1.0)),
+    "distance_over_gradients": (SHORT, lambda o: o.chain(o.scale_by_distance_over_gradients(reps_rel=1e-2),
+                                                         o.scale(-1.0)),
                                 1e-5, _REDUCE),
     "stddev_no_bc": (SHORT, lambda o: o.chain(o.scale_by_stddev(eps=1e-4), o.scale(-1e-3)), 3e-6, _RSQRT),
     "rms_bc": (SHORT, lambda o: o.chain(o.scale_by_rms(bias_correction=True, eps_in_sqrt=False), o.scale(-1e-2)),
@@ -375,6 +377,7 @@ SIGNATURE_NAMES = sorted({
     "scale_by_yogi", "centralize", "normalize_by_update_norm", "clip_by_block_rms", "adaptive_grad_clip",
     "per_example_global_norm_clip", "per_example_layer_norm_clip", "add_noise", "keep_params_nonnegative",
     "zero_nans", "safe_norm", "safe_root_mean_squares", "apply_every", "periodic_update", "scale_gradient",
+    "power_iteration", "matrix_inverse_pth_root", "nnls", "multi_normal", "microbatch",
 })
 
 
@@ -383,6 +386,8 @@ def _same_default(a, b):
         return True
     if callable(a) and callable(b):
         return getattr(a, "__name__", None) == getattr(b, "__name__", None)
+    if type(a).__name__ == type(b).__name__ and str(a) == str(b):  # enums: AccumulationType.SUM, Precision
+        return True
     try:
         if a == b:
             return True
@@ -401,3 +406,85 @@ def test_signature_is_optax(name):
     assert [(p.name, p.kind) for p in ps] == [(p.name, p.kind) for p in js]
     for p, j in zip(ps, js):
         assert _same_default(p.default, j.default), (name, p.name, p.default, j.default)
+
+
+# ---------------------------------------------------------------------------------
+# linear algebra and microbatching
+# ---------------------------------------------------------------------------------
+def _spd(n, seed):
+    a = np.random.default_rng(seed).normal(size=(n, n)).astype(np.float32)
+    return (a @ a.T / n + 0.1 * np.eye(n, dtype=np.float32)).astype(np.float32)
+
+
+def test_power_iteration_and_inverse_pth_root_match_optax():
+    s = _spd(6, 11)
+    ep, vp = poptax.power_iteration(pnp.asarray(s))
+    ej, vj = optax.power_iteration(jnp.asarray(s))
+    np.testing.assert_allclose(float(ep), float(ej), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(vp), np.asarray(vj), atol=1e-5)
+    np.testing.assert_allclose(float(ep), np.linalg.eigvalsh(s.astype(np.float64))[-1], rtol=1e-4)
+    # a pytree operator needs v0
+    with pytest.raises(ValueError, match="v0"):
+        poptax.power_iteration(lambda v: v)
+    jitted = podlet.jit(lambda m: poptax.power_iteration(m)[0])
+    np.testing.assert_allclose(float(jitted(pnp.asarray(s))), float(ej), rtol=1e-5)
+    for p in (1, 2, 4):
+        rp, _ = poptax.matrix_inverse_pth_root(pnp.asarray(s), p)
+        rj, _ = optax.matrix_inverse_pth_root(jnp.asarray(s), p)
+        # Newton iterations stop at an error threshold: a few ulps of difference in the
+        # products can end them one iteration apart, ~1e-6 relative in the result.
+        np.testing.assert_allclose(np.asarray(rp), np.asarray(rj), rtol=1e-4, atol=1e-5, err_msg=str(p))
+        w, q = np.linalg.eigh(s.astype(np.float64))
+        want = (q * (w + 1e-6 * w[-1]) ** (-1.0 / p)) @ q.T
+        np.testing.assert_allclose(np.asarray(rp), want, rtol=1e-3, atol=1e-3)
+
+
+def test_nnls_matches_optax_and_is_nonnegative():
+    rng = np.random.default_rng(12)
+    a = rng.normal(size=(8, 5)).astype(np.float32)
+    for b in (rng.normal(size=(8,)).astype(np.float32), rng.normal(size=(8, 2)).astype(np.float32)):
+        xp = poptax.nnls(pnp.asarray(a), pnp.asarray(b), 100)
+        xj = optax.nnls(jnp.asarray(a), jnp.asarray(b), 100)
+        np.testing.assert_allclose(np.asarray(xp), np.asarray(xj), rtol=1e-4, atol=1e-6)
+        assert np.all(np.asarray(xp) >= 0) and np.any(np.asarray(xp) > 0)
+    xjit = podlet.jit(lambda a, b: poptax.nnls(a, b, 100))(pnp.asarray(a), pnp.asarray(b))
+    np.testing.assert_allclose(np.asarray(xjit), np.asarray(xp), rtol=1e-6, atol=1e-7)
+
+
+def test_multi_normal_matches_optax():
+    loc, log_scale = np.array([0.5, -1.0, 2.0], np.float32), np.array([-0.5, 0.0, 0.3], np.float32)
+    mp, mj = poptax.multi_normal(pnp.asarray(loc), pnp.asarray(log_scale)), optax.multi_normal(loc, log_scale)
+    xp, xj = mp.sample((5,), podlet.random.PRNGKey(3)), mj.sample((5,), jax.random.PRNGKey(3))
+    # same keys, same normals; exp(log_scale) may differ from XLA's in the last bit
+    np.testing.assert_allclose(np.asarray(xp), np.asarray(xj), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(mp.log_prob(xp)), np.asarray(mj.log_prob(xj)), rtol=1e-6)
+    assert [np.asarray(x).tolist() for x in mp.params] == [loc.tolist(), log_scale.tolist()]
+
+
+def test_microbatch_matches_optax():
+    rng = np.random.default_rng(13)
+    x = rng.normal(size=(12, 3)).astype(np.float32)
+    w = rng.normal(size=(3, 2)).astype(np.float32)
+
+    def loss(lib):
+        return lambda p, x: lib.mean(lib.sum((x @ p) ** 2, axis=-1))
+
+    for acc in ("SUM", "MEAN", "RUNNING_MEAN", "CONCAT"):
+        def fn(lib, grad):
+            return lambda p, x: (x @ p) if acc == "CONCAT" else grad(loss(lib))(p, x)
+        fp = poptax.microbatch(fn(pnp, podlet.grad), argnums=1, microbatch_size=4,
+                               accumulator=getattr(poptax.microbatching.AccumulationType, acc))
+        fj = optax.microbatch(fn(jnp, jax.grad), argnums=1, microbatch_size=4,
+                              accumulator=getattr(optax.microbatching.AccumulationType, acc))
+        got, want = fp(pnp.asarray(w), pnp.asarray(x)), fj(jnp.asarray(w), jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6, err_msg=acc)
+        np.testing.assert_allclose(np.asarray(podlet.jit(fp)(pnp.asarray(w), pnp.asarray(x))), np.asarray(want),
+                                   rtol=1e-6, atol=1e-6, err_msg=acc)
+    with pytest.raises(ValueError, match="divisible"):
+        poptax.microbatch(lambda p, x: x, argnums=1, microbatch_size=5)(pnp.asarray(w), pnp.asarray(x))
+    gp, auxp = poptax.microbatching.micro_grad(lambda p, x: pnp.sum((x @ p) ** 2), microbatch_size=3)(
+        pnp.asarray(w), pnp.asarray(x))
+    gj, auxj = optax.microbatching.micro_grad(lambda p, x: jnp.sum((x @ p) ** 2), microbatch_size=3)(
+        jnp.asarray(w), jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(gp), np.asarray(gj), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(auxp.values), np.asarray(auxj.values), rtol=1e-6)

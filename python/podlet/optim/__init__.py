@@ -16,13 +16,14 @@ moment-based scalings: rms, amsgrad, adamax, belief, yogi, radam, adadelta, adan
 lion, novograd, sm3, adafactor's factored rms), ``_scaling`` (sign, trust ratio,
 param-block norms, centralize, Polyak, Rprop, optimistic, DoG), ``_clipping`` (block
 RMS, adaptive, per example), ``_constrain`` (non-negative params, zero NaNs, gradient
-noise), ``_combine`` (partition / multi_transform, freeze), ``_wrappers`` (MultiSteps,
+noise), ``_combine`` (partition / multi_transform, freeze), ``_linalg`` (power iteration,
+inverse p-th roots, nnls, multi_normal), ``_wrappers`` (MultiSteps,
 apply_if_finite, conditional, flatten, lookahead, monitoring), ``_inject``
 (inject_hyperparams), ``alias`` (the optimizers), ``schedules``, ``losses`` (with
 ``_losses_classification`` and ``_losses_structured``); and the
-submodules ``tree`` (optax.tree) and ``contrib`` (schedule-free, reduce_on_plateau),
-reachable as ``podlet.optim.losses``, ``.schedules``, ``.tree``, ``.contrib`` like
-optax's.
+submodules ``tree`` (optax.tree), ``contrib`` (schedule-free, reduce_on_plateau) and
+``microbatching``, reachable as ``podlet.optim.losses``, ``.schedules``, ``.tree``,
+``.contrib``, ``.microbatching`` like optax's.
 """
 from ._base import (EmptyState, GradientTransformation, GradientTransformationExtraArgs, NO_PARAMS_MSG,
                     OptState, Params, Schedule, ScalarOrSchedule, StatefulSchedule, TransformInitFn,
@@ -76,6 +77,9 @@ from .losses import (classification_loss, convex_kl_divergence, cosine_distance,
                      softmax_cross_entropy_with_integer_labels, softmax_focal_loss, squared_error)
 from . import tree
 from . import contrib
+from . import microbatching
+from .microbatching import microbatch
+from ._linalg import matrix_inverse_pth_root, multi_normal, nnls, power_iteration
 
 tree_map_params = tree.map_params
 update_infinity_moment = tree.update_infinity_moment
@@ -128,6 +132,8 @@ __all__ = [
     "softmax_focal_loss", "squared_error", "convex_kl_divergence", "cosine_distance", "cosine_similarity",
     "ctc_loss", "ctc_loss_with_forward_probs", "generalized_kl_divergence", "hinge_loss", "kl_divergence",
     "log_cosh", "ntxent", "safe_softmax_cross_entropy",
+    # linear algebra and microbatching
+    "matrix_inverse_pth_root", "multi_normal", "nnls", "power_iteration", "microbatch",
     # submodules
-    "tree", "contrib",
+    "tree", "contrib", "microbatching",
 ]

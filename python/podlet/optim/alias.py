@@ -238,7 +238,8 @@ def signum(learning_rate, beta=0.9, accumulator_dtype=None) -> GradientTransform
                  transform.scale_by_learning_rate(learning_rate))
 
 
-def novograd(learning_rate, b1=0.9, b2=0.25, eps=1e-6, eps_root=0.0, weight_decay=0.0) -> GradientTransformationExtraArgs:
+def novograd(learning_rate, b1=0.9, b2=0.25, eps=1e-6, eps_root=0.0,
+             weight_decay=0.0) -> GradientTransformationExtraArgs:
     """NovoGrad (Ginsburg et al. 2019): ``scale_by_novograd`` then the learning rate."""
     return chain(_m.scale_by_novograd(b1=b1, b2=b2, eps=eps, eps_root=eps_root, weight_decay=weight_decay),
                  transform.scale_by_learning_rate(learning_rate))

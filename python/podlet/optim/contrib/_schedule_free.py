@@ -109,7 +109,8 @@ def schedule_free_sgd(learning_rate=1.0, warmup_steps: Optional[int] = None, b1=
 
 
 def schedule_free_adamw(learning_rate=0.0025, warmup_steps: Optional[int] = None, b1=0.9, b2=0.999, eps=1e-8,
-                        weight_decay=0.0, weight_lr_power=2.0, state_dtype=None) -> _base.GradientTransformationExtraArgs:
+                        weight_decay=0.0, weight_lr_power=2.0,
+                        state_dtype=None) -> _base.GradientTransformationExtraArgs:
     """Schedule-free AdamW: :func:`schedule_free` around bias-corrected RMS scaling
     (``scale_by_rms(b2, eps_in_sqrt=False, bias_correction=True)``, Adam without its
     first moment, which the averaging replaces), weight decay and the learning rate."""
