@@ -74,7 +74,25 @@ def _is_array(x):
 
 
 def _weak(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool) or (_is_array(x) and x.weak_type)
+    """Weakly typed: a Python int / float (not bool, not a NumPy scalar such as
+    np.float64, which JAX types strongly) or an array marked weak."""
+    if isinstance(x, (bool, _np.generic)):
+        return False
+    return isinstance(x, (int, float)) or (_is_array(x) and x.weak_type)
+
+
+def _category(x):
+    d = _np.dtype(type(x)) if isinstance(x, (bool, int, float)) else _dt(x)
+    return 0 if d == _np.bool_ else (2 if _dtypes.is_float(d) else 1)
+
+
+def _result_weak(*args):
+    """Whether JAX types the result of an operation on args weakly: its dtype's kind
+    (bool < int < float) comes from weak operands only (int32 array + 1.5 is a weak
+    float32, bf16 array + 1.5 a strong bf16, 2 + 3 a weak int32)."""
+    weak = [_category(a) for a in args if _weak(a)]
+    strong = [_category(a) for a in args if not _weak(a)]
+    return bool(weak) and _bi.max(weak) > _bi.max(strong, default=-1)
 
 
 # ---------------------------------------------------------------------------------
@@ -235,9 +253,10 @@ def _binary(prim, bool_prim=None):
     return f
 
 
-def _weak_if(out, x1, x2):
-    """out, weakly typed when both operands were (Python scalars, weak arrays)."""
-    if _weak(x1) and _weak(x2) and isinstance(out, Tracer):
+def _weak_if(out, *args):
+    """out, weakly typed when JAX types it so (_result_weak): Python scalars, weak
+    arrays, and a weak operand of a higher kind than every strong one."""
+    if _result_weak(*args) and isinstance(out, (Array, Tracer)):
         out.weak_type = True
     return out
 
@@ -1778,6 +1797,7 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
         return v  # a Python / NumPy scalar: kept for weak-type promotion below
 
     parts = [edge(p) for p in (prepend,) if p is not None] + [arr] + [edge(p) for p in (append,) if p is not None]
+    weak = _result_weak(*parts)  # int32 array with prepend=0.5: a weak float32, as JAX
     if len(parts) > 1:
         d = result_type(*parts)
         parts = [astype(p, d) if _is_array(p) else full(one, p, d) for p in parts]
@@ -1787,6 +1807,8 @@ def diff(a, n=1, axis=-1, prepend=None, append=None):
         hi = lax.slice_in_dim(arr, _bi.min(1, m), m, 1, axis)
         lo = lax.slice_in_dim(arr, 0, _bi.max(m - 1, 0), 1, axis)
         arr = bind("ne", hi, lo) if arr.dtype == bool_ else bind("sub", hi, lo)
+    if weak:
+        arr.weak_type = True
     return arr
 
 
@@ -1849,3 +1871,10 @@ def flipud(m):
 def count_nonzero(a, axis=None, keepdims=False):
     a = asarray(a)
     return sum(bind("ne", a, to_array(_np.zeros((), a.dtype))), axis=axis, dtype=int32, keepdims=keepdims)
+
+
+# ---------------------------------------------------------------------------------
+# The rest of jax.numpy's API, by family, in podlet/_src/numpy_*.py: compositions of
+# the primitives above, imported last because they use this module's helpers.
+# ---------------------------------------------------------------------------------
+from ._src.numpy_ufuncs import *  # noqa: E402,F401,F403
