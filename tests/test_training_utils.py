@@ -115,8 +115,11 @@ def test_dynamic_scale_over_steps_with_non_finite_gradients(mode):
     pd, fd = pds.DynamicScale(scale=512.0, **kw), fds.DynamicScale(scale=512.0, **kw)
     pstep = lambda d, p, x: d.value_and_grad(loss_fn(pjnp), has_aux=True)(p, x)  # noqa: E731
     fstep = lambda d, p, x: d.value_and_grad(loss_fn(jnp), has_aux=True)(p, x)  # noqa: E731
+    # the oracle compiled once (eager jax compiles op by op); the inputs are exact in bf16,
+    # so XLA's fusion of the bf16 product changes nothing here
+    fstep = jax.jit(fstep)
     if mode == "jit":
-        pstep, fstep = podlet.jit(pstep), jax.jit(fstep)
+        pstep = podlet.jit(pstep)
     pp, fp = podlet.tree_util.tree_map(pjnp.asarray, PARAMS), PARAMS
     seen = []
     for x in X_STEPS + X_STEPS[3:4] * 4:          # repeated NaNs drive the scale to its minimum
@@ -162,6 +165,7 @@ def test_dynamic_scale_under_pmap_axis_name():
         return d.value_and_grad(loss_fn(jnp), has_aux=True, axis_name="batch")(p, x)
 
     pstep = podlet.pmap(pstep, axis_name="batch")
+    # eager: under jax.jit XLA fuses the bf16 product without rounding it (~1e-3 apart)
     fstep = jax.vmap(fstep, in_axes=(None, None, 0), axis_name="batch")
     for t in range(3):
         pres = pstep(pd, pp, xs[t])
