@@ -17,7 +17,8 @@ lion, novograd, sm3, adafactor's factored rms), ``_scaling`` (sign, trust ratio,
 param-block norms, centralize, Polyak, Rprop, optimistic, DoG), ``_clipping`` (block
 RMS, adaptive, per example), ``_constrain`` (non-negative params, zero NaNs, gradient
 noise), ``_combine`` (partition / multi_transform, freeze), ``_linalg`` (power iteration,
-inverse p-th roots, nnls, multi_normal), ``_wrappers`` (MultiSteps,
+inverse p-th roots, nnls, multi_normal), ``_linesearch`` (L-BFGS, zoom and
+backtracking line searches), ``_wrappers`` (MultiSteps,
 apply_if_finite, conditional, flatten, lookahead, monitoring), ``_inject``
 (inject_hyperparams), ``alias`` (the optimizers), ``schedules``, ``losses`` (with
 ``_losses_classification`` and ``_losses_structured``); and the
@@ -58,7 +59,7 @@ from ._wrappers import (ApplyEvery, ApplyIfFiniteState, ConditionallyMaskState, 
                         conditionally_transform, flatten, lookahead, measure_with_ema, monitor, skip_large_updates,
                         skip_not_finite, snapshot)
 from .alias import (MaskOrFn, adabelief, adadelta, adafactor, adagrad, adam, adamax, adamaxw, adamw, adan, amsgrad,
-                    fromage, lamb, lars, lion, nadam, nadamw, noisy_sgd, novograd, optimistic_adam,
+                    fromage, lamb, lars, lbfgs, lion, nadam, nadamw, noisy_sgd, novograd, optimistic_adam,
                     optimistic_adam_v2, optimistic_gradient_descent, polyak_sgd, radam, rmsprop, rprop, sgd,
                     sign_sgd, signum, sm3, yogi)
 from ._fused import fused_adamw  # podlet extra (not optax), so not in __all__
@@ -80,6 +81,9 @@ from . import contrib
 from . import microbatching
 from .microbatching import microbatch
 from ._linalg import matrix_inverse_pth_root, multi_normal, nnls, power_iteration
+from ._linesearch import (ScaleByBacktrackingLinesearchState, ScaleByLBFGSState, ScaleByZoomLinesearchState,
+                          ZoomLinesearchInfo, scale_by_backtracking_linesearch, scale_by_lbfgs,
+                          scale_by_zoom_linesearch, value_and_grad_from_state)
 
 tree_map_params = tree.map_params
 update_infinity_moment = tree.update_infinity_moment
@@ -134,6 +138,10 @@ __all__ = [
     "log_cosh", "ntxent", "safe_softmax_cross_entropy",
     # linear algebra and microbatching
     "matrix_inverse_pth_root", "multi_normal", "nnls", "power_iteration", "microbatch",
+    # L-BFGS and line searches
+    "lbfgs", "scale_by_lbfgs", "ScaleByLBFGSState", "scale_by_zoom_linesearch", "ScaleByZoomLinesearchState",
+    "ZoomLinesearchInfo", "scale_by_backtracking_linesearch", "ScaleByBacktrackingLinesearchState",
+    "value_and_grad_from_state",
     # submodules
     "tree", "contrib", "microbatching",
 ]

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Union
 
 from .. import numpy as jnp
 from ._base import GradientTransformationExtraArgs, _chain, chain, identity
-from . import _clipping, _constrain, _fused, _scaling, transform
+from . import _clipping, _constrain, _fused, _linesearch, _scaling, transform
 from . import _moments as _m
 
 
@@ -335,3 +335,17 @@ def polyak_sgd(max_learning_rate=1.0, scaling=1.0, f_min=0.0, eps=0.0,
     argument ``value`` (the loss)."""
     return chain(sgd(learning_rate=scaling),
                  _scaling.scale_by_polyak(max_learning_rate=max_learning_rate, f_min=f_min, eps=eps, variant=variant))
+
+
+def lbfgs(learning_rate=None, memory_size: int = 10, scale_init_precond: bool = True,
+          linesearch=_linesearch.scale_by_zoom_linesearch(max_linesearch_steps=20, initial_guess_strategy="one")
+          ) -> GradientTransformationExtraArgs:
+    """L-BFGS (Liu & Nocedal 1989): ``scale_by_lbfgs``, then ``-learning_rate`` (or -1)
+    and a line search (a zoom search for the strong Wolfe conditions by default; None
+    for none). ``update`` takes ``value``, ``grad`` and ``value_fn`` for the search;
+    :func:`value_and_grad_from_state` reuses the value and gradient it stored."""
+    base_scaling = transform.scale(-1.0) if learning_rate is None else transform.scale_by_learning_rate(learning_rate)
+    if linesearch is None:
+        linesearch = identity()
+    return chain(_linesearch.scale_by_lbfgs(memory_size=memory_size, scale_init_precond=scale_init_precond),
+                 base_scaling, linesearch)
