@@ -47,8 +47,11 @@ def shard(xs):
 
 
 def shard_prng_key(prng_key):
-    """One copy of the key per device (flax.training.common_utils.shard_prng_key)."""
-    return replicate(prng_key)
+    """A different key per local device: jax.random.split(key, n), as
+    flax.training.common_utils.shard_prng_key (flax.jax_utils has no such name; it stays
+    here for code written against earlier podlet)."""
+    from .training.common_utils import shard_prng_key as split_per_device
+    return split_per_device(prng_key)
 
 
 def prefetch_to_device(iterator, size, devices=None):
