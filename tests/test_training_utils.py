@@ -43,6 +43,8 @@ def test_shard_and_shard_prng_key(monkeypatch):
     keys = np.asarray(pcu.shard_prng_key(podlet.random.PRNGKey(7)))
     np.testing.assert_array_equal(keys, np.asarray(fcu.shard_prng_key(jax.random.PRNGKey(7))))
     assert keys.shape == (N, 2) and len({tuple(k) for k in keys}) == N    # a different key per device
+    # podlet.jax_utils keeps the name for older podlet code: the same split, not one key copied
+    np.testing.assert_array_equal(np.asarray(podlet.jax_utils.shard_prng_key(podlet.random.PRNGKey(7))), keys)
 
 
 def test_onehot_and_stack_forest():
