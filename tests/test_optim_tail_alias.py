@@ -84,7 +84,9 @@ _REDUCE = ("a per-leaf or global norm (a sum reduction) is added in XLA's vector
 _RSQRT = "XLA's rsqrt and pow(x, -0.5) are not correctly rounded; podlet's are (a few ulps per step)"
 
 # name -> (steps, factory taking the optax-like module, rtol, reason or None): the
-# optimizers run 100 steps, transforms and variants of an optimizer tested elsewhere 20.
+# optimizers issue 26 lists run 100 steps; transforms, variants (rmsprop's plain and
+# Nesterov forms beside the centred-momentum one, adamaxw beside adamax) and optax's
+# extras (adan, signum, optimistic_adam_v2, nadamw) run 20.
 CASES = {
     "adabelief": (STEPS, lambda o: o.adabelief(1e-2), 1e-6, None),
     "adabelief_nesterov": (SHORT, lambda o: o.adabelief(1e-2, nesterov=True), 1e-6, None),
@@ -94,8 +96,8 @@ CASES = {
     "adafactor_unfactored": (SHORT, lambda o: o.adafactor(1e-2), 2e-5, _REDUCE + "; " + _RSQRT),
     "adagrad": (STEPS, lambda o: o.adagrad(1e-1), 2e-6, _RSQRT),
     "adamax": (STEPS, lambda o: o.adamax(1e-2), 1e-6, None),
-    "adamaxw": (STEPS, lambda o: o.adamaxw(1e-2, weight_decay=1e-2), 1e-6, None),
-    "adan": (STEPS, lambda o: o.adan(1e-2, weight_decay=1e-3), 1e-6, None),
+    "adamaxw": (SHORT, lambda o: o.adamaxw(1e-2, weight_decay=1e-2), 1e-6, None),
+    "adan": (SHORT, lambda o: o.adan(1e-2, weight_decay=1e-3), 1e-6, None),
     "amsgrad": (STEPS, lambda o: o.amsgrad(1e-2), 1e-6, None),
     "amsgrad_no_bc": (SHORT, lambda o: o.amsgrad(1e-2, bias_correction_mu=False, bias_correction_nu=False), 1e-6, None),
     "fromage": (STEPS, lambda o: o.fromage(1e-2), 1e-5, _REDUCE),
@@ -106,12 +108,12 @@ CASES = {
                                               nesterov=True), 1e-5, _REDUCE),
     "lion": (STEPS, lambda o: o.lion(1e-3), 1e-6, None),
     "nadam": (SHORT, lambda o: o.nadam(1e-2), 1e-6, None),
-    "nadamw": (STEPS, lambda o: o.nadamw(1e-2, weight_decay=1e-2), 1e-6, None),
+    "nadamw": (SHORT, lambda o: o.nadamw(1e-2, weight_decay=1e-2), 1e-6, None),
     "noisy_sgd": (STEPS, lambda o: o.noisy_sgd(1e-2, key=3), 1e-6, None),
     "novograd": (STEPS, lambda o: o.novograd(1e-2, weight_decay=1e-3), 1e-5, _REDUCE),
     "optimistic_gradient_descent": (STEPS, lambda o: o.optimistic_gradient_descent(1e-2, alpha=0.7, beta=0.5),
                                     1e-6, None),
-    "optimistic_adam_v2": (STEPS, lambda o: o.optimistic_adam_v2(1e-2), 1e-6, None),
+    "optimistic_adam_v2": (SHORT, lambda o: o.optimistic_adam_v2(1e-2), 1e-6, None),
     "polyak_sgd": (STEPS, lambda o: o.polyak_sgd(max_learning_rate=0.1, f_min=-1.0), 1e-5, _REDUCE),
     # radam's oracle runs under jax.jit (JIT_ORACLE): eager jax evaluates the scalar
     # b2 ** t of a concrete int32 t at compile time as a float32 square-and-multiply
@@ -120,19 +122,19 @@ CASES = {
     # rho_t = rho_inf - 2 t b2^t / (1 - b2^t) subtracts two numbers near 2000 to get ~6
     # at t = 6 (the threshold), so that ulp became 3e-4 in the params against eager
     # optax; against jitted optax podlet is within 2e-7.
-    "radam_b2_09": (STEPS, lambda o: o.radam(1e-2, b2=0.9), 1e-6, None),
+    "radam_b2_09": (SHORT, lambda o: o.radam(1e-2, b2=0.9), 1e-6, None),
     "radam": (STEPS, lambda o: o.radam(1e-2), 1e-6, None),
-    "rmsprop": (STEPS, lambda o: o.rmsprop(1e-2), 3e-6, _RSQRT),
+    "rmsprop": (SHORT, lambda o: o.rmsprop(1e-2), 3e-6, _RSQRT),
     "rmsprop_momentum_nesterov": (SHORT, lambda o: o.rmsprop(1e-2, momentum=0.9, nesterov=True, eps_in_sqrt=False),
                                   1e-6, None),
     "rmsprop_centered": (STEPS, lambda o: o.rmsprop(1e-3, centered=True, momentum=0.5, bias_correction=True, eps=1e-4),
                          3e-6, _RSQRT),
     "rprop": (STEPS, lambda o: o.rprop(1e-3), 1e-6, None),
     "sign_sgd": (STEPS, lambda o: o.sign_sgd(1e-3), 1e-6, None),
-    "signum": (STEPS, lambda o: o.signum(1e-3), 1e-6, None),
+    "signum": (SHORT, lambda o: o.signum(1e-3), 1e-6, None),
     "sm3": (STEPS, lambda o: o.sm3(1e-2), 2e-6, _RSQRT),
     "yogi": (STEPS, lambda o: o.yogi(1e-2), 1e-6, None),
-    "sgd_nesterov_schedule": (STEPS, lambda o: o.sgd(o.cosine_decay_schedule(0.1, 100), momentum=0.9, nesterov=True),
+    "sgd_nesterov_schedule": (SHORT, lambda o: o.sgd(o.cosine_decay_schedule(0.1, 100), momentum=0.9, nesterov=True),
                               1e-6, None),
     # transforms not reached through an alias above
     "centralize": (SHORT, lambda o: o.chain(o.centralize(), o.sgd(1e-2)), 1e-6, None),

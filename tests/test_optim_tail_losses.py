@@ -152,11 +152,28 @@ def test_every_optax_loss_has_a_case():
         assert hasattr(poptax.losses, n), n
 
 
+_ORACLE = {}
+
+
+def oracle(kind):
+    """optax's values (kind 'value') or gradients ('grad') of every case, from ONE
+    jax.jit compilation each: eager jax compiles every op for its shapes, and one
+    compilation per case was still most of this file's time."""
+    if kind not in _ORACLE:
+        names = sorted(CASES) if kind == "value" else sorted(n for n, c in CASES.items() if c[2])
+        args = {n: tuple(J(a) for a in CASES[n][1]) for n in names}
+        if kind == "value":
+            fn = lambda args: {n: _call("jax", n, *a) for n, a in args.items()}  # noqa: E731
+        else:
+            fn = lambda args: {n: jax.grad(lambda x, *r, n=n: jnp.sum(_call("jax", n, x, *r)))(*a)  # noqa: E731
+                               for n, a in args.items()}
+        _ORACLE[kind] = jax.jit(fn)(args)
+    return _ORACLE[kind]
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_loss_matches_optax_eager_and_jit(name):
-    # The oracle runs under jax.jit: one XLA compilation per case instead of one per op
-    # (eager jax compiles every op for its shapes; that was 85% of this file's time).
-    want = jax.jit(lambda *xs: _call("jax", name, *xs))(*[J(a) for a in CASES[name][1]])
+    want = oracle("value")[name]
     assert all(np.all(np.isfinite(np.asarray(w))) for w in jax.tree.leaves(want)), f"{name}: degenerate case"
     close(_call("podlet", name), want, what=name)
     jitted = podlet.jit(lambda *xs: _call("podlet", name, *xs))
@@ -165,12 +182,11 @@ def test_loss_matches_optax_eager_and_jit(name):
 
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c[2]))
 def test_loss_gradient_matches_jax(name):
-    """d(sum of the loss) / d(first array). The oracle is jax.jit(jax.grad): one XLA
-    compilation instead of one per op of the backward pass (eager jax compiles each op
-    anew for its shapes); fusion moves its gradients by a few ulps, inside the 1e-5."""
+    """d(sum of the loss) / d(first array), against jitted jax.grad (XLA's fusion moves
+    its gradients by a few ulps, inside the 1e-5)."""
     first, *rest = CASES[name][1]
     gp = podlet.grad(lambda x: pnp.sum(_call("podlet", name, x, *[P(r) for r in rest])))(P(first))
-    gj = jax.jit(jax.grad(lambda x, *r: jnp.sum(_call("jax", name, x, *r))))(J(first), *[J(r) for r in rest])
+    gj = oracle("grad")[name]
     assert np.all(np.isfinite(np.asarray(gj))), f"{name}: degenerate case"
     close(gp, gj, rtol=1e-5, atol=1e-6, what=name)
 
