@@ -534,3 +534,83 @@ def test_namespace_covers_optax_names_it_claims():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert isinstance(poptax.WrappedSchedule(lambda c: c), poptax.schedules.StatefulSchedule)
+
+
+# ---------------------------------------------------------------------------------
+# optax.projections, second_order, perturbations, transforms, tree_utils
+# ---------------------------------------------------------------------------------
+def test_projections_match_optax():
+    t = make_grads(1, seed=9)[0]
+    a = jax.tree.map(np.ones_like, t)
+    P, J = poptax.projections, optax.projections
+    cases = [("projection_non_negative", (t,)), ("projection_simplex", (t,)), ("projection_simplex", (t, 2.0)),
+             ("projection_l1_sphere", (t,)), ("projection_l1_ball", (t, 100.0)), ("projection_l1_ball", (t, 1.0)),
+             ("projection_l2_sphere", (t,)), ("projection_l2_ball", (t, 0.5)), ("projection_l2_ball", (t, 100.0)),
+             ("projection_linf_ball", (t, 0.2)), ("projection_vector", (t, a)), ("projection_hyperplane", (t, a, 0.3)),
+             ("projection_halfspace", (t, a, -0.3)), ("projection_box", (t, jax.tree.map(lambda x: x * 0 - 0.1, t),
+                                                                           jax.tree.map(lambda x: x * 0 + 0.2, t))),
+             ("projection_hypercube", (t["head"],))]
+    for name, args in cases:
+        got = getattr(P, name)(*[x if isinstance(x, float) else to_podlet(x) for x in args])
+        want = getattr(J, name)(*[x if isinstance(x, float) else to_jax(x) for x in args])
+        assert_close(got, want, rtol=1e-6, atol=1e-7, what=name)
+    s = P.projection_simplex(to_podlet(t))
+    assert abs(float(poptax.tree.sum(s)) - 1.0) < 1e-6 and all(np.all(np.asarray(x) >= 0) for x in ptu.tree_leaves(s))
+    # the custom JVP (optax's): the gradient through the projection
+    x = np.array([0.3, -0.1, 0.6, 0.2], np.float32)
+    gp = podlet.grad(lambda v: pnp.sum(P.projection_simplex(v) * pnp.arange(4.0)))(pnp.asarray(x))
+    gj = jax.grad(lambda v: jnp.sum(J.projection_simplex(v) * jnp.arange(4.0)))(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(gp), np.asarray(gj), rtol=1e-6, atol=1e-7)
+    jitted = podlet.jit(lambda tr: P.projection_l1_ball(tr, 1.0))(to_podlet(t))
+    assert_close(jitted, J.projection_l1_ball(to_jax(t), 1.0), rtol=1e-6, atol=1e-7)
+
+
+def test_second_order_matches_optax():
+    rng = np.random.default_rng(17)
+    w = {"w": rng.normal(size=(3, 2)).astype(np.float32), "b": rng.normal(size=(2,)).astype(np.float32)}
+    x, y = rng.normal(size=(5, 3)).astype(np.float32), rng.normal(size=(5, 2)).astype(np.float32)
+    v = rng.normal(size=(8,)).astype(np.float32)
+    lp = lambda p, x, y: pnp.sum(pnp.tanh(x @ p["w"] + p["b"]) - y) ** 2  # noqa: E731
+    lj = lambda p, x, y: jnp.sum(jnp.tanh(x @ p["w"] + p["b"]) - y) ** 2  # noqa: E731
+    S, T = poptax.second_order, optax.second_order
+    # podlet's and XLA's tanh kernels differ in the last bit, and the second derivative
+    # sums products of (1 - tanh^2) terms that cancel in some entries: the HVP agrees to
+    # 1e-6 of its largest entry (~4), not entry by entry.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert_close(S.hvp(lp, pnp.asarray(v), to_podlet(w), pnp.asarray(x), pnp.asarray(y)),
+                     T.hvp(lj, jnp.asarray(v), to_jax(w), jnp.asarray(x), jnp.asarray(y)), rtol=1e-5, atol=1e-5)
+        for f in ("hessian_diag", "fisher_diag"):
+            got = getattr(S, f)(lp, to_podlet(w), pnp.asarray(x), pnp.asarray(y))
+            want = getattr(T, f)(lj, to_jax(w), jnp.asarray(x), jnp.asarray(y))
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5, err_msg=f)
+    with pytest.warns(DeprecationWarning, match="0.2.9"):
+        S.fisher_diag(lp, to_podlet(w), pnp.asarray(x), pnp.asarray(y))
+
+
+def test_perturbed_fun_matches_optax():
+    x = np.array([0.1, 0.5, -0.2], np.float32)
+    for noise in ("Gumbel", "Normal"):
+        fp = poptax.perturbations.make_perturbed_fun(lambda v: pnp.max(v) * pnp.sum(v), 64, 0.5,
+                                                     getattr(poptax.perturbations, noise)())
+        fj = optax.perturbations.make_perturbed_fun(lambda v: jnp.max(v) * jnp.sum(v), 64, 0.5,
+                                                    getattr(optax.perturbations, noise)())
+        # the same keys give the same noise, so the Monte-Carlo estimates agree
+        np.testing.assert_allclose(float(fp(podlet.random.PRNGKey(2), pnp.asarray(x))),
+                                   float(fj(jax.random.PRNGKey(2), jnp.asarray(x))), rtol=1e-5)
+        gp = podlet.grad(lambda v: fp(podlet.random.PRNGKey(2), v))(pnp.asarray(x))
+        gj = jax.grad(lambda v: fj(jax.random.PRNGKey(2), v))(jnp.asarray(x))
+        np.testing.assert_allclose(np.asarray(gp), np.asarray(gj), rtol=1e-5, atol=1e-6, err_msg=noise)
+
+
+def test_transforms_and_tree_utils_modules_are_optax_names():
+    for mod in ("transforms", "tree_utils", "projections", "second_order", "perturbations", "microbatching",
+                "contrib", "tree"):
+        mine, theirs = getattr(poptax, mod), getattr(optax, mod)
+        for name in mine.__all__:
+            assert hasattr(theirs, name), f"{mod}.{name} is not optax's"
+    names = {n for n in dir(optax.transforms) if not n.startswith("_") and not isinstance(
+        getattr(optax.transforms, n), type(optax))}
+    assert names <= set(poptax.transforms.__all__), sorted(names - set(poptax.transforms.__all__))
+    assert poptax.transforms.partition is poptax.multi_transform
+    assert poptax.tree_utils.tree_norm is poptax.tree.norm

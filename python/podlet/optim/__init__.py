@@ -22,9 +22,10 @@ backtracking line searches), ``_wrappers`` (MultiSteps,
 apply_if_finite, conditional, flatten, lookahead, monitoring), ``_inject``
 (inject_hyperparams), ``alias`` (the optimizers), ``schedules``, ``losses`` (with
 ``_losses_classification`` and ``_losses_structured``); and the
-submodules ``tree`` (optax.tree), ``contrib`` (schedule-free, reduce_on_plateau) and
-``microbatching``, reachable as ``podlet.optim.losses``, ``.schedules``, ``.tree``,
-``.contrib``, ``.microbatching`` like optax's.
+submodules ``tree`` (optax.tree), ``contrib`` (schedule-free, reduce_on_plateau),
+``microbatching``, ``projections``, ``perturbations``, ``second_order`` and the
+optax-named re-export modules ``transforms`` and ``tree_utils``, reachable as
+``podlet.optim.<name>`` like optax's.
 """
 from ._base import (EmptyState, GradientTransformation, GradientTransformationExtraArgs, NO_PARAMS_MSG,
                     OptState, Params, Schedule, ScalarOrSchedule, StatefulSchedule, TransformInitFn,
@@ -80,6 +81,7 @@ from . import tree
 from . import contrib
 from . import microbatching
 from .microbatching import microbatch
+from . import perturbations, projections, second_order, transforms, tree_utils
 from ._linalg import matrix_inverse_pth_root, multi_normal, nnls, power_iteration
 from ._linesearch import (ScaleByBacktrackingLinesearchState, ScaleByLBFGSState, ScaleByZoomLinesearchState,
                           ZoomLinesearchInfo, scale_by_backtracking_linesearch, scale_by_lbfgs,
@@ -143,5 +145,5 @@ __all__ = [
     "ZoomLinesearchInfo", "scale_by_backtracking_linesearch", "ScaleByBacktrackingLinesearchState",
     "value_and_grad_from_state",
     # submodules
-    "tree", "contrib", "microbatching",
+    "tree", "contrib", "microbatching", "perturbations", "projections", "second_order", "transforms", "tree_utils",
 ]
