@@ -614,3 +614,33 @@ def test_transforms_and_tree_utils_modules_are_optax_names():
     assert names <= set(poptax.transforms.__all__), sorted(names - set(poptax.transforms.__all__))
     assert poptax.transforms.partition is poptax.multi_transform
     assert poptax.tree_utils.tree_norm is poptax.tree.norm
+
+
+def test_adopt_and_muon_match_optax():
+    # ADOPT, 100 steps (params within 1e-6)
+    grads = make_grads(100, seed=21)
+    mk = lambda o: o.contrib.adopt(1e-2)  # noqa: E731
+    (pp, sp), (pj, sj) = run_both(mk(poptax), mk(optax), grads)
+    assert_close(pp, pj)
+    assert_close(sp, sj, rtol=1e-5)
+    run_jit(mk(poptax), grads[:3])
+    # Muon: 2-D "dense/kernel" by Newton-Schulz, the vectors by AdamW. Its updates are
+    # matrix products (x x^T, A x): XLA's dot and podlet's GEMM add the 4-6 terms in
+    # different orders, ~1e-7 per product, hence 1e-5 on the params after 20 steps.
+    # The oracle is jitted: eager optax re-traces the vmap and the Newton-Schulz loop at
+    # every call (~1 s a step).
+    grads = grads[:20]
+    for mk in (lambda o: o.contrib.muon(2e-2),
+               lambda o: o.contrib.muon(2e-2, ns_coeffs="dion", preconditioning="schatten", consistent_rms=0.2),
+               lambda o: o.contrib.muon(2e-2, preconditioning="aol", adaptive=True, muon_weight_dimension_numbers={
+                   "dense": {"kernel": o.contrib.MuonDimensionNumbers(1, 0), "bias": None}, "head": None})):
+        (pp, sp), (pj, sj) = run_both(mk(poptax), mk(optax), grads, jit_oracle=True)
+        assert_close(pp, pj, rtol=1e-5, atol=1e-6, what="muon params")
+        assert_close(sp, sj, rtol=1e-4, atol=1e-6, what="muon state")
+        assert isinstance(sp.inner_states["muon"].inner_state[0], poptax.contrib.MuonState)
+    run_jit(mk(poptax), grads[:3])
+    with pytest.raises(NotImplementedError, match="SVD"):
+        poptax.contrib.muon(1e-2, preconditioning="spectral").update(
+            to_podlet(grads[0]), poptax.contrib.muon(1e-2).init(to_podlet(PARAMS)), to_podlet(PARAMS))
+    with pytest.raises(ValueError, match="preset"):
+        poptax.contrib.muon(1e-2, ns_coeffs="fast")
