@@ -550,16 +550,19 @@ def test_projections_match_optax():
              ("projection_halfspace", (t, a, -0.3)), ("projection_box", (t, jax.tree.map(lambda x: x * 0 - 0.1, t),
                                                                            jax.tree.map(lambda x: x * 0 + 0.2, t))),
              ("projection_hypercube", (t["head"],))]
-    for name, args in cases:
+    # One jax.jit for all the oracles: eager jax would compile each op (sort, cumsum, ...)
+    # for its shapes; projections are exact-order elementwise work either way.
+    wants = jax.jit(lambda arrays: [getattr(J, name)(*args) for (name, _), args in zip(cases, arrays)])(
+        [[x if isinstance(x, float) else to_jax(x) for x in args] for _, args in cases])
+    for (name, args), want in zip(cases, wants):
         got = getattr(P, name)(*[x if isinstance(x, float) else to_podlet(x) for x in args])
-        want = getattr(J, name)(*[x if isinstance(x, float) else to_jax(x) for x in args])
         assert_close(got, want, rtol=1e-6, atol=1e-7, what=name)
     s = P.projection_simplex(to_podlet(t))
     assert abs(float(poptax.tree.sum(s)) - 1.0) < 1e-6 and all(np.all(np.asarray(x) >= 0) for x in ptu.tree_leaves(s))
     # the custom JVP (optax's): the gradient through the projection
     x = np.array([0.3, -0.1, 0.6, 0.2], np.float32)
     gp = podlet.grad(lambda v: pnp.sum(P.projection_simplex(v) * pnp.arange(4.0)))(pnp.asarray(x))
-    gj = jax.grad(lambda v: jnp.sum(J.projection_simplex(v) * jnp.arange(4.0)))(jnp.asarray(x))
+    gj = jax.jit(jax.grad(lambda v: jnp.sum(J.projection_simplex(v) * jnp.arange(4.0))))(jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(gp), np.asarray(gj), rtol=1e-6, atol=1e-7)
     jitted = podlet.jit(lambda tr: P.projection_l1_ball(tr, 1.0))(to_podlet(t))
     assert_close(jitted, J.projection_l1_ball(to_jax(t), 1.0), rtol=1e-6, atol=1e-7)
@@ -576,13 +579,15 @@ def test_second_order_matches_optax():
     # podlet's and XLA's tanh kernels differ in the last bit, and the second derivative
     # sums products of (1 - tanh^2) terms that cancel in some entries: the HVP agrees to
     # 1e-6 of its largest entry (~4), not entry by entry.
+    # (the oracle under jax.jit: eager jax would compile every op of vmap(jvp(grad)))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        assert_close(S.hvp(lp, pnp.asarray(v), to_podlet(w), pnp.asarray(x), pnp.asarray(y)),
-                     T.hvp(lj, jnp.asarray(v), to_jax(w), jnp.asarray(x), jnp.asarray(y)), rtol=1e-5, atol=1e-5)
-        for f in ("hessian_diag", "fisher_diag"):
+        wants = jax.jit(lambda w, x, y, v: (T.hvp(lj, v, w, x, y), T.hessian_diag(lj, w, x, y),
+                                            T.fisher_diag(lj, w, x, y)))(to_jax(w), x, y, v)
+        assert_close(S.hvp(lp, pnp.asarray(v), to_podlet(w), pnp.asarray(x), pnp.asarray(y)), wants[0],
+                     rtol=1e-5, atol=1e-5)
+        for f, want in zip(("hessian_diag", "fisher_diag"), wants[1:]):
             got = getattr(S, f)(lp, to_podlet(w), pnp.asarray(x), pnp.asarray(y))
-            want = getattr(T, f)(lj, to_jax(w), jnp.asarray(x), jnp.asarray(y))
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5, err_msg=f)
     with pytest.warns(DeprecationWarning, match="0.2.9"):
         S.fisher_diag(lp, to_podlet(w), pnp.asarray(x), pnp.asarray(y))
@@ -595,11 +600,11 @@ def test_perturbed_fun_matches_optax():
                                                      getattr(poptax.perturbations, noise)())
         fj = optax.perturbations.make_perturbed_fun(lambda v: jnp.max(v) * jnp.sum(v), 64, 0.5,
                                                     getattr(optax.perturbations, noise)())
-        # the same keys give the same noise, so the Monte-Carlo estimates agree
-        np.testing.assert_allclose(float(fp(podlet.random.PRNGKey(2), pnp.asarray(x))),
-                                   float(fj(jax.random.PRNGKey(2), jnp.asarray(x))), rtol=1e-5)
+        # the same keys give the same noise, so the Monte-Carlo estimates agree (the
+        # oracle jitted: eager jax would compile every op of the vmapped estimator)
+        vj, gj = jax.jit(jax.value_and_grad(lambda v: fj(jax.random.PRNGKey(2), v)))(jnp.asarray(x))
+        np.testing.assert_allclose(float(fp(podlet.random.PRNGKey(2), pnp.asarray(x))), float(vj), rtol=1e-5)
         gp = podlet.grad(lambda v: fp(podlet.random.PRNGKey(2), v))(pnp.asarray(x))
-        gj = jax.grad(lambda v: fj(jax.random.PRNGKey(2), v))(jnp.asarray(x))
         np.testing.assert_allclose(np.asarray(gp), np.asarray(gj), rtol=1e-5, atol=1e-6, err_msg=noise)
 
 
