@@ -25,6 +25,16 @@ API += [  # _src/numpy_ufuncs.py
     "float_power", "pow", "gcd", "lcm", "i0", "fabs", "trunc", "rint", "modf", "isposinf", "isneginf",
     "bitwise_count", "bitwise_invert", "angle", "real", "imag", "conj", "conjugate", "iscomplex",
     "isreal", "unwrap"]
+API += [  # _src/numpy_setops.py
+    "searchsorted", "digitize", "bincount", "histogram", "histogram_bin_edges", "histogram2d", "histogramdd",
+    "lexsort", "partition", "argpartition", "nonzero", "argwhere", "flatnonzero", "extract", "compress",
+    "unique", "unique_all", "unique_counts", "unique_inverse", "unique_values", "isin", "intersect1d",
+    "union1d", "setdiff1d", "setxor1d", "where"]
+API += [  # _src/numpy_creation.py
+    "linspace", "logspace", "geomspace", "indices", "ix_", "empty_like", "fromfunction", "tril_indices",
+    "triu_indices", "tril_indices_from", "triu_indices_from", "diag_indices", "diag_indices_from",
+    "mask_indices", "diagflat", "vander", "fill_diagonal", "bartlett", "blackman", "hamming", "hanning",
+    "kaiser", "ravel_multi_index", "unravel_index", "array_equal", "array_equiv", "copy", "isdtype"]
 
 rng = np.random.default_rng(0)
 F34 = rng.standard_normal((3, 4)).astype(np.float32)
@@ -62,10 +72,18 @@ class Concrete:
 
 def _put(it):
     """Fills a case's arguments: NumPy arrays from `it` (traced or not), Concrete unwrapped."""
-    return lambda v: next(it) if isinstance(v, np.ndarray) else (v.v if isinstance(v, Concrete) else v)
+    return lambda v: next(it) if isinstance(v, np.ndarray) else _eager(v)
+
+
+def _has_concrete(case):
+    name, args, kwargs = case.values if hasattr(case, "values") else case
+    return any(isinstance(v, Concrete) or (isinstance(v, (tuple, list)) and any(isinstance(x, Concrete) for x in v))
+               for v in (*args, *kwargs.values()))
 
 
 def _eager(v):
+    if isinstance(v, (tuple, list)) and any(isinstance(x, Concrete) for x in v):
+        return type(v)(_eager(x) for x in v)
     return v.v if isinstance(v, Concrete) else v
 
 
@@ -165,6 +183,122 @@ CASES += [c("spacing", TRIG[np.abs(TRIG) > 1e-20]), c("spacing", WIDE.astype(jnp
           c("unwrap", np.zeros((3, 0), np.float32))]
 RTOL.update(arccosh=1e-6, cbrt=1e-6, sinh=1e-6, cosh=1e-6, i0=2e-6, tan=1e-6)
 
+# --- sorting, searching, counting, sets (issue 26) ---
+SRT = np.array([-4, -1, -1, 0, 2, 2, 2, 5, 9, 13], np.float32)
+SRT_NAN = np.append(SRT, [np.nan, np.nan]).astype(np.float32)
+QRY = np.array([-10, -4, -1, 0, -0.0, 1.5, 2, 13, 20, np.nan], np.float32)
+IRND = rng.integers(-3, 8, 15).astype(np.int32)
+UNQ = np.array([3, 1, 2, 1, 3, 3, 0], np.int32)
+UNQ_F = np.array([2.0, np.nan, -1.0, np.nan, 2.0, -0.0, 0.0], np.float32)
+ROWS = np.array([[1, 2], [0, 5], [1, 2], [0, 1]], np.int32)
+SET_A = np.array([5, 1, 3, 3, 9, 1, 7], np.int32)
+SET_B = np.array([3, 9, 2, 2, 8, 1], np.int32)
+NZ = np.array([[0, 1.5, 0], [np.nan, 0, -2]], np.float32)
+P37 = rng.standard_normal((3, 7)).astype(np.float32)
+H40 = rng.standard_normal(40).astype(np.float32)
+CASES += [c("searchsorted", SRT_NAN, QRY, side=_s, method=_m) for _s, _m in
+          (("left", "scan"), ("right", "scan"), ("left", "compare_all"), ("right", "compare_all"),
+           ("right", "sort"), ("left", "scan_unrolled"))]
+for _side in ("left", "right"):
+    CASES += [c("searchsorted", SRT.astype(np.int32), IRND, _side), c("searchsorted", SRT, 2.0, side=_side),
+              c("searchsorted", SRT[::-1], QRY.reshape(2, 5), _side, np.arange(10)[::-1].astype(np.int32)),
+              c("digitize", QRY, SRT, _side == "right"), c("digitize", QRY, SRT[::-1], right=_side == "right")]
+CASES += [c("searchsorted", np.float32([]), QRY)]
+CASES += [c("searchsorted", B5[:2], B5), c("digitize", IRND, np.int32([0, 2, 5])), c("digitize", QRY, np.float32([])),
+          c("bincount", Concrete(np.abs(IRND))), c("bincount", IRND, length=5), c("bincount", np.abs(IRND), H40[:15], length=9),
+          c("bincount", Concrete(np.abs(IRND)), minlength=20), c("bincount", B5, length=3), c("bincount", np.int32([]), length=3),
+          c("histogram", H40), c("histogram", H40, bins=5, range=(-1, 1)), c("histogram", H40, bins=np.float32([-2, 0, 0.5, 3])),
+          c("histogram", H40, weights=np.abs(H40), density=True), c("histogram", IRND, 4), c("histogram", np.ones(5, np.float32), 3),
+          c("histogram_bin_edges", H40, 7), c("histogram_bin_edges", IRND, 4, range=(0, 10)),
+          c("histogram_bin_edges", H40, np.int32([1, 2, 3])), c("histogram2d", H40[:20], H40[20:], bins=4),
+          c("histogram2d", H40[:20], H40[20:], bins=[3, 5], density=True), c("histogramdd", H40.reshape(20, 2), bins=3),
+          c("histogramdd", H40.reshape(10, 4), bins=2, weights=np.abs(H40[:10])),
+          c("lexsort", [np.int32([1, 0, 1, 0, 2, 1]), np.float32([3, 3, np.nan, 1, -0.0, 0.0])]),
+          c("lexsort", [UNQ_F[:6], UNQ[:6]]), c("lexsort", [I34 % 3, I34 % 2], axis=0), c("lexsort", [np.int32(3)]),
+          c("partition", np.uint32([3, 0, 5, 0, 2]), 1), c("argpartition", np.uint32([3, 0, 5, 0, 2]), 1)]
+for _k in (0, 3, -1):
+    CASES += [c("partition", P37, _k), c("argpartition", P37, _k), c("partition", P37.T, 1, axis=0),
+              c("argpartition", np.array([3, 1, 3, 3, 0, 1, 2], np.int32), _k)]
+CASES += [c("nonzero", Concrete(NZ)), c("nonzero", NZ, size=5), c("nonzero", NZ, size=2), c("nonzero", NZ, size=6, fill_value=-1),
+          c("nonzero", NZ, size=4, fill_value=(7, 8)), c("nonzero", np.zeros((2, 0), np.float32), size=3),
+          c("nonzero", Concrete(IRND)), c("nonzero", IRND, size=20), c("flatnonzero", Concrete(NZ)),
+          c("flatnonzero", NZ, size=6, fill_value=9), c("argwhere", Concrete(NZ)), c("argwhere", NZ, size=5),
+          c("argwhere", Concrete(np.float32(3))), c("argwhere", NZ, size=2, fill_value=1), c("where", Concrete(B34)),
+          c("where", NZ, size=4, fill_value=0), c("where", B34, F34, -1.0), c("where", NZ, 1, 2.5),
+          c("extract", Concrete(NZ > 0), Concrete(NZ)), c("extract", NZ != 0, NZ, size=5), c("extract", NZ != 0, NZ, size=5, fill_value=-9),
+          c("compress", Concrete(np.array([True, False, True])), Concrete(P37), axis=1), c("compress", np.array([True, False, True, True]), P37, axis=1, size=2),
+          c("compress", np.array([False, True]), P37, axis=0, size=1, fill_value=3),
+          c("compress", Concrete(np.array([1, 0, 1])), Concrete(P37)), c("compress", B5[:3], I34, axis=0, size=3, fill_value=7)]
+_ALL3 = dict(return_index=True, return_inverse=True, return_counts=True)
+for _kw in ({}, dict(return_index=True), dict(return_inverse=True), dict(return_counts=True), _ALL3):
+    CASES += [c("unique", Concrete(UNQ_F), **_kw), c("unique", UNQ_F, size=8, **_kw), c("unique", UNQ_F, size=3, fill_value=9, **_kw)]
+for _a in (UNQ, UNQ.reshape(7, 1)):
+    CASES += [c("unique", Concrete(_a), **_ALL3), c("unique", _a, size=8, **_ALL3), c("unique", _a, size=3, fill_value=9, **_ALL3)]
+CASES += [c("unique", Concrete(np.int32([])), return_counts=True, return_index=True, return_inverse=True),
+          c("unique", np.int32([]), size=2, fill_value=0), c("unique", Concrete(UNQ_F), equal_nan=False),
+          c("unique", UNQ_F, equal_nan=False, size=9), c("unique", Concrete(ROWS), axis=0),
+          c("unique", Concrete(ROWS), axis=0, return_inverse=True, return_counts=True),
+          c("unique", Concrete(ROWS), axis=1, return_index=True), c("unique", ROWS, axis=0, size=5, fill_value=-1),
+          c("unique", Concrete(BF16[0])), c("unique", B34, size=3)]
+for _n in ("unique_all", "unique_counts", "unique_inverse", "unique_values"):
+    CASES += [c(_n, Concrete(UNQ_F)), c(_n, UNQ, size=6), c(_n, UNQ, size=6, fill_value=-1), c(_n, Concrete(UNQ.reshape(7, 1)))]
+for _m in ("auto", "compare_all", "binary_search", "sort"):
+    CASES += [c("isin", UNQ_F, np.append(UNQ_F, 1.0)[::-2], method=_m, invert=_m == "sort")]
+CASES += [c("isin", SET_A, SET_B), c("isin", SET_A.reshape(7, 1), SET_B, invert=True, method="binary_search")]
+CASES += [c("isin", SET_A, np.int32([])), c("isin", 3, SET_B), c("isin", F34, 0.5)]
+for _n in ("union1d", "setdiff1d", "setxor1d", "intersect1d"):
+    CASES += [c(_n, Concrete(SET_A), Concrete(SET_B)), c(_n, SET_A.astype(np.float32), SET_B, size=8),
+              c(_n, SET_A, SET_B, size=3, fill_value=-1), c(_n, Concrete(np.int32([])), Concrete(SET_B))]
+    if _n != "union1d":
+        CASES += [c(_n, Concrete(np.unique(SET_A)), Concrete(np.unique(SET_B)), assume_unique=True),
+                  c(_n, np.unique(SET_A), np.unique(SET_B), True, size=6)]
+CASES += [c("intersect1d", Concrete(SET_A), Concrete(SET_B), return_indices=True),
+          c("intersect1d", SET_A, SET_B, return_indices=True, size=5, fill_value=0),
+          c("intersect1d", np.unique(SET_A), np.unique(SET_B), assume_unique=True, return_indices=True, size=5)]
+RTOL.update(histogram=2e-6, histogram2d=2e-6, histogramdd=2e-6)
+
+
+# --- creation and index helpers (issue 26) ---
+def _triu_of(m, k):
+    """mask_indices' mask_func, from the module that made m (podlet or JAX)."""
+    return (pnp if isinstance(m, (pnp.ndarray, Tracer)) else jnp).triu(m, k)
+
+
+for _kw in ({}, dict(num=7), dict(num=1), dict(num=0), dict(num=5, endpoint=False), dict(num=6, dtype=np.int32),
+            dict(num=3, dtype=jnp.bfloat16)):
+    CASES += [c("linspace", -1.3, 2.7, **_kw), c("linspace", 0, 10, **_kw)]
+CASES += [c("linspace", np.float32([0, 1]), np.float32([1, 3]), 5), c("linspace", np.float32([0, 1]), 4.0, 5, axis=1),
+          c("linspace", np.float32([[0], [1]]), np.float32([1, 3]), 3, axis=-1), c("linspace", F5[0], F5[1], 9),
+          c("logspace", 0, 3, 4), c("logspace", 0.5, 2, 5, base=2.0), c("logspace", 0, 3, 4, endpoint=False, dtype=np.int32),
+          c("logspace", np.float32([0, 1]), 2, 3, axis=1), c("geomspace", 1, 1000, 4), c("geomspace", -1, -256, 5),
+          c("geomspace", 2.0, 3.0, 6, endpoint=False), c("geomspace", np.float32([1, 2]), np.float32([10, 20]), 3, axis=1),
+          c("indices", (2, 3)), c("indices", (2, 3), sparse=True), c("indices", (4,), dtype=np.float32), c("indices", ()),
+          c("ix_", np.int32([0, 2]), np.float32([1, 2, 3])), c("ix_", np.int32([])),
+          c("empty_like", I34), c("empty_like", F5, dtype=bool, shape=(2,)),
+          c("fromfunction", lambda i, j: i * 10 + j, (3, 4), dtype=np.int32), c("fromfunction", lambda i: i / 2, (5,)),
+          c("tril_indices_from", np.ones((3, 5)), 1), c("triu_indices_from", np.ones((4, 2)), -1),
+          c("diag_indices", 3), c("diag_indices", 4, 3), c("diag_indices_from", np.ones((3, 3, 3))),
+          c("mask_indices", Concrete(4), _triu_of, 1), c("mask_indices", 3, _triu_of, -1, size=9),
+          c("vander", np.float32([1, 2, 3])), c("vander", np.int32([1, -2, 3]), 4, increasing=True), c("vander", F5, 0),
+          c("fill_diagonal", F34, 9.0, inplace=False), c("fill_diagonal", F34, np.float32([7, 8]), inplace=False),
+          c("fill_diagonal", np.zeros((3, 3, 3), np.int32), 5, inplace=False),
+          c("ravel_multi_index", (np.int32([0, 1, 2]), np.int32([3, 0, 1])), (3, 4), mode="clip"),
+          c("ravel_multi_index", (Concrete(np.int32([0, 1, 2])), Concrete(np.int32([3, 0, 1]))), (3, 4)),
+          c("ravel_multi_index", (np.int32([0, 5]), np.int32([-1, 9])), (3, 4), mode="wrap", order="F"),
+          c("ravel_multi_index", (np.uint8([0, 1]), np.uint8([1, 2])), (3, 4), mode="clip"),
+          c("unravel_index", np.int32([0, 5, 11, 12, -1, -13, 100]), (3, 4)), c("unravel_index", 7, (2, 5)),
+          c("unravel_index", np.uint32([3, 40]), (2, 5)), c("array_equal", F34, F34), c("array_equal", F34, F34[:2]),
+          c("array_equal", NANINF, NANINF, equal_nan=True), c("array_equal", NANINF, NANINF), c("array_equiv", F34, F34[0]),
+          c("array_equiv", I5, 3), c("copy", F34), c("copy", 3), c("copy", BF16)]
+for _k in (0, 2, -1):
+    CASES += [c("diagflat", F34[:2, :2], _k), c("diagflat", I5, _k)]
+for _n, _m, _k in ((4, None, 0), (4, 5, 1), (3, 6, -1), (5, 2, 2)):
+    CASES += [c("tril_indices", _n, _k, _m), c("triu_indices", _n, _k, _m)]
+for _M in (0, 1, 7):
+    CASES += [c(_w, _M) for _w in ("bartlett", "blackman", "hamming", "hanning")] + [c("kaiser", _M, 3.0)]
+RTOL.update(linspace=1e-6, geomspace=1e-6, logspace=1e-6, blackman=2e-6, hamming=2e-6, hanning=2e-6, kaiser=2e-6,
+            bartlett=2e-6)
+
 CASES = [pytest.param(*case, id=f"{case[0]}-{i}") for i, case in enumerate(CASES)]
 
 
@@ -202,14 +336,29 @@ def _jax_references():
             put = _put(iter(arrays))
             return getattr(jnp, name)(*[put(v) for v in args], **{k: put(v) for k, v in kwargs.items()})
         return arrs, call
-    parts = [split(case) for case in CASES]
+    traced = [case for case in CASES if not _has_concrete(case)]
+    parts = [split(case) for case in traced]
     outs = jax.jit(lambda all_arrays: [call(arrs) for (_, call), arrs in zip(parts, all_arrays)])(
         [arrs for arrs, _ in parts])
-    return {case.id: out for case, out in zip(CASES, outs)}
+    refs = {case.id: out for case, out in zip(traced, outs)}
+    # data-dependent shapes without size=: jax.numpy runs them eagerly only (jnp functions
+    # stage even constant arrays inside jax.jit)
+    for case in CASES:
+        if _has_concrete(case):
+            name, args, kwargs = case.values
+            refs[case.id] = getattr(jnp, name)(*map(_eager, args), **{k: _eager(v) for k, v in kwargs.items()})
+    return refs
 
 
 @pytest.fixture(scope="module")
-def jax_refs():
+def jax_refs(request):
+    # The oracle's one big XLA compile dominates this file's time (about 1 s per 10
+    # cases); JAX's persistent compilation cache (under .pytest_cache, unless the
+    # user set one) makes repeated runs skip it. It caches executables only: the
+    # references are the same.
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(request.config.cache.mkdir("jax_oracle_xla_cache")))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     return _jax_references()
 
 
@@ -242,11 +391,42 @@ def test_matches_eager_jax(name, args, kwargs):
 
 
 def test_every_name_defined_and_covered():
-    covered = {p.values[0] for p in CASES}
+    covered = {p.values[0] for p in CASES} | NON_ARRAY_COVERED
     for name in API:
         assert callable(getattr(pnp, name, None)), f"podlet.numpy.{name} is missing"
         assert name in covered, f"podlet.numpy.{name} has no case in CASES"
     assert covered <= set(API), f"cases for names not in API: {covered - set(API)}"
+
+
+def test_isdtype_like_jax():
+    for d in (np.float32, jnp.bfloat16, np.int32, np.uint8, np.bool_, np.uint32):
+        for k in ("bool", "signed integer", "unsigned integer", "integral", "real floating", "complex floating",
+                  "numeric", ("bool", "integral"), np.dtype(np.float32), (np.int32, "real floating")):
+            assert pnp.isdtype(d, k) == jnp.isdtype(d, k), (d, k)
+    with pytest.raises(ValueError, match="kind"):
+        pnp.isdtype(np.float32, "floating")
+
+
+def test_index_tricks_like_jax():
+    """mgrid / ogrid / r_ / c_ / s_ / index_exp: objects indexed with slices, not functions."""
+    keys = [np.s_[0:3, 1:5:2], np.s_[0:1:5j, 0:3], np.s_[-1:1:0.5], np.s_[0:4]]
+    for k in keys:
+        _check(pnp.mgrid[k], jnp.mgrid[k], "mgrid")
+        _check(pnp.ogrid[k], jnp.ogrid[k], "ogrid")
+    for key in [(np.int32([1, 2]), 0, np.int32([4])), (slice(0, 3), np.float32([2.5])), ("0,2", [1, 2, 3], [4, 5, 6]),
+                ("0,2,0", [1, 2, 3], [4, 5, 6]), ("r", [1, 2], [3]), ("c", [1, 2], [3]), (F34, F34), ("1", F34, F34)]:
+        _check(pnp.r_[key], jnp.r_[key], "r_", weak=False)
+    for key in [(np.int32([1, 2]), np.int32([4, 5])), (np.ones((2, 2), np.int32), np.zeros((2, 1), np.int32)),
+                ("0,2", [1, 2, 3], [4, 5, 6]), ("0,2,-1", [1, 2, 3], [4, 5, 6]), ("r", [1, 2], [3, 4])]:
+        _check(pnp.c_[key], jnp.c_[key], "c_", weak=False)
+    assert pnp.s_[1:2, ::3] == jnp.s_[1:2, ::3] and pnp.index_exp[2:] == jnp.index_exp[2:]
+    f = podlet.jit(lambda a: pnp.r_[a, 0.5, a[:1]])
+    _check(f(F5), jnp.r_[F5, 0.5, F5[:1]], "r_ under jit", weak=False)
+    with pytest.raises(ValueError, match="directive"):
+        pnp.r_["x,y", F5]
+
+
+NON_ARRAY_COVERED = {"isdtype"}  # covered by test_isdtype_like_jax
 
 
 JIT_CASES = [
@@ -337,6 +517,16 @@ GRADS = [
     ("ldexp", lambda m, a: _weigh(m, m.ldexp(a, np.int32(3))), F34),
     ("frexp", lambda m, a: _weigh(m, m.frexp(a * 9)[0]), F34), ("modf", lambda m, a: _weigh(m, m.modf(a * 3)[0]), F34),
     ("fabs", lambda m, a: _weigh(m, m.fabs(a)), F34), ("unwrap", lambda m, a: _weigh(m, m.unwrap(a * 4, axis=0)), F34),
+    ("histogram", lambda m, a: _weigh(m, m.histogram(H40[:12], 4, weights=m.ravel(a))[0]), F34),
+    ("histogram_density", lambda m, a: _weigh(m, m.histogram(H40[:12], 3, weights=m.ravel(a * a), density=True)[0]), F34),
+    ("bincount", lambda m, a: _weigh(m, m.bincount(np.abs(IRND[:12]), m.ravel(a), length=6)), F34),
+    ("partition", lambda m, a: _weigh(m, m.partition(a, 2)), F34),
+    ("unique", lambda m, a: _weigh(m, m.unique(m.round(a), size=6, fill_value=0.0)), F34),
+    ("compress", lambda m, a: _weigh(m, m.compress(B34[0], a, axis=1, size=2)), F34),
+    ("linspace", lambda m, a: _weigh(m, m.linspace(a[0], a[1], 7, axis=1)), F34),
+    ("vander", lambda m, a: _weigh(m, m.vander(a[0], 3)), F34),
+    ("fill_diagonal", lambda m, a: _weigh(m, m.fill_diagonal(a, a[0, 0] * 3, inplace=False)), F34),
+    ("where_size", lambda m, a: _weigh(m, a[m.where(B34, size=5)]), F34),
 ]
 
 

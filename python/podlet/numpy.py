@@ -186,10 +186,6 @@ def arange(start, stop=None, step=None, dtype=None):
     return to_array(_np.arange(start, stop, step, dtype=_dtypes.canonicalize(dtype)))
 
 
-def linspace(start, stop, num=50, endpoint=True, dtype=None):
-    return to_array(_np.linspace(start, stop, num, endpoint=endpoint, dtype=_default_float(dtype)))
-
-
 def eye(N, M=None, k=0, dtype=None):
     return to_array(_np.eye(N, M, k, dtype=_default_float(dtype)))
 
@@ -476,14 +472,16 @@ def round(a, decimals=0):
 around = round
 
 
-def where(condition, x=None, y=None):
+def where(condition, x=None, y=None, *, size=None, fill_value=None):
+    if x is None and y is None:
+        return nonzero(condition, size=size, fill_value=fill_value)  # jnp.where(c): nonzero's contract
     if x is None or y is None:
-        raise ValueError("podlet.numpy.where needs x and y (the one-argument form has a data-dependent shape)")
+        raise ValueError("Either both or neither of the x and y arguments should be provided to jax.numpy.where")
     c = asarray(condition)
     if c.dtype != _dtypes.bool_:
         c = bind("ne", c, to_array(_np.zeros((), c.dtype)))
     a, b = _promote(x, y)
-    return bind("select", c, a, b)
+    return _weak_if(bind("select", c, a, b), x, y)
 
 
 def clip(a, a_min=None, a_max=None, *, min=None, max=None):
@@ -1878,3 +1876,5 @@ def count_nonzero(a, axis=None, keepdims=False):
 # the primitives above, imported last because they use this module's helpers.
 # ---------------------------------------------------------------------------------
 from ._src.numpy_ufuncs import *  # noqa: E402,F401,F403
+from ._src.numpy_creation import *  # noqa: E402,F401,F403
+from ._src.numpy_setops import *  # noqa: E402,F401,F403
