@@ -35,6 +35,10 @@ API += [  # _src/numpy_creation.py
     "triu_indices", "tril_indices_from", "triu_indices_from", "diag_indices", "diag_indices_from",
     "mask_indices", "diagflat", "vander", "fill_diagonal", "bartlett", "blackman", "hamming", "hanning",
     "kaiser", "ravel_multi_index", "unravel_index", "array_equal", "array_equiv", "copy", "isdtype"]
+API += [  # _src/numpy_reductions.py
+    "nanmin", "nanmax", "nansum", "nanprod", "nanmean", "nanvar", "nanstd", "nanargmax", "nanargmin",
+    "cumsum", "cumprod", "nancumsum", "nancumprod", "cumulative_sum", "cumulative_prod", "ptp", "average",
+    "quantile", "percentile", "median", "nanquantile", "nanpercentile", "nanmedian", "cov", "corrcoef"]
 
 rng = np.random.default_rng(0)
 F34 = rng.standard_normal((3, 4)).astype(np.float32)
@@ -296,6 +300,57 @@ for _n, _m, _k in ((4, None, 0), (4, 5, 1), (3, 6, -1), (5, 2, 2)):
     CASES += [c("tril_indices", _n, _k, _m), c("triu_indices", _n, _k, _m)]
 for _M in (0, 1, 7):
     CASES += [c(_w, _M) for _w in ("bartlett", "blackman", "hamming", "hanning")] + [c("kaiser", _M, 3.0)]
+# --- reductions and statistics (issue 26) ---
+R35 = rng.standard_normal((3, 5)).astype(np.float32)
+R35N = R35.copy()
+R35N[0, 1] = R35N[1, 4] = np.nan
+R35N[2, :] = np.nan
+I35 = rng.integers(-5, 6, (3, 5)).astype(np.int32)
+W35 = np.array([[True, False, True, True, True]] * 3)
+for _n in ("nanmin", "nanmax", "nansum", "nanprod", "nanmean", "nanvar", "nanstd", "nanargmax", "nanargmin"):
+    _ax = dict(axis=-1) if "arg" in _n else dict(axis=(0, 1))
+    CASES += [c(_n, R35N), c(_n, R35N, axis=0), c(_n, R35N, axis=1, keepdims=True), c(_n, I35, **_ax),
+              c(_n, R35N.astype(jnp.bfloat16), axis=1), c(_n, 3.0), c(_n, np.float32([np.nan, np.nan]))]
+    if "arg" not in _n:
+        CASES += [c(_n, R35N, axis=1, where=W35, **({"initial": 0.0} if _n in ("nanmin", "nanmax") else {}))]
+CASES += [c("nanmin", R35N, axis=1, initial=-5.0), c("nanmax", U8, axis=0), c("nansum", R35N, initial=2.0, dtype=np.int32),
+          c("nanprod", I35, axis=0, dtype=np.float32), c("nanvar", R35N, axis=1, ddof=1), c("nanstd", R35N, ddof=4, axis=1),
+          c("nanmean", B5), c("nanvar", R35N, axis=1, mean=np.float32([[0], [1], [2]])), c("nanvar", R35.astype(jnp.bfloat16))]
+for _n in ("cumsum", "cumprod", "nancumsum", "nancumprod"):
+    # (bfloat16 is left out: JAX accumulates cumulative sums in bfloat16, podlet in float32)
+    CASES += [c(_n, R35N), c(_n, R35N, axis=0), c(_n, I35, 1), c(_n, B5), c(_n, np.uint8([200, 100, 3])),
+              c(_n, I35, axis=1, dtype=np.float32), c(_n, I35, dtype=bool), c(_n, 3)]
+for _n in ("cumulative_sum", "cumulative_prod"):
+    CASES += [c(_n, np.float32([1, 2, 3])), c(_n, np.uint8([200, 100, 3]), include_initial=True), c(_n, B5),
+              c(_n, I35, axis=1), c(_n, I35, axis=0, include_initial=True, dtype=np.float32)]
+CASES += [c("ptp", R35), c("ptp", I35, axis=1, keepdims=True), c("ptp", np.uint8([3, 9, 1])),
+          c("average", R35), c("average", I35, axis=1), c("average", R35, axis=0, weights=np.float32([1, 2, 3])),
+          c("average", R35, weights=np.abs(R35), returned=True), c("average", R35, axis=(0, 1), keepdims=True, returned=True),
+          c("average", R35, axis=1, weights=np.arange(5), keepdims=True),
+          c("average", R35.reshape(3, 5, 1), axis=(1, 0), weights=np.abs(R35).T)]
+Q4 = np.float32([0, 0.25, 0.5, 1.0])
+for _m in ("linear", "lower", "higher", "nearest", "midpoint"):
+    for _x in (R35N, I35):
+        CASES += [c("quantile", _x, 0.3, method=_m), c("quantile", _x, Q4, axis=1, method=_m),
+                  c("nanquantile", _x, 0.3, method=_m), c("nanquantile", _x, Q4, axis=1, method=_m, keepdims=True),
+                  c("percentile", _x, 30, axis=0, method=_m),
+                  c("nanpercentile", _x, np.float32([10, 90]), axis=(0, 1), method=_m, keepdims=True)]
+    CASES += [c("quantile", R35, 0.7, axis=(0, 1), keepdims=True, method=_m), c("quantile", R35.astype(jnp.bfloat16), Q4, method=_m),
+              c("nanquantile", R35N, np.float32([0.1, 0.7]), axis=0, keepdims=True, method=_m)]
+for _n in ("median", "nanmedian"):
+    CASES += [c(_n, R35N), c(_n, R35N, axis=1), c(_n, I35, axis=0, keepdims=True), c(_n, R35.astype(jnp.bfloat16)),
+              c(_n, 3.0), c(_n, R35.reshape(3, 5, 1), axis=(0, 2))]
+C36 = rng.standard_normal((3, 6)).astype(np.float32)
+CASES += [c("cov", C36), c("cov", C36, rowvar=False), c("cov", C36[0]), c("cov", C36[0], C36[1]), c("cov", C36, bias=True),
+          c("cov", C36, ddof=2), c("cov", C36, fweights=np.int32([1, 2, 1, 3, 1, 1])),
+          c("cov", C36, aweights=np.float32([.5, 1, 2, 1, 1, .1])),
+          c("cov", C36, fweights=np.int32([1, 2, 1, 3, 1, 1]), aweights=np.float32([.5, 1, 2, 1, 1, .1]), ddof=1),
+          c("cov", I35), c("cov", C36, dtype=jnp.bfloat16), c("cov", np.zeros((2, 0), np.float32)), c("cov", C36[:, :1]),
+          c("corrcoef", C36), c("corrcoef", C36, rowvar=False), c("corrcoef", C36[0]), c("corrcoef", C36[0], C36[1]),
+          c("corrcoef", I35)]
+RTOL.update(nanvar=1e-6, nanstd=1e-6, percentile=4e-6, nanpercentile=4e-6, cov=2e-6, corrcoef=2e-6, average=1e-6,
+            quantile=1e-6, nanquantile=1e-6, cumprod=1e-6, nancumprod=1e-6)
+
 RTOL.update(linspace=1e-6, geomspace=1e-6, logspace=1e-6, blackman=2e-6, hamming=2e-6, hanning=2e-6, kaiser=2e-6,
             bartlett=2e-6)
 
@@ -527,6 +582,22 @@ GRADS = [
     ("vander", lambda m, a: _weigh(m, m.vander(a[0], 3)), F34),
     ("fill_diagonal", lambda m, a: _weigh(m, m.fill_diagonal(a, a[0, 0] * 3, inplace=False)), F34),
     ("where_size", lambda m, a: _weigh(m, a[m.where(B34, size=5)]), F34),
+    ("nanmean", lambda m, a: _weigh(m, m.nanmean(m.where(B34, m.nan, a), axis=1)), F34),
+    ("nanvar", lambda m, a: _weigh(m, m.nanvar(m.where(B34, m.nan, a), axis=0, ddof=1)), F34),
+    ("nanstd", lambda m, a: _weigh(m, m.nanstd(m.where(B34, m.nan, a), axis=1)), F34),
+    ("nanmax", lambda m, a: _weigh(m, m.nanmax(m.where(B34, m.nan, a), axis=1)), F34),
+    ("nanprod", lambda m, a: _weigh(m, m.nanprod(m.where(B34, m.nan, a), axis=0)), F34),
+    ("cumprod", lambda m, a: _weigh(m, m.cumprod(a, axis=1)), F34),
+    ("nancumsum", lambda m, a: _weigh(m, m.nancumsum(m.where(B34, m.nan, a), axis=0)), F34),
+    ("ptp", lambda m, a: _weigh(m, m.ptp(a, axis=0)), F34),
+    ("average", lambda m, a: _weigh(m, m.average(a, axis=1, weights=m.abs(a[0]))), F34),
+    ("quantile", lambda m, a: _weigh(m, m.quantile(a, np.float32([0.2, 0.5, 0.9]), axis=1)), F34),
+    ("quantile_nearest", lambda m, a: _weigh(m, m.quantile(a, 0.4, axis=0, method="nearest")), F34),
+    ("nanquantile", lambda m, a: _weigh(m, m.nanquantile(m.where(B34, m.nan, a), np.float32([0.2, 0.9]), axis=1)), F34),
+    ("median", lambda m, a: _weigh(m, m.median(a, axis=0)), F34),
+    ("percentile", lambda m, a: _weigh(m, m.percentile(a, 30.0)), F34),
+    ("cov", lambda m, a: _weigh(m, m.cov(a, aweights=m.abs(a[0]) + 0.5)), F34),
+    ("corrcoef", lambda m, a: _weigh(m, m.corrcoef(a)), F34),
 ]
 
 

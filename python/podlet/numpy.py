@@ -836,13 +836,6 @@ def argmin(a, axis=None, keepdims=False):
     return _keep(out, [axis], a.shape, keepdims)
 
 
-def cumsum(a, axis=None, dtype=None):
-    a = asarray(a) if dtype is None else astype(a, dtype)
-    if axis is None:
-        a, axis = ravel(a), 0
-    return lax.cumsum(a, _norm_axis(axis, a.ndim))
-
-
 def argsort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
     a = asarray(a)
     return bind("argsort", a, axis=_norm_axis(axis, a.ndim), descending=int(bool(descending)))
@@ -1878,3 +1871,4 @@ def count_nonzero(a, axis=None, keepdims=False):
 from ._src.numpy_ufuncs import *  # noqa: E402,F401,F403
 from ._src.numpy_creation import *  # noqa: E402,F401,F403
 from ._src.numpy_setops import *  # noqa: E402,F401,F403
+from ._src.numpy_reductions import *  # noqa: E402,F401,F403
