@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 #include <algorithm>
+#include "podlet/sanitize.h"
 #include <omp.h>
 
 namespace podlet {
@@ -47,8 +48,13 @@ inline void parallel_for(int64_t n, int64_t grain, F&& fn) {
   }
 // Dynamic: a thread preempted on a shared machine does not hold back the chunks the
   // others could take. Chunk boundaries stay fixed, so results do not change.
+  ForkJoinEdges edges;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-  for (int64_t c = 0; c < nchunks; ++c) parallel_chunk(fn, c * grain, std::min(n, (c + 1) * grain));
+  for (int64_t c = 0; c < nchunks; ++c) {
+    edges.enter();
+    parallel_chunk(fn, c * grain, std::min(n, (c + 1) * grain));
+    edges.leave();
+  }
 }
 
 // Sums partial(begin, end) -> Acc over fixed chunks, combined in chunk order.

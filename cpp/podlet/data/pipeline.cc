@@ -1,4 +1,5 @@
 #include "podlet/data/pipeline.h"
+#include "podlet/sanitize.h"
 
 #include <algorithm>
 #include <cstring>
@@ -150,8 +151,10 @@ Batch BatchIterator::produce(int64_t k) {
   b.epoch.resize(b.n);
   b.position.resize(b.n);
   b.index.resize(b.n);
+  ForkJoinEdges edges;
   arena_->execute([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, b.n, 1), [&](const tbb::blocked_range<int64_t>& rg) {
+      ForkJoinEdges::Task task(edges);
       for (int64_t i = rg.begin(); i < rg.end(); ++i) {
         const auto& e = elems[i];
         Record rec = spec_.source->get(e.index);

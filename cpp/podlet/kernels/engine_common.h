@@ -6,6 +6,7 @@
 #include <omp.h>
 #include <cstddef>
 #include <cstdint>
+#include "podlet/sanitize.h"
 #include "podlet/dtype.h"
 #include "podlet/parallel.h"
 
@@ -61,11 +62,14 @@ template <class Scratch, class F> void run_tasks(int64_t n, bool parallel, F&& f
     for (int64_t t = 0; t < n; ++t) f(t, s);
     return;
   }
+  ForkJoinEdges edges;
 #pragma omp parallel num_threads(nt)
   {
+    edges.enter();
     Scratch s;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < n; ++t) f(t, s);
+    edges.leave();
   }
 }
 // Same for cheap independent units (packing): no scratch.
@@ -76,8 +80,13 @@ template <class F> void run_units(int64_t n, bool parallel, F&& f) {
     for (int64_t t = 0; t < n; ++t) f(t);
     return;
   }
+  ForkJoinEdges edges;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-  for (int64_t t = 0; t < n; ++t) f(t);
+  for (int64_t t = 0; t < n; ++t) {
+    edges.enter();
+    f(t);
+    edges.leave();
+  }
 }
 
 // Whether offsets v are consecutive (v[i + 1] == v[i] + 1): that dim is contiguous.
