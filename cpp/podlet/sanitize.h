@@ -19,6 +19,9 @@
 #include <cstddef>
 
 #if defined(PODLET_SANITIZE_ADDRESS)
+#include <dlfcn.h>
+#include <cstdlib>
+#include <string>
 #include <sanitizer/asan_interface.h>
 #define PODLET_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define PODLET_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
@@ -46,6 +49,26 @@ inline const char* sanitizer_build() {
   return "thread";
 #else
   return "";
+#endif
+}
+
+// GCC's UBSan runtime (libubsan) keeps its own report file, and with libasan preloaded
+// it ignores UBSAN_OPTIONS=log_path and prints to stderr, where pytest's capture and
+// subprocess pipes swallow it. Set libubsan's own report path (its copy of
+// __sanitizer_set_report_path, found through its handle: the global symbol is libasan's)
+// to $PODLET_SANITIZE_LOGS/ubsan. Called once when the module loads.
+inline void route_ubsan_reports() {
+#if defined(PODLET_SANITIZE_ADDRESS)
+  const char* dir = std::getenv("PODLET_SANITIZE_LOGS");
+  if (!dir || !*dir) return;
+  void* h = dlopen("libubsan.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!h) return;
+  using SetPath = void (*)(const char*);
+  if (auto f = reinterpret_cast<SetPath>(dlsym(h, "__sanitizer_set_report_path"))) {
+    static const std::string path = std::string(dir) + "/ubsan";
+    f(path.c_str());
+  }
+  dlclose(h);
 #endif
 }
 

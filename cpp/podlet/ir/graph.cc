@@ -31,22 +31,13 @@ std::vector<std::string> prim_names() {
   return v;
 }
 
-// Re-throws a podlet error with `prefix` prepended, keeping its type.
-[[noreturn]] static void rethrow_with(const std::string& prefix) {
-  try { throw; }
-  catch (const ShapeError& e) { throw ShapeError(prefix + e.what()); }
-  catch (const DTypeError& e) { throw DTypeError(prefix + e.what()); }
-  catch (const ValueError& e) { throw ValueError(prefix + e.what()); }
-  catch (const Error& e) { throw Error(prefix + e.what()); }
-}
-
 std::vector<AVal> infer_shapes(const PrimDef& p, const std::vector<AVal>& in, const Attrs& attrs) {
   try { return p.shape(in, attrs); }
   catch (const Error&) {
     std::string s = p.name + "(";
     for (size_t i = 0; i < in.size(); ++i)
       s += (i ? ", " : "") + std::string(dtype_name(in[i].dtype)) + shape_str(in[i].shape);
-    rethrow_with(s + "): ");
+    rethrow_prefixed(s + "): ");
   }
 }
 
@@ -71,7 +62,7 @@ std::vector<Array> apply_prim(const PrimDef& p, const std::vector<Array>& in, co
   std::chrono::steady_clock::time_point t0;
   if (prof) t0 = std::chrono::steady_clock::now();
   try { p.kernel(in, out, attrs); }
-  catch (const Error&) { rethrow_with(p.name + ": "); }
+  catch (const Error&) { rethrow_prefixed(p.name + ": "); }
   if (prof) record_profile(p, attrs, in, oa, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return out;
 }
@@ -332,7 +323,7 @@ std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
     std::chrono::steady_clock::time_point t0;
     if (prof) t0 = std::chrono::steady_clock::now();
     try { n.prim->kernel(in, out, n.attrs); }
-    catch (const Error&) { rethrow_with(n.prim->name + (n.where.empty() ? "" : " (" + n.where + ")") + ": "); }
+    catch (const Error&) { rethrow_prefixed(n.prim->name + (n.where.empty() ? "" : " (" + n.where + ")") + ": "); }
     if (prof) record_profile(*n.prim, n.attrs, in, oa, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (size_t k = 0; k < n.out.size(); ++k) slot[n.out[k]] = std::move(out[k]);
     for (int v : n.in) if (last[v] == int(i)) slot[v] = Array();

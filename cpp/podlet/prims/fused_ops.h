@@ -1,15 +1,16 @@
 // The per-instruction loops of the fused elementwise interpreter (prims/fused.cc):
 // one instruction over one tile of m elements, from registers a, b, c into d. Compiled
-// twice: for baseline x86-64 inside fused.cc, and with AVX-512 enabled in
-// kernels/fused_avx512.cc (with -ffp-contract=off), where GCC vectorises the same loops
-// 16 lanes wide. Both give the same bits: every op is an IEEE operation per element (or
+// three times: for baseline x86-64 inside fused.cc, with AVX2 in kernels/fused_avx2.cc
+// and with AVX-512 in kernels/fused_avx512.cc (both with -ffp-contract=off), where GCC
+// vectorises the same loops 8 or 16 lanes wide. All give the same bits: every op is an IEEE operation per element (or
 // an integer one) written without fused multiply-adds, so the lane width cannot change
 // a result.
 //
 // Everything here has internal linkage (anonymous namespace) and uses no template or
 // inline function with external linkage (errors are thrown by fused_error, defined in
-// fused.cc), so the AVX-512 translation unit cannot lend its code to baseline callers
-// through the linker: `nm --defined-only` on its object shows no weak symbol.
+// fused.cc), so the AVX2 and AVX-512 translation units cannot lend their code to
+// baseline callers through the linker: `nm --defined-only` on their objects shows no
+// weak symbol.
 #pragma once
 #pragma GCC optimize("no-trapping-math")  // as elementwise.cc: lets GCC vectorise float selects
 #include <cmath>
