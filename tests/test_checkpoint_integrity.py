@@ -333,10 +333,15 @@ def test_resume_selection_skips_damaged_newest_checkpoints(tmp_path):
         f.write(b"9")
     fresh = ckpt.CheckpointManager(tmp_path, max_to_keep=5, best_metric="macro_f1")
     assert fresh.all_steps() == [1, 2, 3, 4] and fresh._metrics[1] == {} and fresh._metrics[2] == {}
-    assert fresh.best_step() == 4
+    # step 4 scores best, but its data fails verification; 1-3 have no readable metrics
+    with pytest.warns(UserWarning, match=r"step 4 is not used as the best checkpoint: checkpoint .*"
+                                         r"checkpoint_00000004\.h5 is damaged: 1 leaf/leaves fail"):
+        assert fresh.best_step() is None
     with pytest.raises(ckpt.CheckpointError, match="checkpoint_00000002.h5 is damaged"):
         fresh.metadata(2)
-    assert fresh.latest_valid_step() is None
+    skipped = []
+    assert fresh.latest_valid_step(on_skip=lambda s, e: skipped.append(s)) is None
+    assert skipped == [4, 3, 2, 1]
 
 
 def test_resume_in_the_training_loop_uses_the_newest_valid_checkpoint(tmp_path, monkeypatch):
@@ -368,3 +373,146 @@ def test_resume_in_the_training_loop_uses_the_newest_valid_checkpoint(tmp_path, 
     assert chosen == [mgr.path(3)]
     assert len(said) == 1 and said[0].startswith("warning: not resuming from step 6: checkpoint ")
     assert mgr.path(6) in said[0]
+
+
+def _flip_leaf(path, leaf="w"):
+    off, n = _data_extents(path)[leaf]
+    _damage(path, path, off + n // 2, "flip")
+
+
+def test_best_and_latest_selection_skip_damaged_files(tmp_path):
+    mgr = ckpt.CheckpointManager(tmp_path, max_to_keep=2, best_metric="macro_f1")
+    scores = {1: 0.2, 2: 0.6, 3: 0.5, 4: 0.3}
+    for s, f1 in scores.items():
+        mgr.save(s, {"w": np.full(1000, s, np.float32)}, metrics={"macro_f1": f1})
+    mgr.wait_until_finished()
+    assert mgr.all_steps() == [2, 3, 4] and mgr.best_step() == 2
+    _flip_leaf(mgr.path(2))  # the best: one value changed
+    _damage(mgr.path(4), mgr.path(4), os.path.getsize(mgr.path(4)) - 10, "truncate")  # the newest
+    # a warning naming the file and the reason, once per damaged file ...
+    with pytest.warns(UserWarning, match=r"step 2 is not used as the best checkpoint: checkpoint .*"
+                                         r"checkpoint_00000002\.h5 is damaged: 1 leaf/leaves fail verification"):
+        assert mgr.best_step() == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert mgr.best_step() == 3
+    # ... or, given on_skip, every skip to it
+    skipped = []
+    assert mgr.best_step(on_skip=lambda s, e: skipped.append((s, str(e)))) == 3
+    assert [s for s, _ in skipped] == [2]
+    assert skipped[0][1].startswith(f"checkpoint {mgr.path(2)} is damaged: 1 leaf/leaves fail verification: w")
+    with pytest.warns(UserWarning, match=r"step 4 is not used as the newest checkpoint: .*\(truncated or extended\)"):
+        assert mgr.resolve("latest") == 3
+    assert mgr.resolve("best") == 3
+    assert mgr.latest_step() == 4  # documented: the newest file, unverified
+    assert mgr.restore({"w": np.zeros(1000, np.float32)}, "best")["w"][0] == 3
+    with pytest.raises(ckpt.CheckpointError, match="checkpoint_00000002.h5 is damaged"):  # asked for by number
+        mgr.restore({"w": np.zeros(1000, np.float32)}, 2)
+    # a fresh manager (a resumed run) verifies only the candidates it considers
+    fresh = ckpt.CheckpointManager(tmp_path, max_to_keep=2, best_metric="macro_f1")
+    verified = []
+    real = ckpt.verify_checkpoint
+
+    def counting(path):
+        verified.append(os.path.basename(path))
+        return real(path)
+
+    try:
+        ckpt.verify_checkpoint = counting
+        with pytest.warns(UserWarning):
+            assert fresh.best_step() == 3
+        assert fresh.best_step() == 3 and fresh.latest_valid_step(on_skip=lambda s, e: None) == 3
+    finally:
+        ckpt.verify_checkpoint = real
+    # 2 once, 3 once (cached), 4 never read: its header check in __init__ already failed
+    assert verified == ["checkpoint_00000002.h5", "checkpoint_00000003.h5"]
+    # repairing a file (a new write under the same name) is noticed: the cache follows the file
+    fresh.save(2, {"w": np.full(1000, 2, np.float32)}, metrics={"macro_f1": 0.6}, wait=True)
+    assert fresh.best_step() == 2
+
+
+def test_pruning_never_deletes_the_newest_or_best_valid_checkpoint(tmp_path):
+    mgr = ckpt.CheckpointManager(tmp_path, max_to_keep=2, best_metric="macro_f1")
+    for s, f1 in {1: 0.2, 2: 0.6, 3: 0.5, 4: 0.3}.items():
+        mgr.save(s, {"w": np.full(100, s, np.float32)}, metrics={"macro_f1": f1})
+    mgr.wait_until_finished()
+    _flip_leaf(mgr.path(2))  # the best
+    _flip_leaf(mgr.path(4))  # the newest
+    with pytest.warns(UserWarning, match="checkpoint_00000002.h5 is damaged"):
+        mgr.save(5, {"w": np.full(100, 5, np.float32)}, metrics={"macro_f1": 0.1}, wait=True)
+    # the last 2 (4, 5) and the best by its metrics (2, damaged) as before, and now also 3,
+    # the best that verifies (the old rule deleted it: only damaged 2 would be left as "best")
+    assert mgr.all_steps() == [2, 3, 4, 5] and mgr.best_step() == 3
+    mgr.save(6, {"w": np.full(100, 6, np.float32)}, metrics={"macro_f1": 0.05}, wait=True)
+    assert mgr.all_steps() == [2, 3, 5, 6]  # damaged 4 left the window like any file
+
+    # A run resumed from an older checkpoint, past damaged newer files: its first new
+    # checkpoint is the newest that verifies and must survive max_to_keep=1.
+    d = tmp_path / "resumed"
+    first = ckpt.CheckpointManager(d, max_to_keep=3)
+    for s in (1, 2, 3):
+        first.save(s, {"w": np.full(100, s, np.float32)})
+    first.wait_until_finished()
+    _flip_leaf(first.path(2))
+    _damage(first.path(3), first.path(3), 100, "truncate")
+    resumed = ckpt.CheckpointManager(d, max_to_keep=1)
+    skipped = []
+    assert resumed.latest_valid_step(on_skip=lambda s, e: skipped.append((s, str(e)))) == 1
+    assert [s for s, _ in skipped] == [3, 2] and f"checkpoint {first.path(3)} is damaged" in skipped[0][1]
+    resumed.save(2, {"w": np.full(100, 20, np.float32)}, wait=True)  # replaces damaged 2
+    # window {3} (damaged) + the newest that verifies (2); the old rule left only damaged 3
+    assert resumed.all_steps() == [2, 3] and resumed.latest_valid_step() == 2
+    assert resumed.restore({"w": np.zeros(100, np.float32)})["w"][0] == 20
+
+
+def test_training_resume_pruning_and_selection_with_damaged_checkpoints(tmp_path, monkeypatch):
+    """A small run whose best and newest checkpoints are damaged between sessions: resume
+    starts from the newest that verifies, pruning keeps the resumed progress, and the
+    final selection takes the best that verifies, saying which it skipped and why."""
+    from podlet.training import loop
+    from train_helpers import tiny_config, tiny_data
+
+    # validation macro-F1 by step, so which checkpoint is best does not depend on numerics
+    scores = {3: 0.9, 6: 0.5, 9: 0.6, 12: 0.7}
+    real_eval = loop._Evaluator.__call__
+
+    def scripted(self, rstate, role, use_ema=True):
+        m = real_eval(self, rstate, role, use_ema)
+        if role == "validation":
+            m["macro_f1"] = scores[int(np.asarray(rstate.step).reshape(-1)[0])]
+        return m
+
+    monkeypatch.setattr(loop._Evaluator, "__call__", scripted)
+    cfg = tiny_config("train.epochs=4", "train.keep_checkpoints=1")
+    run = str(tmp_path / "run")
+    ckdir = os.path.join(run, "checkpoints")
+    path = lambda s: ckpt.checkpoint_path(ckdir, s)  # noqa: E731
+
+    def train(**kw):
+        said = []
+        try:
+            return loop.train(cfg, run, data=tiny_data(cfg), progress=False, print_fn=said.append, **kw), said
+        except loop.TrainingInterrupted:
+            return None, said
+
+    _, _ = train(stop_after_step=9)
+    assert ckpt.CheckpointManager(ckdir).all_steps() == [3, 9]  # the last one and the best (3)
+    _flip_leaf(path(9), "params/Dense_0/kernel")  # the newest
+    _, said = train(resume=True, stop_after_step=6)
+    assert said[0].startswith(f"warning: not resuming from step 9: checkpoint {path(9)} is damaged")
+    assert said[1] == f"resuming {run} from step 3"
+    # max_to_keep=1 counted only damaged 9 as "the last one": the old rule deleted 6 here
+    mgr = ckpt.CheckpointManager(ckdir)
+    assert mgr.all_steps() == [3, 6, 9] and mgr.latest_valid_step(on_skip=lambda s, e: None) == 6
+    _flip_leaf(path(3), "params/Dense_0/kernel")  # the best
+    with pytest.warns(UserWarning, match=r"step 3 is not used as the best checkpoint: .*checkpoint_00000003\.h5"):
+        summary, said = train(resume=True)  # (the warning: pruning after the save of step 9)
+    assert said[0].startswith(f"warning: not resuming from step 9: checkpoint {path(9)}")
+    assert said[1] == f"resuming {run} from step 6"
+    skip = [m for m in said if "not selecting" in m]
+    assert skip == [f"warning: not selecting step 3 as the best checkpoint: checkpoint {path(3)} is damaged: "
+                    f"1 leaf/leaves fail verification: params/Dense_0/kernel"]
+    assert summary["selected_step"] == 12 and summary["validation"]["macro_f1"] == 0.7
+    assert json.load(open(os.path.join(run, "summary.json")))["selected_step"] == 12
+    # damaged 3 is still the best by its metrics: kept, never deleted for being damaged
+    assert ckpt.CheckpointManager(ckdir).all_steps() == [3, 12]

@@ -132,3 +132,34 @@ def test_data_export_hdf5_reads_back_as_the_same_batches(tmp_path, capsys):
     for _ in range(5):
         next(it)
     np.testing.assert_array_equal(next(it)["image"], next(synth.train_batches(8, start_step=5))["image"])
+
+
+def test_bad_config_stops_before_anything_is_built(tmp_path, capsys, monkeypatch):
+    """A config naming a missing data directory (or otherwise invalid) is one error line and
+    exit status 2, before the data is opened or a model built: no run directory appears."""
+    from podlet.training import config as C
+    from podlet.training import steps
+    built = []
+    monkeypatch.setattr(loop, "make_data", lambda cfg: built.append("data"))
+    monkeypatch.setattr(steps, "build_model", lambda cfg: built.append("model"))
+    d = str(tmp_path / "run")
+    missing = str(tmp_path / "no-such-dir")
+    for args, says in [
+        (["--set", "data.dataset_name=hdf5", "--set", f"data.data_dir={missing}"],
+         f"data.data_dir: {missing} does not exist (dataset 'hdf5' is read from it)"),
+        (["--set", "model.architecture=resnet99"], "model.architecture: expected one of ['resnet18', 'resnet34', "
+                                                   "'resnet50', 'vit_tiny', 'vit_small', 'small_cnn'], got 'resnet99'"),
+        (["--set", "data.image_size=[72,72,1]", "--set", "model=vit_tiny"],
+         "data.image_size: 72x72 is not a multiple of the ViT patch size 16"),
+    ]:
+        assert cli.main(["train", SMOKE, *args, "--run-dir", d, "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("podlet: error: ") and says in err, err
+    assert built == [] and not os.path.exists(d)
+    # the loop validates a config built in Python before touching the run directory too
+    from train_helpers import tiny_config
+    cfg = tiny_config()
+    cfg.train.batch_size = 12
+    with pytest.raises(C.ConfigError, match="train.batch_size: the global batch 12 is not divisible by 8 devices"):
+        loop.train(cfg, d, progress=False, print_fn=None)
+    assert built == [] and not os.path.exists(d)

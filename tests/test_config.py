@@ -96,7 +96,7 @@ def _exp(tree, body):
     ("", ["model.architecture=vit_tiny"], r"model\.stage_sizes: a ResNet key, but model\.architecture is 'vit_tiny'"),
     ("colour: red\n", [], r"e\.yaml: unknown key 'colour'"),
     ("train: {warmup_epochs: 30, epochs: 10}\n", [], r"train\.warmup_epochs: 30\.0 warmup epochs exceed train\.epochs = 10"),
-    ("data: {image_size: [32, 32, 3]}\n", [], r"data\.image_size: 3 channels, but model\.in_channels is 1"),
+    ("", ["data.image_size=[32,32,3]"], r"data\.image_size: 3 channels, but model\.in_channels is 1"),
 ])
 def test_errors_name_key_and_file(tree, body, overrides, match):
     with pytest.raises(C.ConfigError, match=match):

@@ -12,9 +12,14 @@ from .activations import (relu, relu6, gelu, silu, swish, sigmoid, log_sigmoid, 
 from . import initializers
 from .module import (Module, compact, nowrap, merge_param, Variable, Scope, DenyList, apply, init,
                      init_with_output, tabulate, errors, FlaxError)
-from .linear import Dense, DenseGeneral, Conv, ConvTranspose, canonicalize_dtype, promote_dtype
+from .linear import Dense, DenseGeneral, Conv, ConvLocal, ConvTranspose, canonicalize_dtype, promote_dtype
+from .embedding import Embed
+from .einsum import Einsum
 from .combinators import Sequential
-from .normalization import BatchNorm, LayerNorm, GroupNorm, RMSNorm
+from .frozen_dict import FrozenDict
+from .recurrent import (RNNCellBase, LSTMCell, OptimizedLSTMCell, GRUCell, MGUCell, SimpleCell, ConvLSTMCell,
+                        RNN, Bidirectional)
+from .normalization import BatchNorm, LayerNorm, GroupNorm, RMSNorm, InstanceNorm, SpectralNorm, WeightNorm
 from .stochastic import Dropout, DropPath
 from .pooling import pool, avg_pool, max_pool, min_pool
 from .attention import (MultiHeadDotProductAttention, MultiHeadAttention, SelfAttention, dot_product_attention,

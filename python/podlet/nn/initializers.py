@@ -7,6 +7,11 @@ the result is bit-identical to ``jax.nn.initializers``':
 
     kernel = lecun_normal()(podlet.random.PRNGKey(0), (784, 128))
 
+The one exception is ``orthogonal`` (and ``delta_orthogonal``, built on it): the normal
+draw is jax's bit for bit, but jax then calls LAPACK's QR, whose blocked Householder
+rounding podlet does not replay; podlet's Householder QR gives the same (unique,
+sign-fixed) Q to float32 rounding, a few ulps apart.
+
 ``variance_scaling`` follows jax's fan conventions: ``in_axis=-2``, ``out_axis=-1``,
 ``batch_axis=()``, with the remaining axes forming the receptive field (so a conv
 kernel HWIO has fan_in = H*W*I); ``truncated_normal`` is truncated to (-2, 2) and
@@ -23,7 +28,7 @@ from .._src import dtypes as _dtypes
 __all__ = ["zeros_init", "ones_init", "zeros", "ones", "constant", "uniform", "normal", "truncated_normal",
            "variance_scaling", "glorot_uniform", "glorot_normal", "xavier_uniform", "xavier_normal",
            "lecun_uniform", "lecun_normal", "he_uniform", "he_normal", "kaiming_uniform", "kaiming_normal",
-           "Initializer"]
+           "orthogonal", "delta_orthogonal", "Initializer"]
 
 Initializer = object  # typing alias, as flax.typing.Initializer
 
@@ -188,3 +193,84 @@ xavier_uniform = glorot_uniform
 xavier_normal = glorot_normal
 kaiming_uniform = he_uniform
 kaiming_normal = he_normal
+
+
+# =====================================================================================
+# Orthogonal (jax.random.orthogonal / jax.nn.initializers.orthogonal)
+# =====================================================================================
+def _householder_q(a):
+    """The Q of the reduced QR decomposition of ``a`` (m, n), m >= n, with its columns
+    signed so that diag(R) >= 0 (the unique Q of a full-rank ``a``): n Householder
+    reflections, each ``r -= 2 v (v^T r) / (v^T v)``, in two ``fori_loop`` s (the
+    reflections, then their product applied to the first n columns of the identity)."""
+    from .. import lax
+    m, n = a.shape
+    rows = jnp.arange(m)
+    cols = jnp.arange(n)
+
+    def column(mat, j):
+        return jnp.sum(jnp.where(cols[None, :] == j, mat, jnp.zeros_like(mat)), axis=1)
+
+    def reflect(mat, v):
+        vtv = jnp.sum(v * v)
+        scale = jnp.where(vtv > 0, 2.0 / jnp.where(vtv > 0, vtv, 1.0), 0.0).astype(mat.dtype)
+        return mat - (scale * v)[:, None] * jnp.matmul(v, mat)[None, :]
+
+    def step(j, carry):
+        r, vs = carry
+        x = jnp.where(rows >= j, column(r, j), jnp.zeros((m,), r.dtype))
+        alpha = jnp.sum(jnp.where(rows == j, x, jnp.zeros_like(x)))
+        norm = jnp.sqrt(jnp.sum(x * x))
+        beta = jnp.where(alpha >= 0, -norm, norm)           # R[j, j]; v = x - beta e_j
+        v = x - jnp.where(rows == j, beta, jnp.zeros_like(x))
+        return reflect(r, v), jnp.where(cols[None, :] == j, v[:, None], vs)
+
+    r, vs = lax.fori_loop(0, n, step, (a, jnp.zeros_like(a)))
+    q0 = jnp.where(rows[:, None] == cols[None, :], jnp.ones_like(a), jnp.zeros_like(a))
+    q = lax.fori_loop(0, n, lambda i, q: reflect(q, column(vs, n - 1 - i)), q0)
+    d = jnp.sum(jnp.where(rows[:, None] == cols[None, :], r, jnp.zeros_like(r)), axis=0)
+    return q * jnp.sign(d)[None, :]
+
+
+def _orthogonal_matrix(key, n, m, dtype):
+    """jax.random.orthogonal(key, n, (), dtype, m): an (n, m) matrix with orthonormal
+    columns (n >= m) or rows (n < m), from the QR of a (max, min) standard normal draw."""
+    z = random.normal(key, (max(n, m), min(n, m)), dtype)
+    work = z if np.dtype(dtype) in (np.dtype(np.float32), np.dtype(np.float64)) else z.astype(jnp.float32)
+    q = _householder_q(work).astype(dtype)
+    return q.T if n < m else q
+
+
+def orthogonal(scale=1.0, column_axis=-1, dtype=None):
+    """Builds an initializer of (uniformly distributed) orthogonal matrices: the
+    ``column_axis`` columns are orthonormal, or the rows when they are fewer."""
+    def init(key, shape, dtype=dtype, out_sharding=None):
+        shape = _canonicalize_shape(shape)
+        dtype = _default_float_dtype() if dtype is None else dtype
+        if len(shape) < 2:
+            raise ValueError("orthogonal initializer requires at least a 2D shape")
+        if any(d == 0 for d in shape):
+            return jnp.zeros(shape, dtype)
+        n_rows, n_cols = math.prod(shape) // shape[column_axis], shape[column_axis]
+        q = _orthogonal_matrix(key, n_rows, n_cols, dtype)
+        q = jnp.reshape(q, tuple(np.delete(shape, column_axis)) + (shape[column_axis],))
+        q = jnp.moveaxis(q, -1, column_axis)
+        return jnp.array(scale, dtype) * q
+    return init
+
+
+def delta_orthogonal(scale=1.0, column_axis=-1, dtype=None):
+    """Builds an initializer of delta-orthogonal convolution kernels (3-D to 5-D): an
+    orthogonal (in, out) matrix at the window's centre, zeros elsewhere
+    (https://arxiv.org/abs/1806.05393)."""
+    def init(key, shape, dtype=dtype, out_sharding=None):
+        shape = _canonicalize_shape(shape)
+        dtype = _default_float_dtype() if dtype is None else dtype
+        if len(shape) not in (3, 4, 5):
+            raise ValueError("Delta orthogonal initializer requires a 3D, 4D or 5D shape.")
+        if shape[-1] < shape[-2]:
+            raise ValueError("`fan_in` must be less or equal than `fan_out`. ")
+        ortho = orthogonal(scale=scale, column_axis=column_axis, dtype=dtype)(key, shape[-2:])
+        centre = tuple((k - 1) // 2 for k in shape[:-2])
+        return jnp.zeros(shape, dtype).at[centre].set(ortho)
+    return init

@@ -1,4 +1,4 @@
-"""Linear layers (flax.linen.linear): Dense, DenseGeneral, Conv, ConvTranspose; dtype
+"""Linear layers (flax.linen.linear): Dense, DenseGeneral, Conv, ConvLocal, ConvTranspose; dtype
 promotion helpers (flax.linen.dtypes): canonicalize_dtype, promote_dtype.
 
 Flax's mixed-precision policy: parameters are created and stored in ``param_dtype``
@@ -17,7 +17,7 @@ from .. import numpy as jnp
 from . import initializers
 from .module import Module, compact
 
-__all__ = ["Dense", "DenseGeneral", "Conv", "ConvTranspose", "canonicalize_dtype", "promote_dtype",
+__all__ = ["Dense", "DenseGeneral", "Conv", "ConvLocal", "ConvTranspose", "canonicalize_dtype", "promote_dtype",
            "canonicalize_padding", "default_kernel_init"]
 
 default_kernel_init = initializers.lecun_normal()
@@ -238,6 +238,22 @@ def _as_2d(inputs, kernel, strides, in_dil, k_dil, padding):
             lambda y: jnp.squeeze(y, 1))
 
 
+def _pre_pad(inputs, padding_lax, kernel_size, kernel_dilation):
+    """Flax's padding modes that lax lacks ('CIRCULAR', 'REFLECT', 'CAUSAL') applied to
+    the (batch-flattened) inputs; returns (inputs, the padding left for lax)."""
+    if padding_lax in ("CIRCULAR", "REFLECT"):
+        dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
+        pads = [(0, 0)] + [((k - 1) // 2, k // 2) for k in dilated] + [(0, 0)]
+        inputs = jnp.pad(inputs, pads, mode={"CIRCULAR": "wrap", "REFLECT": "reflect"}[padding_lax])
+        return inputs, "VALID"
+    if padding_lax == "CAUSAL":
+        if len(kernel_size) != 1:
+            raise ValueError("Causal padding is only implemented for 1D convolutions.")
+        inputs = jnp.pad(inputs, [(0, 0), (kernel_dilation[0] * (kernel_size[0] - 1), 0), (0, 0)])
+        return inputs, "VALID"
+    return inputs, padding_lax
+
+
 class Conv(Module):
     """A convolution (``lax.conv_general_dilated``) over channels-last inputs.
 
@@ -290,17 +306,8 @@ class Conv(Module):
         input_dilation = _broadcast_dims(self.input_dilation, n)
         kernel_dilation = _broadcast_dims(self.kernel_dilation, n)
 
-        padding_lax = canonicalize_padding(self.padding, n)
-        if padding_lax in ("CIRCULAR", "REFLECT"):
-            dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
-            pads = [(0, 0)] + [((k - 1) // 2, k // 2) for k in dilated] + [(0, 0)]
-            inputs = jnp.pad(inputs, pads, mode={"CIRCULAR": "wrap", "REFLECT": "reflect"}[padding_lax])
-            padding_lax = "VALID"
-        elif padding_lax == "CAUSAL":
-            if n != 1:
-                raise ValueError("Causal padding is only implemented for 1D convolutions.")
-            inputs = jnp.pad(inputs, [(0, 0), (kernel_dilation[0] * (kernel_size[0] - 1), 0), (0, 0)])
-            padding_lax = "VALID"
+        inputs, padding_lax = _pre_pad(inputs, canonicalize_padding(self.padding, n), kernel_size,
+                                       kernel_dilation)
 
         in_features = inputs.shape[-1]
         assert in_features % self.feature_group_count == 0
@@ -328,6 +335,103 @@ class Conv(Module):
         y = squeeze(y)
         if bias is not None:
             y += jnp.reshape(bias, (1,) * (y.ndim - 1) + (-1,))
+        return restore(y)
+
+
+def _local_geometry(in_sp, kernel_size, strides, padding, input_dilation, kernel_dilation):
+    """(lax.pad config of the spatial axes, output spatial shape) of a convolution: the
+    input dilated, then padded (a string `padding` only without input dilation, as
+    lax), then windows of the dilated kernel taken every `strides`."""
+    if isinstance(padding, str) and any(d > 1 for d in input_dilation):
+        raise ValueError("String padding is not implemented for transposed convolution using this op. Please "
+                         "either exactly specify the required padding or use conv_transpose.")
+    window = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
+    pads = lax.padtype_to_pads(in_sp, window, strides, padding) if isinstance(padding, str) else padding
+    config = [(int(lo), int(hi), d - 1) for (lo, hi), d in zip(pads, input_dilation)]
+    padded = [(i - 1) * d + 1 + lo + hi if i else lo + hi for i, (lo, hi, _), d in zip(in_sp, config, input_dilation)]
+    out_sp = tuple((p - w) // s + 1 for p, w, s in zip(padded, window, strides))
+    if any(o <= 0 for o in out_sp):
+        raise ValueError(f"the window {tuple(kernel_size)} does not fit the padded input {tuple(padded)}")
+    return config, out_sp
+
+
+def _local_patches(inputs, kernel_size, strides, config, out_sp, kernel_dilation):
+    """``lax.conv_general_dilated_patches`` of NHWC inputs, by slicing: (B, *out, C *
+    prod(window)), the patch axis channel-major (``c * prod(window) + window offset``, jax's
+    order). Exact: no products."""
+    if any(c != (0, 0, 0) for c in config):
+        inputs = lax.pad(inputs, np.zeros((), inputs.dtype), [(0, 0, 0)] + list(config) + [(0, 0, 0)])
+    slices = []
+    for offset in np.ndindex(*kernel_size):
+        start = [0] + [o * d for o, d in zip(offset, kernel_dilation)] + [0]
+        limit = ([inputs.shape[0]] + [st + (o - 1) * s + 1 for st, o, s in zip(start[1:], out_sp, strides)]
+                 + [inputs.shape[-1]])
+        slices.append(lax.slice(inputs, start, limit, [1] + list(strides) + [1]))
+    patches = jnp.stack(slices, axis=-1)                       # (B, *out, C, prod(window))
+    return jnp.reshape(patches, tuple(patches.shape[:-2]) + (-1,))
+
+
+class ConvLocal(Module):
+    """A locally connected ("unshared") convolution (``lax.conv_general_dilated_local``):
+    a separate kernel at every output position.
+
+    Attributes: as in :class:`Conv` (``feature_group_count`` must be 1).
+
+    Params: ``kernel`` ``out_spatial + (prod(kernel_size) * in_features, features)`` (the
+    input axis ordered channel-major over the window, as jax's), ``bias``
+    ``out_spatial + (features,)``.
+    """
+    features: int
+    kernel_size: Any
+    strides: Any = 1
+    padding: Any = "SAME"
+    input_dilation: Any = 1
+    kernel_dilation: Any = 1
+    feature_group_count: int = 1
+    use_bias: bool = True
+    mask: Any = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    kernel_init: Any = default_kernel_init
+    bias_init: Any = initializers.zeros_init()
+    promote_dtype: Any = promote_dtype
+    conv_general_dilated: Any = None
+    conv_general_dilated_cls: Any = None
+
+    @compact
+    def __call__(self, inputs):
+        kernel_size = _conv_kernel_size(self.kernel_size)
+        n = len(kernel_size)
+        inputs, restore = _flatten_batch(inputs, n)
+        strides = _broadcast_dims(self.strides, n)
+        input_dilation = _broadcast_dims(self.input_dilation, n)
+        kernel_dilation = _broadcast_dims(self.kernel_dilation, n)
+        inputs, padding_lax = _pre_pad(inputs, canonicalize_padding(self.padding, n), kernel_size,
+                                       kernel_dilation)
+        if self.feature_group_count != 1:
+            raise NotImplementedError("`lax.conv_general_dilated_local` does not support "
+                                      f"`feature_group_count != 1`, got `{self.feature_group_count}`.")
+        in_features = inputs.shape[-1]
+        config, out_sp = _local_geometry(tuple(inputs.shape[1:-1]), kernel_size, strides, padding_lax,
+                                         input_dilation, kernel_dilation)
+        kernel_shape = out_sp + (int(np.prod(kernel_size)) * in_features, self.features)
+        if self.mask is not None and tuple(self.mask.shape) != kernel_shape:
+            raise ValueError("Mask needs to have the same shape as weights. "
+                             f"Shapes are: {tuple(self.mask.shape)}, {kernel_shape}")
+        kernel = self.param("kernel", self.kernel_init, kernel_shape, self.param_dtype)
+        if self.mask is not None:
+            kernel = kernel * self.mask
+        bias = (self.param("bias", self.bias_init, out_sp + (self.features,), self.param_dtype)
+                if self.use_bias else None)
+        inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+        patches = _local_patches(inputs, kernel_size, strides, config, out_sp, kernel_dilation)  # (B, *out, K)
+        # one (K, features) product per output position: batch over the spatial axes
+        y = lax.dot_general(patches, kernel, (((n + 1,), (n,)), (tuple(range(1, n + 1)), tuple(range(n)))),
+                            precision=self.precision)               # (*out, B, features)
+        y = jnp.moveaxis(y, -2, 0)
+        if bias is not None:
+            y += jnp.reshape(bias, (1,) + tuple(bias.shape))
         return restore(y)
 
 

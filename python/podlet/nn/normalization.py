@@ -1,4 +1,5 @@
-"""Normalization layers (flax.linen.normalization): BatchNorm, LayerNorm, GroupNorm, RMSNorm.
+"""Normalization layers (flax.linen.normalization): BatchNorm, LayerNorm, GroupNorm, RMSNorm,
+InstanceNorm, and the weight wrappers SpectralNorm and WeightNorm.
 
 Flax's numerics, step for step: statistics are computed in at least float32 whatever
 the input dtype (``_compute_stats``: E[x] and E[x^2] in one pass, var = max(0, E[x^2] -
@@ -16,6 +17,7 @@ training (``use_running_average=False``, ``mutable=['batch_stats']``) as
 With ``axis_name`` set, batch statistics are averaged over that pmap axis
 (``lax.pmean``) so every replica normalises with the global batch's statistics.
 """
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,7 +27,7 @@ from . import initializers
 from .linear import canonicalize_dtype
 from .module import Module, compact, merge_param
 
-__all__ = ["BatchNorm", "LayerNorm", "GroupNorm", "RMSNorm"]
+__all__ = ["BatchNorm", "LayerNorm", "GroupNorm", "RMSNorm", "InstanceNorm", "SpectralNorm", "WeightNorm"]
 
 
 def _canonicalize_axes(rank: int, axes) -> tuple:
@@ -305,3 +307,187 @@ class GroupNorm(Module):
         return _normalize(self, x, mean, var, reduction_axes[:-1], (feature_axis,), self.dtype, self.param_dtype,
                           self.epsilon, self.use_bias, self.use_scale, self.bias_init, self.scale_init,
                           self.force_float32_reductions)
+
+
+class InstanceNorm(Module):
+    """Instance normalization (https://arxiv.org/abs/1607.08022): each example and each
+    feature normalised over the remaining axes (all but the leading batch axis and
+    ``feature_axes``), with a learned per-feature scale and bias.
+
+    Attributes: epsilon (1e-6), dtype, param_dtype, use_bias, use_scale, bias_init,
+    scale_init, feature_axes (default -1; may not include axis 0), axis_name,
+    axis_index_groups, use_fast_variance: as in LayerNorm.
+
+    Params: ``scale``, ``bias`` (shape = the feature axes).
+    """
+    epsilon: float = 1e-6
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    use_bias: bool = True
+    use_scale: bool = True
+    bias_init: Any = initializers.zeros
+    scale_init: Any = initializers.ones
+    feature_axes: Any = -1
+    axis_name: Any = None
+    axis_index_groups: Any = None
+    use_fast_variance: bool = True
+    force_float32_reductions: bool = True
+
+    @compact
+    def __call__(self, x, *, mask=None):
+        feature_axes = _canonicalize_axes(x.ndim, self.feature_axes)
+        if 0 in feature_axes:
+            raise ValueError("The channel axes cannot include the leading dimension as this is assumed to be the "
+                             "batch axis.")
+        reduction_axes = [i for i in range(1, x.ndim) if i not in feature_axes]
+        mean, var = _compute_stats(x, reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
+                                   use_fast_variance=self.use_fast_variance, mask=mask,
+                                   force_float32_reductions=self.force_float32_reductions)
+        return _normalize(self, x, mean, var, reduction_axes, feature_axes, self.dtype, self.param_dtype,
+                          self.epsilon, self.use_bias, self.use_scale, self.bias_init, self.scale_init,
+                          self.force_float32_reductions)
+
+
+# =====================================================================================
+# Weight reparametrisations (wrappers around another layer, through nn.map_variables)
+# =====================================================================================
+def _l2_normalize(x, axis=None, eps=1e-12):
+    """``x / sqrt(sum(x^2, axis) + eps)`` (``axis=None``: over all of x)."""
+    return x * lax.rsqrt(jnp.sum(x * x, axis=axis, keepdims=True) + eps)
+
+
+def _path_name(layer_name, path):
+    """'Dense_1/kernel' for the key path (collection, 'kernel') of a leaf of ``Dense_1``."""
+    return layer_name + "/" + "/".join(str(getattr(k, "key", k)) for k in path[1:])
+
+
+class SpectralNorm(Module):
+    """Spectral normalization (https://arxiv.org/abs/1802.05957): the wrapped layer runs
+    with each of its weight matrices divided by its largest singular value, estimated by
+    power iteration.
+
+        y = nn.SpectralNorm(nn.Dense(4))(x, update_stats=train)
+
+    The power iteration's ``u`` vector and the last ``sigma`` of each weight are kept in
+    ``collection_name`` (default 'batch_stats') under ``'<layer>/<param path>/u'`` and
+    ``.../sigma``; with ``update_stats=True`` they are updated (pass
+    ``mutable=['batch_stats']`` to ``apply``). Scalars and vectors are left as they are;
+    higher-rank weights are flattened to (-1, last axis) unless ``error_on_non_matrix``.
+
+    Attributes: layer_instance, n_steps (1), epsilon (1e-12), dtype, param_dtype,
+    error_on_non_matrix (False), collection_name ('batch_stats').
+    """
+    layer_instance: Module
+    n_steps: int = 1
+    epsilon: float = 1e-12
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    error_on_non_matrix: bool = False
+    collection_name: str = "batch_stats"
+
+    @compact
+    def __call__(self, *args, update_stats, **kwargs):
+        from .. import tree_util
+        from . import transforms
+
+        def layer_forward(layer_instance):
+            return layer_instance(*args, **kwargs)
+
+        return transforms.map_variables(
+            layer_forward,
+            trans_in_fn=lambda vs: tree_util.tree_map_with_path(
+                lambda path, v: self._spectral_normalize(path, v, update_stats), vs),
+            init=self.is_initializing(), mutable=True)(self.layer_instance)
+
+    def _spectral_normalize(self, path, vs, update_stats):
+        from .. import random
+        value = jnp.asarray(vs)
+        value_shape = value.shape
+        if value.ndim <= 1 or self.n_steps < 1:
+            return value
+        if value.ndim > 2:
+            if self.error_on_non_matrix:
+                raise ValueError(f"Input is {value.ndim}D but error_on_non_matrix is True")
+            value = jnp.reshape(value, (-1, value.shape[-1]))
+        name = _path_name(self.layer_instance.name, path)
+        u_var = self.variable(self.collection_name, name + "/u", random.normal,
+                              self.make_rng("params") if not self.has_variable(self.collection_name, name + "/u")
+                              else None, (1, value.shape[-1]), self.param_dtype)
+        u0 = u_var.value
+        sigma_var = self.variable(self.collection_name, name + "/sigma", jnp.ones, (), self.param_dtype)
+        for _ in range(self.n_steps):
+            v0 = _l2_normalize(jnp.matmul(u0, jnp.transpose(value, (1, 0))), eps=self.epsilon)
+            u0 = _l2_normalize(jnp.matmul(v0, value), eps=self.epsilon)
+        u0 = lax.stop_gradient(u0)
+        v0 = lax.stop_gradient(v0)
+        sigma = jnp.matmul(jnp.matmul(v0, value), jnp.transpose(u0))[0, 0]
+        value = value / jnp.where(sigma != 0, sigma, 1)
+        value_bar = jnp.reshape(value, value_shape)
+        if update_stats:
+            u_var.value = u0
+            sigma_var.value = sigma
+        dtype = canonicalize_dtype(vs, u0, v0, sigma, dtype=self.dtype)
+        return jnp.asarray(value_bar, dtype)
+
+
+class WeightNorm(Module):
+    """L2 weight normalization (https://arxiv.org/abs/1602.07868): the wrapped layer runs
+    with each selected weight divided by its l2 norm over the non-feature axes and, with
+    ``use_scale``, times a learned per-feature ``scale``.
+
+        y = nn.WeightNorm(nn.Dense(4))(x)      # params: WeightNorm_0/{'Dense_1/kernel/scale'}
+
+    Attributes:
+      layer_instance: the wrapped module.
+      epsilon (1e-12), dtype, param_dtype, use_scale (True), scale_init (ones).
+      feature_axes: axes that keep their own norm and scale (default -1; None: one norm
+        over the whole weight).
+      variable_filter: names; a weight is normalised when its path ``'<layer>/<param
+        path>'`` contains one of them (default ``{'kernel'}``; None or empty: all).
+    """
+    layer_instance: Module
+    epsilon: float = 1e-12
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    use_scale: bool = True
+    scale_init: Any = initializers.ones
+    feature_axes: Any = -1
+    variable_filter: Any = dataclasses.field(default_factory=lambda: {"kernel"})
+
+    @compact
+    def __call__(self, *args, **kwargs):
+        from .. import tree_util
+        from . import transforms
+
+        def layer_forward(layer_instance):
+            return layer_instance(*args, **kwargs)
+
+        return transforms.map_variables(
+            layer_forward, trans_in_fn=lambda vs: tree_util.tree_map_with_path(self._l2_normalize, vs),
+            init=self.is_initializing())(self.layer_instance)
+
+    def _l2_normalize(self, path, vs):
+        value = jnp.asarray(vs)
+        str_path = _path_name(self.layer_instance.name, path)
+        if self.variable_filter and not any(name in str_path for name in self.variable_filter):
+            return value
+        if self.feature_axes is None:
+            feature_axes = ()
+            reduction_axes = tuple(range(value.ndim))
+        else:
+            feature_axes = _canonicalize_axes(value.ndim, self.feature_axes)
+            reduction_axes = tuple(i for i in range(value.ndim) if i not in feature_axes)
+        feature_shape = [1] * value.ndim
+        reduced_feature_shape = []
+        for ax in feature_axes:
+            feature_shape[ax] = value.shape[ax]
+            reduced_feature_shape.append(value.shape[ax])
+        value_bar = _l2_normalize(value, axis=reduction_axes, eps=self.epsilon)
+        args = [vs]
+        if self.use_scale:
+            scale = jnp.reshape(self.param(str_path + "/scale", self.scale_init, reduced_feature_shape,
+                                           self.param_dtype), feature_shape)
+            value_bar = value_bar * scale
+            args.append(scale)
+        dtype = canonicalize_dtype(*args, dtype=self.dtype)
+        return jnp.asarray(value_bar, dtype)

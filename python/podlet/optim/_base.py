@@ -9,7 +9,7 @@ state structures are optax 0.2.8's, so ``import podlet.optim as optax`` works.
 """
 import functools
 import operator
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Protocol, Union, runtime_checkable
 
 import numpy as _np
 
@@ -22,7 +22,45 @@ Params = Any
 Updates = Any
 OptState = Any
 Schedule = Callable[[Any], Any]
+ScheduleState = Any
 ScalarOrSchedule = Union[float, Any, Schedule]
+
+
+@runtime_checkable
+class StatefulSchedule(Protocol):
+    """A schedule with a state: ``init() -> state``, ``update(state, **extra_args)
+    -> state``, ``__call__(state, **extra_args) -> value`` (see
+    :func:`inject_hyperparams`)."""
+
+    def init(self) -> ScheduleState:
+        ...
+
+    def update(self, state: ScheduleState, **extra_args) -> ScheduleState:
+        ...
+
+    def __call__(self, state: ScheduleState, **extra_args):
+        ...
+
+
+class TransformInitFn(Protocol):
+    """``init(params) -> state``."""
+
+    def __call__(self, params: Params) -> OptState:
+        ...
+
+
+class TransformUpdateFn(Protocol):
+    """``update(updates, state, params=None) -> (updates, state)``."""
+
+    def __call__(self, updates: Updates, state: OptState, params: Optional[Params] = None):
+        ...
+
+
+class TransformUpdateExtraArgsFn(Protocol):
+    """``update(updates, state, params=None, **extra_args) -> (updates, state)``."""
+
+    def __call__(self, updates: Updates, state: OptState, params: Optional[Params] = None, **extra_args: Any):
+        ...
 
 NO_PARAMS_MSG = (
     "You are using a transformation that requires the current value of "
@@ -238,6 +276,23 @@ def apply_updates(params: Params, updates: Updates) -> Params:
         params, updates, is_leaf=lambda x: x is None)
 
 
+def periodic_update(new_tensors: Params, old_tensors: Params, steps, update_period) -> Params:
+    """``new_tensors`` every ``update_period`` steps (when ``steps % update_period ==
+    0``), ``old_tensors`` otherwise (a ``lax.cond``, so ``steps`` may be traced).
+
+    Args:
+      new_tensors: the latest values.
+      old_tensors: the values kept between updates.
+      steps: the step count.
+      update_period: the period.
+
+    Returns:
+      One of the two trees.
+    """
+    from .. import lax
+    return lax.cond(jnp.mod(steps, update_period) == 0, lambda _: new_tensors, lambda _: old_tensors, None)
+
+
 def incremental_update(new_tensors: Params, old_tensors: Params, step_size) -> Params:
     """Polyak averaging: ``step_size * new + (1 - step_size) * old`` leafwise.
 
@@ -354,3 +409,44 @@ def tree_cast(tree: PyTree, dtype) -> PyTree:
 def tree_cast_like(tree: PyTree, other_tree: PyTree) -> PyTree:
     """Casts every leaf of ``tree`` to the dtype of the matching leaf of ``other_tree``."""
     return _tu.tree_map(lambda t, o: t.astype(o.dtype) if hasattr(o, "dtype") else t, tree, other_tree)
+
+
+def _scale_gradient_impl():
+    from .._src.custom_derivatives import custom_vjp
+
+    @custom_vjp
+    def _scale(inputs, scale):
+        del scale  # only used by the backward pass
+        return inputs
+
+    def fwd(inputs, scale):
+        return inputs, scale
+
+    def bwd(scale, g):
+        return _tu.tree_map(lambda g_: g_ * scale, g), None
+
+    _scale.defvjp(fwd, bwd)
+    return _scale
+
+
+_SCALE_GRADIENT = []
+
+
+def scale_gradient(inputs, scale):
+    """The identity forward, ``scale`` times the cotangent backward (a custom VJP).
+
+    Args:
+      inputs: a pytree of arrays.
+      scale: the factor of the backward pass (1: the identity, 0: ``stop_gradient``).
+
+    Returns:
+      ``inputs``.
+    """
+    if isinstance(scale, (int, float)) and scale == 1.0:
+        return inputs
+    if isinstance(scale, (int, float)) and scale == 0.0:
+        from .. import lax
+        return _tu.tree_map(lax.stop_gradient, inputs)
+    if not _SCALE_GRADIENT:
+        _SCALE_GRADIENT.append(_scale_gradient_impl())
+    return _SCALE_GRADIENT[0](inputs, scale)

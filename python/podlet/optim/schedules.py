@@ -377,3 +377,9 @@ def sgdr_schedule(cosine_kwargs: Iterable[Dict[str, Any]]) -> Schedule:
         boundaries += [step + kwargs["decay_steps"]]
         step += kwargs["decay_steps"]
     return join_schedules(schedules, boundaries[:-1])
+
+
+# optax.schedules also holds the hyperparameter injection (see _inject.py).
+from ._base import StatefulSchedule  # noqa: E402
+from ._inject import (InjectHyperparamsState, InjectStatefulHyperparamsState, WrappedSchedule,  # noqa: E402
+                      inject_hyperparams, inject_stateful_hyperparams)

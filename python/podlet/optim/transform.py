@@ -50,8 +50,9 @@ def update_moment(updates, moments, decay, order):
     Returns:
       The new moments.
     """
-    return _tu.tree_map(lambda g, t: (1 - decay) * (g ** order) + decay * t if g is not None else None,
-                        updates, moments, is_leaf=_is_none)
+    # g ** 1 is g; skipping the power also takes bool measurements (measure_with_ema).
+    return _tu.tree_map(lambda g, t: (1 - decay) * (g if order == 1 else g ** order) + decay * t
+                        if g is not None else None, updates, moments, is_leaf=_is_none)
 
 
 update_moment_per_elem_norm = update_moment  # identical for real arrays (podlet has no complex)

@@ -37,7 +37,9 @@ crc32 it records. Any failure, a truncated file, and any error h5py raises while
 or reading, is a CheckpointError naming the file and every failing leaf: a damaged file
 is refused, or (damage in unused bytes) reads back bit-identical, never silently changed.
 ``CheckpointManager.latest_valid_step`` (what ``--resume`` uses) is the newest step whose
-file verifies. Files in the older ``podlet-checkpoint-v1`` format (no checksums, no
+file verifies, ``best_step`` (what the end of training selects) the best one that
+verifies, and pruning never deletes either because damaged files are newer or score
+better. Files in the older ``podlet-checkpoint-v1`` format (no checksums, no
 header) still load as before, with a warning (once per file per process) that they
 cannot be verified; HDF5 parses them unprotected.
 
@@ -616,6 +618,23 @@ class CheckpointManager:
     second ``save`` first waits for the previous write, and so do ``wait_until_finished``,
     ``restore`` and interpreter exit (the thread is not a daemon). A write error is raised
     by the next call.
+
+    Damaged files: every choice that leads to reading a file (``best_step``,
+    ``latest_valid_step``, ``resolve("best"/"latest")``, ``restore``, ``metadata``) takes
+    the best or newest checkpoint that passes ``verify_checkpoint`` and reports each one it
+    skips (``on_skip(step, error)``, or a warning naming the file and the reason). Pruning
+    keeps what it always kept (the last ``max_to_keep`` files and the best by the metrics
+    they record) and also the newest and the best checkpoints that verify, so damaged
+    files can never crowd out the last usable ones. Damaged files are never deleted for
+    being damaged (only by the ordinary rule, once older than the last N); they are left
+    for inspection.
+
+    Verification reads a whole file, so only the candidates actually considered are
+    verified, newest (or best) first, and each verdict is cached while the file's inode,
+    size and timestamps stay the same. A file this manager wrote counts as verified
+    without a read while its ``os.stat`` is still the one it had right after the write
+    (its crc32s were computed from the very arrays written); ``restore_checkpoint`` checks
+    every leaf it reads in any case.
     """
 
     def __init__(self, directory, max_to_keep: int = 3, best_metric: str | None = None, best_mode: str = "max"):
@@ -633,11 +652,17 @@ class CheckpointManager:
                 except OSError:
                     pass
         self._metrics = {}
+        # step -> (stat signature, None or the CheckpointError): the verdicts of
+        # verify_checkpoint (and of this manager's own writes), valid while the file is unchanged
+        self._verdicts = {}
+        self._reported = set()  # (step, signature) already warned about
+        self._lock = threading.Lock()  # the writer thread prunes while the caller may select
         for s in self.all_steps():
             try:
                 self._metrics[s] = read_metadata(self.path(s))["metrics"]
-            except CheckpointError:
+            except CheckpointError as e:
                 self._metrics[s] = {}
+                self._remember(s, e)  # the header or metadata is damaged: the file cannot verify
         self._thread = None
         self._error = None
 
@@ -648,54 +673,129 @@ class CheckpointManager:
         return sorted(int(m.group(1)) for m in map(_NAME.match, os.listdir(self.directory)) if m)
 
     def latest_step(self):
+        """The newest step with a file, damaged or not (None if there is none).
+
+        Deliberately unverified: it costs a directory listing, and it answers "how far did
+        the run get" (the run directory checks, Ctrl-C's report). To read a checkpoint, use
+        ``latest_valid_step`` or ``resolve("latest")``, which skip damaged files.
+        """
         steps = self.all_steps()
         return steps[-1] if steps else None
+
+    # ---------------------------------------------------------------- verification
+
+    def _signature(self, step):
+        try:
+            st = os.stat(self.path(step))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def _remember(self, step, error):
+        sig = self._signature(step)
+        if sig is not None:
+            with self._lock:
+                self._verdicts[step] = (sig, error)
+
+    def _check(self, step):
+        """None if the file of `step` verifies, else its CheckpointError (cached per file state)."""
+        sig = self._signature(step)
+        if sig is None:
+            return CheckpointError(f"checkpoint {self.path(step)} does not exist")
+        with self._lock:
+            cached = self._verdicts.get(step)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        try:
+            verify_checkpoint(self.path(step))
+            error = None
+        except CheckpointError as e:
+            error = e
+        with self._lock:
+            self._verdicts[step] = (sig, error)
+        return error
+
+    def _skip(self, step, error, on_skip, what):
+        """Reports a damaged candidate: to `on_skip` every time, as a warning only if this
+        file (in this state) has not been reported yet (pruning asks again after every save)."""
+        key = (step, self._signature(step))
+        with self._lock:
+            seen = key in self._reported
+            self._reported.add(key)
+        if on_skip is not None:
+            on_skip(step, error)
+            return
+        if seen:
+            return
+        warnings.warn(f"step {step} is not used as the {what} checkpoint: {str(error).splitlines()[0]}",
+                      stacklevel=4)
+
+    def _first_valid(self, candidates, on_skip, what):
+        for s in candidates:
+            error = self._check(s)
+            if error is None:
+                return s
+            self._skip(s, error, on_skip, what)
+        return None
 
     def latest_valid_step(self, on_skip=None):
         """The newest step whose file passes ``verify_checkpoint`` (None if none does).
 
         Each newer step whose file fails is passed to ``on_skip(step, error)`` (the
-        CheckpointError; its first line names the file and the failing leaves).
+        CheckpointError; its first line names the file and the failing leaves), or without
+        `on_skip` reported once as a warning.
         """
         self.wait_until_finished()
-        for s in reversed(self.all_steps()):
-            try:
-                verify_checkpoint(self.path(s))
-            except CheckpointError as e:
-                if on_skip is not None:
-                    on_skip(s, e)
-                continue
-            return s
-        return None
+        return self._first_valid(reversed(self.all_steps()), on_skip, "newest")
 
-    def best_step(self):
+    def _ranked(self):
+        """Steps with a usable score, best first (ties: the earlier step, the first to reach it)."""
         if self.best_metric is None:
-            return None
-        scored = [(m[self.best_metric], s) for s, m in self._metrics.items()
-                  if isinstance(m.get(self.best_metric), (int, float)) and s in set(self.all_steps())]
+            return []
+        present = set(self.all_steps())
+        with self._lock:
+            metrics = list(self._metrics.items())
+        scored = [(m[self.best_metric], s) for s, m in metrics
+                  if s in present and isinstance(m.get(self.best_metric), (int, float))
+                  and not isinstance(m.get(self.best_metric), bool)]
         scored = [(v, s) for v, s in scored if v == v]  # NaN is never best
-        if not scored:
-            return None
-        # Ties go to the earlier step (the first to reach the score).
-        if self.best_mode == "max":
-            return max(scored, key=lambda vs: (vs[0], -vs[1]))[1]
-        return min(scored, key=lambda vs: (vs[0], vs[1]))[1]
+        sign = -1 if self.best_mode == "max" else 1
+        return [s for v, s in sorted(scored, key=lambda vs: (sign * vs[0], vs[1]))]
 
-    def resolve(self, step) -> int:
-        """An int step from ``"latest"``, ``"best"`` or a number."""
+    def best_step(self, on_skip=None):
+        """The best step by ``best_metric`` whose file verifies (None without a metric or
+        without a scored checkpoint that verifies).
+
+        A better-scored file that fails verification is skipped: passed to
+        ``on_skip(step, error)``, or reported once as a warning naming the file and why.
+        Only candidates down to the first that verifies are read (see the class docstring).
+        """
+        return self._first_valid(self._ranked(), on_skip, "best")
+
+    def resolve(self, step, on_skip=None) -> int:
+        """An int step from ``"latest"``, ``"best"`` or a number.
+
+        ``"latest"`` and ``"best"`` skip damaged files (``latest_valid_step``,
+        ``best_step``); an explicit number is taken as given (reading a damaged file then
+        raises its CheckpointError)."""
         self.wait_until_finished()
         if step == "latest" or step is None:
-            s = self.latest_step()
+            s = self.latest_valid_step(on_skip)
         elif step == "best":
-            s = self.best_step()
+            s = self.best_step(on_skip)
         else:
             s = int(step)
             if s not in self.all_steps():
                 raise CheckpointError(f"no checkpoint for step {s} in {self.directory}; "
                                       f"available: {self.all_steps()}")
         if s is None:
-            raise CheckpointError(f"no {step} checkpoint in {self.directory} (steps: {self.all_steps()})")
+            with self._lock:
+                damaged = [t for t in self.all_steps() if self._verdicts.get(t, (None, None))[1] is not None]
+            raise CheckpointError(f"no {step or 'latest'} checkpoint that verifies in {self.directory} "
+                                  f"(steps: {self.all_steps()}" + (f"; damaged: {damaged})" if damaged else ")"))
         return s
+
+    # ------------------------------------------------------------------- writing
 
     def save(self, step: int, state, *, metrics=None, config=None, model=None, wait: bool = False):
         self.wait_until_finished()
@@ -705,7 +805,9 @@ class CheckpointManager:
         def run():
             try:
                 _write(self.path(step), snap, step, config, model, metrics)
-                self._metrics[int(step)] = metrics
+                with self._lock:
+                    self._metrics[int(step)] = metrics
+                self._remember(int(step), None)  # written from these arrays, crc32s and all
                 self._prune()
             except BaseException as e:  # surfaced by the next call
                 self._error = e
@@ -718,16 +820,22 @@ class CheckpointManager:
     def _prune(self):
         steps = self.all_steps()
         keep = set(steps[-self.max_to_keep:])
-        best = self.best_step()
-        if best is not None:
-            keep.add(best)
+        ranked = self._ranked()
+        if ranked:
+            keep.add(ranked[0])  # the best by its metrics, even if damaged: pruning only ever keeps more
+        # the newest and the best that verify: damaged files must not push them out
+        newest_valid = self._first_valid(reversed(steps), None, "newest")
+        best_valid = self._first_valid(ranked, None, "best")
+        keep |= {s for s in (newest_valid, best_valid) if s is not None}
         for s in steps:
             if s not in keep:
                 try:
                     os.remove(self.path(s))
                 except FileNotFoundError:
                     pass
-                self._metrics.pop(s, None)
+                with self._lock:
+                    self._metrics.pop(s, None)
+                    self._verdicts.pop(s, None)
 
     def wait_until_finished(self):
         t = self._thread
@@ -738,11 +846,11 @@ class CheckpointManager:
             e, self._error = self._error, None
             raise CheckpointError(f"writing a checkpoint in {self.directory} failed: {e}") from e
 
-    def restore(self, target, step="latest"):
-        return restore_checkpoint(self.path(self.resolve(step)), target)
+    def restore(self, target, step="latest", on_skip=None):
+        return restore_checkpoint(self.path(self.resolve(step, on_skip)), target)
 
-    def metadata(self, step="latest") -> dict:
-        return read_metadata(self.path(self.resolve(step)))
+    def metadata(self, step="latest", on_skip=None) -> dict:
+        return read_metadata(self.path(self.resolve(step, on_skip)))
 
     def close(self):
         self.wait_until_finished()

@@ -341,11 +341,12 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
             if os.path.exists(metrics_path):
                 os.remove(metrics_path)
 
-    _on_process_0(prepare_run_dir)
-
     t = cfg.train
     n_dev, n_local = _device_count(cfg)
-    C.validate(cfg, num_devices=n_dev, default_origin=cfg_path)
+    # before the run directory is touched: a bad config leaves nothing behind
+    C.validate(cfg, num_devices=n_dev, default_origin=cfg_path, check_data=data is None)
+    _on_process_0(prepare_run_dir)
+
     data = data if data is not None else make_data(cfg)
     _check_shardable(data)
     n_train = data.num_examples("train")
@@ -353,6 +354,7 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
     if spe == 0:
         raise C.ConfigError(f"{cfg_path}: train.batch_size: {t.batch_size} exceeds the {n_train} training "
                             f"examples (raise data.scale or lower the batch)")
+    C.check_total_steps(cfg, spe, where=cfg_path)
     if t.max_steps_per_epoch:
         spe = min(spe, t.max_steps_per_epoch)
     total_steps = t.epochs * spe
@@ -518,12 +520,26 @@ def _init_from(state, path, cfg):
 
 # ------------------------------------------------------------------------------- finish
 
+def _select(mgr, say):
+    """The checkpoint the summary reports: the best by ``selection_metric`` that verifies,
+    else the newest that verifies. A damaged file is skipped with a warning naming it and
+    why, instead of ending a finished run with an error."""
+    def skipped(what):
+        return lambda s, e: say(f"warning: not selecting step {s} as the {what} checkpoint: "
+                                f"{str(e).splitlines()[0]}")
+    mgr.wait_until_finished()
+    step = mgr.best_step(on_skip=skipped("best"))
+    if step is None:
+        step = mgr.resolve("latest", on_skip=skipped("newest"))
+    return step
+
+
 def _finish(cfg, run_dir, mgr, target, evaluator, data, loop, step, t_start, say):
     """Restores the selected checkpoint, evaluates validation and test, writes
     summary.json and plots, prints the table (process 0 selects and writes; every
     process restores and evaluates)."""
     from podlet.training import report
-    selected = _on_process_0(lambda: mgr.best_step() if mgr.best_step() is not None else mgr.resolve("latest"))
+    selected = _on_process_0(lambda: _select(mgr, say))
     path = ckpt.checkpoint_path(os.path.join(run_dir, "checkpoints"), selected)
     state = ckpt.restore_checkpoint(path, target)
     rstate = jax_utils.replicate(state)
@@ -565,7 +581,7 @@ def evaluate_run(run_dir, split="test", checkpoint="best", data=None):
     cfg = C.config_from_dict(yaml.safe_load(open(cfg_path)), default_origin=cfg_path)
     _check_distributed()
     n_dev, n_local = _device_count(cfg)
-    C.validate(cfg, num_devices=n_dev, default_origin=cfg_path)
+    C.validate(cfg, num_devices=n_dev, default_origin=cfg_path, check_data=data is None)
     data = data if data is not None else make_data(cfg)
     model = S.build_model(cfg)
     spe = max(data.num_examples("train") // cfg.train.batch_size, 1)
