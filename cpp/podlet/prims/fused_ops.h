@@ -91,8 +91,8 @@ void unary_float(int64_t op, const A* a, A* d, int64_t m, int64_t imm) {
     case kSqrt: if constexpr (F) { LOOP(__builtin_sqrtf(x)) } else { LOOP(__builtin_sqrt(x)) }
     case kRsqrt: if constexpr (F) { LOOP(1.0f / __builtin_sqrtf(x)) } else { LOOP(1.0 / __builtin_sqrt(x)) }
     case kErf: if constexpr (F) { LOOP(fm::erf(x)) } else { LOOP(std::erf(x)) }
-    case kFloor: if constexpr (F) { LOOP(fm::floor(x)) } else { LOOP(std::floor(x)) }
-    case kCeil: if constexpr (F) { LOOP(fm::ceil(x)) } else { LOOP(std::ceil(x)) }
+    case kFloor: LOOP(fm::floor(x))
+    case kCeil: LOOP(fm::ceil(x))
     case kIntPow: {
       // x^2 and x^3, BatchNorm's variance terms, as one pass: the products below are
       // the ones the general loop forms (1 * p == p exactly: the first factor into the
