@@ -88,8 +88,6 @@ def test_sample_reaches_every_fused_opcode_and_load_pattern(sample):
     assert sample["fused_programs"] >= SAMPLE_PROGRAMS // 2
 
 
-
-
 @pytest.mark.parametrize("prim", ["floor", "ceil"])
 def test_f64_floor_ceil_keep_a_signalling_nan_when_fused(prim):
     x = np.array([0x7ff0000000000001, 0xfff0000000000001, 0x7ff8000000000002, 0x3ff8000000000000] * 5,
