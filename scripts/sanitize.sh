@@ -24,7 +24,7 @@ case "$kind" in
   address|thread) shift ;;
   *) echo "usage: scripts/sanitize.sh address|thread [pytest args...]" >&2; exit 2 ;;
 esac
-scripts/setup.sh --test >/dev/null
+scripts/setup.sh --test --deps-only >/dev/null  # the editable install is not needed
 PY="$ROOT/.venv/bin/python"
 BUILD="$ROOT/build/sanitize-$kind"
 LOGS="$BUILD/logs"
@@ -41,7 +41,17 @@ cmake --build "$BUILD" -j "$(nproc)"
 # --- run -----------------------------------------------------------------------------
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 export PODLET_CORE_DIR="$BUILD" PODLET_SANITIZE_LOGS="$LOGS"
-export PYTHONPATH="$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}"
+# This checkout's Python package with the sanitized core, whatever the venv's editable
+# install points at: its import hook steps aside for build dirs listed in
+# SKBUILD_EDITABLE_SKIP.
+export PYTHONPATH="$ROOT/python:$ROOT/scripts${PYTHONPATH:+:$PYTHONPATH}"
+editable_dirs=$("$PY" - <<'PYEOF'
+import glob, re, site
+for f in glob.glob(site.getsitepackages()[0] + "/_editable_skbc_podlet.py"):
+    print(":".join(sorted(set(re.findall(r"'([^']*/build/[^'/]+)'", open(f).read())))))
+PYEOF
+)
+export SKBUILD_EDITABLE_SKIP="${editable_dirs}${SKBUILD_EDITABLE_SKIP:+:$SKBUILD_EDITABLE_SKIP}"
 # Two threads even on a 1-core host: the threaded paths are what TSan is for.
 export PODLET_NUM_THREADS="${PODLET_NUM_THREADS:-2}"
 if [[ $kind == address ]]; then

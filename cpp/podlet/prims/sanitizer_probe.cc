@@ -16,11 +16,11 @@ const char* g_kept = nullptr;  // the buffer "keep_input" remembered for "read_k
 static Register reg_probe("sanitizer_probe", PrimDef{
     .shape = [](const std::vector<AVal>& in, const Attrs& a) -> std::vector<AVal> {
       check_arity(in, 1);
-      if (a.get<std::string>("mode") == "overrun_output") return {in[0]};
+      if (a.s("mode") == "overrun_output") return {in[0]};
       return {AVal{DType::f32, {}}};
     },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
-      const std::string& mode = a.get<std::string>("mode");
+      const std::string& mode = a.s("mode");
       if (mode == "overrun_output") {
         std::memcpy(out[0].raw(), in[0].raw(), in[0].nbytes());
         static_cast<volatile char*>(out[0].raw())[out[0].nbytes()] = 1;  // one byte past the end
