@@ -9,12 +9,12 @@
 // arena slot outside its value's lifetime — with ASan's manual poisoning API, so a kernel
 // that touches it is reported at the faulting instruction.
 //
-// TSan sees pthreads but not libgomp's or oneTBB's own hand-offs (futexes and atomics in
-// uninstrumented code): without help it reports every write before a parallel region
-// racing with the threads' reads inside it. PODLET_TSAN_RELEASE/ACQUIRE state the
-// happens-before edges the runtime provides: the calling thread releases before a region,
-// each task acquires at its start and releases at its end, the caller acquires after the
-// join. Races between the tasks of one region stay visible.
+// TSan sees pthreads but not libgomp's or oneTBB's hand-offs (futexes and atomics in
+// uninstrumented code): it reports every read of a region's shared variables, made before
+// any annotation could run, as a race with the caller's writes. In the thread build the
+// parallel regions therefore run on std::threads (parallel.h: on_threads,
+// dynamic_on_threads), whose creation and join TSan understands; each region keeps its
+// fixed chunks and dynamic hand-out, so races between the tasks of a region stay visible.
 #pragma once
 #include <cstddef>
 
@@ -30,15 +30,6 @@
 #define PODLET_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-#if defined(PODLET_SANITIZE_THREAD)
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-#define PODLET_TSAN_ACQUIRE(p) __tsan_acquire((void*)(p))
-#define PODLET_TSAN_RELEASE(p) __tsan_release((void*)(p))
-#else
-#define PODLET_TSAN_ACQUIRE(p) ((void)(p))
-#define PODLET_TSAN_RELEASE(p) ((void)(p))
-#endif
 
 namespace podlet {
 // Whether the library was built for a sanitizer ("address", "thread" or "").
@@ -72,22 +63,4 @@ inline void route_ubsan_reports() {
 #endif
 }
 
-// The fork/join edges of one parallel region (see above). Construct before the region
-// (the caller's writes happen before every task), call enter()/leave() around each task's
-// work, and the destructor acquires the tasks' writes for the caller.
-struct ForkJoinEdges {
-  char fork = 0, join = 0;
-  ForkJoinEdges() { PODLET_TSAN_RELEASE(&fork); }
-  ~ForkJoinEdges() { PODLET_TSAN_ACQUIRE(&join); }
-  void enter() { PODLET_TSAN_ACQUIRE(&fork); }
-  void leave() { PODLET_TSAN_RELEASE(&join); }
-  // enter() now, leave() when the task's scope ends (also by an exception).
-  struct Task {
-    ForkJoinEdges& e;
-    explicit Task(ForkJoinEdges& edges) : e(edges) { e.enter(); }
-    ~Task() { e.leave(); }
-  };
-  ForkJoinEdges(const ForkJoinEdges&) = delete;
-  ForkJoinEdges& operator=(const ForkJoinEdges&) = delete;
-};
 }  // namespace podlet

@@ -6,7 +6,6 @@
 #include <omp.h>
 #include <cstddef>
 #include <cstdint>
-#include "podlet/sanitize.h"
 #include "podlet/dtype.h"
 #include "podlet/parallel.h"
 
@@ -62,15 +61,20 @@ template <class Scratch, class F> void run_tasks(int64_t n, bool parallel, F&& f
     for (int64_t t = 0; t < n; ++t) f(t, s);
     return;
   }
-  ForkJoinEdges edges;
+#if defined(PODLET_SANITIZE_THREAD)
+  std::atomic<int64_t> next{0};
+  on_threads(nt, [&](int) {
+    Scratch s;
+    for (int64_t t; (t = next.fetch_add(1)) < n;) f(t, s);
+  });
+#else
 #pragma omp parallel num_threads(nt)
   {
-    edges.enter();
     Scratch s;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < n; ++t) f(t, s);
-    edges.leave();
   }
+#endif
 }
 // Same for cheap independent units (packing): no scratch.
 template <class F> void run_units(int64_t n, bool parallel, F&& f) {
@@ -80,13 +84,12 @@ template <class F> void run_units(int64_t n, bool parallel, F&& f) {
     for (int64_t t = 0; t < n; ++t) f(t);
     return;
   }
-  ForkJoinEdges edges;
+#if defined(PODLET_SANITIZE_THREAD)
+  dynamic_on_threads(nt, n, f);
+#else
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-  for (int64_t t = 0; t < n; ++t) {
-    edges.enter();
-    f(t);
-    edges.leave();
-  }
+  for (int64_t t = 0; t < n; ++t) f(t);
+#endif
 }
 
 // Whether offsets v are consecutive (v[i + 1] == v[i] + 1): that dim is contiguous.
