@@ -7,10 +7,11 @@ every opcode, broadcast load patterns, column sums), and the harness has to catc
 difference: a single flipped bit in one configuration's results (a NaN payload, the
 sign of a zero, a bool byte) is reported with a reproducer and a non-zero exit.
 
-The one mismatch the fuzzer has found so far is pinned below as a strict xfail
-(float64 floor / ceil of a signalling NaN: the fused interpreter's AVX2 / AVX-512 builds
-quiet it, the baseline build and the unfused kernel keep it); when it is fixed the test
-passes and the marker has to go."""
+The one mismatch the fuzzer has found (2026-11-28: float64 floor / ceil of a signalling
+NaN came out quiet from the fused interpreter's AVX2 / AVX-512 builds, which compiled
+std::floor to vroundpd, and unchanged from the baseline build and the unfused kernel) is
+fixed (one branch-free fm::floor/ceil for double in kernels/fastmath.h) and kept below
+as a regression test."""
 import importlib.util
 import io
 import pathlib
@@ -87,15 +88,6 @@ def test_sample_reaches_every_fused_opcode_and_load_pattern(sample):
     assert sample["fused_programs"] >= SAMPLE_PROGRAMS // 2
 
 
-HAS_AVX2 = "avx2" in podlet.cpu_info()["available_isas"]
-
-
-@pytest.mark.xfail(HAS_AVX2, strict=True, reason=(
-    "known bug found by fuzz/fused_diff.py (seeds 21000716, 8000000): fused_ops.h runs float64 "
-    "floor/ceil as std::floor/std::ceil, which GCC compiles to vroundpd in the AVX2/AVX-512 "
-    "builds (a signalling NaN comes out quiet, 0x7ff0000000000001 -> 0x7ff8000000000001) and "
-    "to an integer-conversion sequence that returns a NaN unchanged in the baseline build, as "
-    "the unfused kernel (elementwise.cc, baseline) does"))
 @pytest.mark.parametrize("prim", ["floor", "ceil"])
 def test_f64_floor_ceil_keep_a_signalling_nan_when_fused(prim):
     x = np.array([0x7ff0000000000001, 0xfff0000000000001, 0x7ff8000000000002, 0x3ff8000000000000] * 5,
@@ -106,6 +98,10 @@ def test_f64_floor_ceil_keep_a_signalling_nan_when_fused(prim):
     res = fd.run_program(prog, fd.available_configs())
     assert res.fused_nodes == 1
     assert not res.mismatches, [str(m) for m in res.mismatches]
+    # And the NaN is kept as it is (payload and signalling bit), as floor(NaN) in the
+    # unfused kernel has always returned it.
+    got = np.asarray(getattr(podlet.lax, prim)(x)).view(np.uint64)
+    np.testing.assert_array_equal(got[:3], x.view(np.uint64)[:3])
 
 
 def test_programs_are_determined_by_their_seed():

@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <cstring>
 #include <functional>
+#include "podlet/sanitize.h"
 #include "podlet/ir/graph.h"
 #include "podlet/ir/subgraph.h"
 #include "podlet/ir/scan_hoist.h"
@@ -138,6 +139,8 @@ std::vector<BindFn>& binders() {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "podlet C++ core";
+  route_ubsan_reports();
+  m.attr("sanitizer") = sanitizer_build();  // "address" / "thread" in scripts/sanitize.sh builds
   // Cached fused sub-graphs hold constants that may own NumPy arrays: free them while
   // the interpreter is still alive.
   py::module_::import("atexit").attr("register")(py::cpp_function([]() { clear_scan_plans(); clear_subgraph_cache(); }));

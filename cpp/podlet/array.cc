@@ -2,6 +2,7 @@
 #define _GNU_SOURCE  // mremap
 #endif
 #include "podlet/array.h"
+#include "podlet/sanitize.h"
 #include <atomic>
 #include <cstdlib>
 #include <algorithm>
@@ -73,7 +74,10 @@ void* map_pages(size_t n) {
   void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
-void unmap_pages(void* p, size_t n) { munmap(p, n); }
+void unmap_pages(void* p, size_t n) {
+  PODLET_UNPOISON(p, n);  // the shadow outlives the mapping: a later mmap may land here
+  munmap(p, n);
+}
 
 struct Pool {
   std::mutex mu;
@@ -119,6 +123,7 @@ struct Pool {
       g_pooled.store(int64_t(bytes));
     }
     for (auto [dm, dq] : drop) unmap_pages(dq, dm);
+    PODLET_UNPOISON(q, m);
     void* p = mremap(q, m, n, MREMAP_MAYMOVE);
     if (p != MAP_FAILED) return p;
     unmap_pages(q, m);
@@ -130,6 +135,7 @@ struct Pool {
       std::lock_guard<std::mutex> lk(mu);
       if (n > pool_cap()) { drop.emplace_back(n, p); }
       else {
+        PODLET_POISON(p, n);  // a use after free of a pooled buffer is reported
         lru.emplace_front(n, p);
         by_size.emplace(n, lru.begin());
         bytes += n;
@@ -170,6 +176,10 @@ std::shared_ptr<void> alloc_buffer(size_t nbytes) {
   }
   if (!p) p = n >= kPoolMin ? map_pages(n) : std::aligned_alloc(kAlign, n);
   if (!p) throw Error(fmt("out of memory allocating ", nbytes, " bytes"));
+  // Only the requested bytes are addressable: an overrun into the rounding slack (or a
+  // pooled buffer's surplus) is reported. In normal builds these are no-ops.
+  PODLET_UNPOISON(p, nbytes);
+  PODLET_POISON(static_cast<char*>(p) + nbytes, n - nbytes);
   int64_t live = g_live.fetch_add(int64_t(n)) + int64_t(n);
   int64_t pk = g_peak.load();
   while (live > pk && !g_peak.compare_exchange_weak(pk, live)) {}
@@ -178,7 +188,10 @@ std::shared_ptr<void> alloc_buffer(size_t nbytes) {
   return std::shared_ptr<void>(p, [n](void* q) {
     g_live.fetch_sub(int64_t(n));
     if (n >= kPoolMin) pool().give(n, q);
-    else std::free(q);
+    else {
+      PODLET_UNPOISON(q, n);
+      std::free(q);
+    }
   });
 }
 

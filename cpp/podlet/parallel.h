@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <vector>
 #include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
 #include <omp.h>
 
 namespace podlet {
@@ -25,6 +28,42 @@ class SerialScope {
  private:
   bool prev_;
 };
+
+// body(worker) on nt threads (worker 0 is the caller), each inside a SerialScope (a nested
+// region runs on one thread, as OpenMP's is by default); returns when all are done and
+// rethrows the first exception. OpenMP in normal builds; std::threads in the TSan build
+// (sanitize.h), where libgomp's hand-offs would be invisible.
+template <class F>
+void on_threads(int nt, F&& body) {
+#if defined(PODLET_SANITIZE_THREAD)
+  std::vector<std::exception_ptr> err(std::max(nt, 1));
+  auto run = [&](int w) {
+    SerialScope serial;
+    try { body(w); } catch (...) { err[w] = std::current_exception(); }
+  };
+  std::vector<std::thread> ts;
+  for (int w = 1; w < nt; ++w) ts.emplace_back(run, w);
+  run(0);
+  for (auto& t : ts) t.join();
+  for (auto& e : err) if (e) std::rethrow_exception(e);
+#else
+#pragma omp parallel num_threads(nt)
+  {
+    SerialScope serial;
+    body(omp_get_thread_num());
+  }
+#endif
+}
+
+// The TSan build's stand-in for `#pragma omp parallel for schedule(dynamic, 1)`:
+// f(i) for i in [0, n), each thread taking the next index.
+template <class F>
+void dynamic_on_threads(int nt, int64_t n, F&& f) {
+  std::atomic<int64_t> next{0};
+  on_threads(nt, [&](int) {
+    for (int64_t i; (i = next.fetch_add(1)) < n;) f(i);
+  });
+}
 
 // Runs one chunk. Every path of parallel_for calls fn through this one non-inlined
 // function, so fn's loop is compiled once: inlined separately into a serial and an
@@ -47,8 +86,12 @@ inline void parallel_for(int64_t n, int64_t grain, F&& fn) {
   }
 // Dynamic: a thread preempted on a shared machine does not hold back the chunks the
   // others could take. Chunk boundaries stay fixed, so results do not change.
+#if defined(PODLET_SANITIZE_THREAD)
+  dynamic_on_threads(num_threads(), nchunks, [&](int64_t c) { parallel_chunk(fn, c * grain, std::min(n, (c + 1) * grain)); });
+#else
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
   for (int64_t c = 0; c < nchunks; ++c) parallel_chunk(fn, c * grain, std::min(n, (c + 1) * grain));
+#endif
 }
 
 // Sums partial(begin, end) -> Acc over fixed chunks, combined in chunk order.

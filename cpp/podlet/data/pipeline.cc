@@ -150,25 +150,31 @@ Batch BatchIterator::produce(int64_t k) {
   b.epoch.resize(b.n);
   b.position.resize(b.n);
   b.index.resize(b.n);
+  auto one = [&](int64_t i) {
+    const auto& e = elems[i];
+    Record rec = spec_.source->get(e.index);
+    if (rec.height != h_ || rec.width != w_ || rec.channels != c_ ||
+        rec.image.size() != per)
+      throw ValueError(fmt(spec_.source->describe(), ": record ", e.index, " (id '", rec.id, "') has shape (",
+                           rec.height, ", ", rec.width, ", ", rec.channels, "), expected (", h_, ", ", w_,
+                           ", ", c_, ") like record 0; batching needs one shape"));
+    process_element(spec_, rec, e.epoch, e.position, b.image.get() + per * i);
+    b.label[i] = rec.label;
+    b.id[i] = std::move(rec.id);
+    b.epoch[i] = e.epoch;
+    b.position[i] = e.position;
+    b.index[i] = e.index;
+  };
+#if defined(PODLET_SANITIZE_THREAD)
+  // TBB's task hand-offs are invisible to TSan (sanitize.h): plain threads in that build.
+  dynamic_on_threads(arena_->max_concurrency(), b.n, one);
+#else
   arena_->execute([&] {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, b.n, 1), [&](const tbb::blocked_range<int64_t>& rg) {
-      for (int64_t i = rg.begin(); i < rg.end(); ++i) {
-        const auto& e = elems[i];
-        Record rec = spec_.source->get(e.index);
-        if (rec.height != h_ || rec.width != w_ || rec.channels != c_ ||
-            rec.image.size() != per)
-          throw ValueError(fmt(spec_.source->describe(), ": record ", e.index, " (id '", rec.id, "') has shape (",
-                               rec.height, ", ", rec.width, ", ", rec.channels, "), expected (", h_, ", ", w_,
-                               ", ", c_, ") like record 0; batching needs one shape"));
-        process_element(spec_, rec, e.epoch, e.position, b.image.get() + per * i);
-        b.label[i] = rec.label;
-        b.id[i] = std::move(rec.id);
-        b.epoch[i] = e.epoch;
-        b.position[i] = e.position;
-        b.index[i] = e.index;
-      }
+      for (int64_t i = rg.begin(); i < rg.end(); ++i) one(i);
     });
   });
+#endif
   return b;
 }
 

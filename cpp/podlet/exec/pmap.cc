@@ -302,8 +302,7 @@ void run_replicas_parallel(const Graph& g, const Node& n, std::vector<Value>& va
   std::vector<std::vector<Array>> outs(reps);
   std::vector<std::exception_ptr> err(reps);
   const int nt = std::min(num_threads(), reps);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-  for (int r = 0; r < reps; ++r) {
+  auto one = [&](int r) {
     SerialScope serial;
     try {
       std::vector<Array> in;
@@ -317,7 +316,13 @@ void run_replicas_parallel(const Graph& g, const Node& n, std::vector<Value>& va
     } catch (...) {
       err[r] = std::current_exception();
     }
-  }
+  };
+#if defined(PODLET_SANITIZE_THREAD)
+  dynamic_on_threads(nt, reps, one);
+#else
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (int r = 0; r < reps; ++r) one(r);
+#endif
   for (int r = 0; r < reps; ++r) {
     if (!err[r]) continue;
     try {

@@ -1,6 +1,7 @@
 #include <cstdlib>
 #include "podlet/ir/graph.h"
 #include "podlet/ir/memory_plan.h"
+#include "podlet/sanitize.h"
 #include "podlet/ir/ops.h"
 #include <map>
 #include <sstream>
@@ -30,22 +31,13 @@ std::vector<std::string> prim_names() {
   return v;
 }
 
-// Re-throws a podlet error with `prefix` prepended, keeping its type.
-[[noreturn]] static void rethrow_with(const std::string& prefix) {
-  try { throw; }
-  catch (const ShapeError& e) { throw ShapeError(prefix + e.what()); }
-  catch (const DTypeError& e) { throw DTypeError(prefix + e.what()); }
-  catch (const ValueError& e) { throw ValueError(prefix + e.what()); }
-  catch (const Error& e) { throw Error(prefix + e.what()); }
-}
-
 std::vector<AVal> infer_shapes(const PrimDef& p, const std::vector<AVal>& in, const Attrs& attrs) {
   try { return p.shape(in, attrs); }
   catch (const Error&) {
     std::string s = p.name + "(";
     for (size_t i = 0; i < in.size(); ++i)
       s += (i ? ", " : "") + std::string(dtype_name(in[i].dtype)) + shape_str(in[i].shape);
-    rethrow_with(s + "): ");
+    rethrow_prefixed(s + "): ");
   }
 }
 
@@ -70,7 +62,7 @@ std::vector<Array> apply_prim(const PrimDef& p, const std::vector<Array>& in, co
   std::chrono::steady_clock::time_point t0;
   if (prof) t0 = std::chrono::steady_clock::now();
   try { p.kernel(in, out, attrs); }
-  catch (const Error&) { rethrow_with(p.name + ": "); }
+  catch (const Error&) { rethrow_prefixed(p.name + ": "); }
   if (prof) record_profile(p, attrs, in, oa, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return out;
 }
@@ -287,6 +279,19 @@ std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
   // Intermediates live at planned offsets in one arena (memory_plan.h).
   const MemoryPlan plan = g_memory_plan ? plan_memory(g) : MemoryPlan{std::vector<int64_t>(g.num_values(), -1)};
   const std::shared_ptr<void> arena = plan.arena_bytes > 0 ? alloc_buffer(size_t(plan.arena_bytes)) : nullptr;
+#if defined(PODLET_SANITIZE_ADDRESS)
+  // Under ASan a slot is addressable only while its value lives (sanitize.h): a kernel
+  // that writes past its output or reads a value the plan already reused is reported.
+  std::vector<std::vector<int>> slot_dies(g.nodes.size());
+  for (int v = 0; v < g.num_values(); ++v)
+    if (plan.offset[v] >= 0 && plan.end[v] >= 0 && plan.end[v] < int(g.nodes.size())) slot_dies[plan.end[v]].push_back(v);
+  auto slot_of = [&](int v) { return static_cast<char*>(arena.get()) + plan.offset[v]; };
+  if (arena) PODLET_POISON(arena.get(), size_t(plan.arena_bytes));
+  struct Unpoison {  // the arena goes back to the allocator whole, also after an exception
+    void* p; size_t n;
+    ~Unpoison() { if (p) PODLET_UNPOISON(p, n); }
+  } unpoison_arena{arena.get(), size_t(plan.arena_bytes)};
+#endif
   // Last use of each value: free it right after, unless it is an output.
   std::vector<int> last(g.num_values(), -1);
   for (size_t i = 0; i < g.nodes.size(); ++i) for (int v : g.nodes[i].in) last[v] = int(i);
@@ -310,14 +315,21 @@ std::vector<Array> run_graph(const Graph& g, const std::vector<Array>& args) {
       else if (off >= 0) out.emplace_back(oa[k].dtype, oa[k].shape, static_cast<char*>(arena.get()) + off, arena);
       else out.emplace_back(oa[k]);
     }
+#if defined(PODLET_SANITIZE_ADDRESS)
+    for (int v : n.out)
+      if (plan.offset[v] >= 0 && !n.prim->kernel_allocates) PODLET_UNPOISON(slot_of(v), g.avals[v].nbytes());
+#endif
     const bool prof = g_profiling;
     std::chrono::steady_clock::time_point t0;
     if (prof) t0 = std::chrono::steady_clock::now();
     try { n.prim->kernel(in, out, n.attrs); }
-    catch (const Error&) { rethrow_with(n.prim->name + (n.where.empty() ? "" : " (" + n.where + ")") + ": "); }
+    catch (const Error&) { rethrow_prefixed(n.prim->name + (n.where.empty() ? "" : " (" + n.where + ")") + ": "); }
     if (prof) record_profile(*n.prim, n.attrs, in, oa, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     for (size_t k = 0; k < n.out.size(); ++k) slot[n.out[k]] = std::move(out[k]);
     for (int v : n.in) if (last[v] == int(i)) slot[v] = Array();
+#if defined(PODLET_SANITIZE_ADDRESS)
+    for (int v : slot_dies[i]) PODLET_POISON(slot_of(v), g.avals[v].nbytes());
+#endif
   }
   std::vector<Array> res;
   for (int v : g.outputs) res.push_back(slot[v]);

@@ -10,6 +10,7 @@ MemoryPlan plan_memory(const Graph& g, int64_t min_bytes) {
   const int V = g.num_values();
   MemoryPlan plan;
   plan.offset.assign(V, -1);
+  plan.end.assign(V, -1);
   std::vector<int> last(V, -1);
   std::vector<char> escapes(V, 0);
   for (int i = 0; i < N; ++i) for (int v : g.nodes[i].in) last[v] = i;
@@ -54,6 +55,7 @@ MemoryPlan plan_memory(const Graph& g, int64_t min_bytes) {
     }
     off_of[it.value] = at;
     plan.offset[it.value] = at;
+    plan.end[it.value] = it.end;
     plan.arena_bytes = std::max(plan.arena_bytes, at + it.bytes);
     plan.values += 1;
     plan.sum_bytes += it.bytes;

@@ -23,6 +23,7 @@ namespace podlet {
 
 struct MemoryPlan {
   std::vector<int64_t> offset;  // by value id: byte offset in the arena, or -1 (allocated alone)
+  std::vector<int> end;          // by value id: the last node that needs its slot (views included)
   int64_t arena_bytes = 0;
   int64_t values = 0;           // values placed in the arena
   int64_t sum_bytes = 0;        // their total size (what separate buffers would need at most)

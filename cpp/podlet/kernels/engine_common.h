@@ -61,12 +61,20 @@ template <class Scratch, class F> void run_tasks(int64_t n, bool parallel, F&& f
     for (int64_t t = 0; t < n; ++t) f(t, s);
     return;
   }
+#if defined(PODLET_SANITIZE_THREAD)
+  std::atomic<int64_t> next{0};
+  on_threads(nt, [&](int) {
+    Scratch s;
+    for (int64_t t; (t = next.fetch_add(1)) < n;) f(t, s);
+  });
+#else
 #pragma omp parallel num_threads(nt)
   {
     Scratch s;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < n; ++t) f(t, s);
   }
+#endif
 }
 // Same for cheap independent units (packing): no scratch.
 template <class F> void run_units(int64_t n, bool parallel, F&& f) {
@@ -76,8 +84,12 @@ template <class F> void run_units(int64_t n, bool parallel, F&& f) {
     for (int64_t t = 0; t < n; ++t) f(t);
     return;
   }
+#if defined(PODLET_SANITIZE_THREAD)
+  dynamic_on_threads(nt, n, f);
+#else
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
   for (int64_t t = 0; t < n; ++t) f(t);
+#endif
 }
 
 // Whether offsets v are consecutive (v[i + 1] == v[i] + 1): that dim is contiguous.

@@ -12,6 +12,7 @@
 // baseline callers.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 namespace podlet::kernels {
@@ -168,6 +169,31 @@ inline float ceil(float x) {
   float t = trunc_small(x);
   t = t < x ? t + 1.0f : t;
   t = fabs_(x) < kTwo23 ? t : x;
+  return copysign_(t, x);
+}
+// The same for double: std::floor/ceil would be a libm call or a cvt sequence in baseline
+// builds (which keep a signalling NaN) but vroundsd in AVX builds (which quietens it),
+// so fused and unfused results differed in a NaN's bits (fuzz/fused_diff.py found it).
+constexpr double kTwo52 = 4503599627370496.0;
+inline double fabs_(double x) {
+  uint64_t u; std::memcpy(&u, &x, 8); u &= 0x7fffffffffffffffull; std::memcpy(&x, &u, 8); return x;
+}
+inline double copysign_(double mag, double sgn) {
+  uint64_t m, g; std::memcpy(&m, &mag, 8); std::memcpy(&g, &sgn, 8);
+  m = (m & 0x7fffffffffffffffull) | (g & 0x8000000000000000ull);
+  std::memcpy(&mag, &m, 8); return mag;
+}
+inline double trunc_small(double x) { return double(int64_t(fabs_(x) < kTwo52 ? x : 0.0)); }
+inline double floor(double x) {
+  double t = trunc_small(x);
+  t = t > x ? t - 1.0 : t;
+  t = fabs_(x) < kTwo52 ? t : x;
+  return copysign_(t, x);
+}
+inline double ceil(double x) {
+  double t = trunc_small(x);
+  t = t < x ? t + 1.0 : t;
+  t = fabs_(x) < kTwo52 ? t : x;
   return copysign_(t, x);
 }
 inline float round_afz(float x) {  // half away from zero

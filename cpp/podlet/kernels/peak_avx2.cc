@@ -4,14 +4,14 @@
 #include <immintrin.h>
 #include <omp.h>
 #include "podlet/kernels/peak.h"
+#include "podlet/parallel.h"
 
 namespace podlet::kernels {
 
 double fma_loop_avx2(int threads, int64_t iters) {
   const double t0 = omp_get_wtime();
   float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  {
+  on_threads(threads, [&](int) {
     const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
     __m256 a0 = _mm256_set1_ps(0.f), a1 = _mm256_set1_ps(1.f), a2 = _mm256_set1_ps(2.f), a3 = _mm256_set1_ps(3.f);
     __m256 a4 = _mm256_set1_ps(4.f), a5 = _mm256_set1_ps(5.f), a6 = _mm256_set1_ps(6.f), a7 = _mm256_set1_ps(7.f);
@@ -29,8 +29,9 @@ double fma_loop_avx2(int threads, int64_t iters) {
     s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
     float out[8];
     _mm256_storeu_ps(out, s);
+#pragma omp atomic
     sink += out[0];
-  }
+  });
   const double dt = omp_get_wtime() - t0;
   volatile float keep = sink;
   (void)keep;

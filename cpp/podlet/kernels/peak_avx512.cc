@@ -3,14 +3,14 @@
 #include <immintrin.h>
 #include <omp.h>
 #include "podlet/kernels/peak.h"
+#include "podlet/parallel.h"
 
 namespace podlet::kernels {
 
 double fma_loop_avx512(int threads, int64_t iters) {
   const double t0 = omp_get_wtime();
   float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  {
+  on_threads(threads, [&](int) {
     const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
     __m512 a0 = _mm512_set1_ps(0.f), a1 = _mm512_set1_ps(1.f), a2 = _mm512_set1_ps(2.f), a3 = _mm512_set1_ps(3.f);
     __m512 a4 = _mm512_set1_ps(4.f), a5 = _mm512_set1_ps(5.f), a6 = _mm512_set1_ps(6.f), a7 = _mm512_set1_ps(7.f);
@@ -25,8 +25,9 @@ double fma_loop_avx512(int threads, int64_t iters) {
     __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
                              _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
     s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+#pragma omp atomic
     sink += _mm512_reduce_add_ps(s);
-  }
+  });
   const double dt = omp_get_wtime() - t0;
   volatile float keep = sink;
   (void)keep;

@@ -4,14 +4,14 @@
 #include <immintrin.h>
 #include <omp.h>
 #include "podlet/kernels/peak.h"
+#include "podlet/parallel.h"
 
 namespace podlet::kernels {
 
 double bf16_dot_loop_avx512bf16(int threads, int64_t iters) {
   const double t0 = omp_get_wtime();
   float sink = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : sink)
-  {
+  on_threads(threads, [&](int) {
     // 0x3f80 is bf16 1.0, 0x3380 about 6e-8: accumulators grow slowly and stay finite.
     const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3f803f80), c = (__m512bh)_mm512_set1_epi32(0x33803380);
     __m512 a0 = _mm512_set1_ps(0.f), a1 = _mm512_set1_ps(1.f), a2 = _mm512_set1_ps(2.f), a3 = _mm512_set1_ps(3.f);
@@ -27,8 +27,9 @@ double bf16_dot_loop_avx512bf16(int threads, int64_t iters) {
     __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
                              _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
     s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
+#pragma omp atomic
     sink += _mm512_reduce_add_ps(s);
-  }
+  });
   const double dt = omp_get_wtime() - t0;
   volatile float keep = sink;
   (void)keep;

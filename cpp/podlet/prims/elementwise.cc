@@ -417,8 +417,8 @@ FLOAT_FN(erf, fm::erf(x), std::erf(x))
 FLOAT_FN(erf_inv, fm::erf_inv(x), erf_inv_f64(x))
 FLOAT_FN(sin, std::sin(x), std::sin(x))
 FLOAT_FN(cos, std::cos(x), std::cos(x))
-FLOAT_FN(floor, fm::floor(x), std::floor(x))
-FLOAT_FN(ceil, fm::ceil(x), std::ceil(x))
+FLOAT_FN(floor, fm::floor(x), fm::floor(x))
+FLOAT_FN(ceil, fm::ceil(x), fm::ceil(x))
 #undef FLOAT_FN
 
 // =====================================================================================

@@ -1,15 +1,16 @@
 // The per-instruction loops of the fused elementwise interpreter (prims/fused.cc):
 // one instruction over one tile of m elements, from registers a, b, c into d. Compiled
-// twice: for baseline x86-64 inside fused.cc, and with AVX-512 enabled in
-// kernels/fused_avx512.cc (with -ffp-contract=off), where GCC vectorises the same loops
-// 16 lanes wide. Both give the same bits: every op is an IEEE operation per element (or
+// three times: for baseline x86-64 inside fused.cc, with AVX2 in kernels/fused_avx2.cc
+// and with AVX-512 in kernels/fused_avx512.cc (both with -ffp-contract=off), where GCC
+// vectorises the same loops 8 or 16 lanes wide. All give the same bits: every op is an IEEE operation per element (or
 // an integer one) written without fused multiply-adds, so the lane width cannot change
 // a result.
 //
 // Everything here has internal linkage (anonymous namespace) and uses no template or
 // inline function with external linkage (errors are thrown by fused_error, defined in
-// fused.cc), so the AVX-512 translation unit cannot lend its code to baseline callers
-// through the linker: `nm --defined-only` on its object shows no weak symbol.
+// fused.cc), so the AVX2 and AVX-512 translation units cannot lend their code to
+// baseline callers through the linker: `nm --defined-only` on their objects shows no
+// weak symbol.
 #pragma once
 #pragma GCC optimize("no-trapping-math")  // as elementwise.cc: lets GCC vectorise float selects
 #include <cmath>
@@ -90,8 +91,8 @@ void unary_float(int64_t op, const A* a, A* d, int64_t m, int64_t imm) {
     case kSqrt: if constexpr (F) { LOOP(__builtin_sqrtf(x)) } else { LOOP(__builtin_sqrt(x)) }
     case kRsqrt: if constexpr (F) { LOOP(1.0f / __builtin_sqrtf(x)) } else { LOOP(1.0 / __builtin_sqrt(x)) }
     case kErf: if constexpr (F) { LOOP(fm::erf(x)) } else { LOOP(std::erf(x)) }
-    case kFloor: if constexpr (F) { LOOP(fm::floor(x)) } else { LOOP(std::floor(x)) }
-    case kCeil: if constexpr (F) { LOOP(fm::ceil(x)) } else { LOOP(std::ceil(x)) }
+    case kFloor: LOOP(fm::floor(x))
+    case kCeil: LOOP(fm::ceil(x))
     case kIntPow: {
       // x^2 and x^3, BatchNorm's variance terms, as one pass: the products below are
       // the ones the general loop forms (1 * p == p exactly: the first factor into the
