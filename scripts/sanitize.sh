@@ -66,7 +66,9 @@ else
   runtime="$(gcc -print-file-name=libtsan.so)"
   export TSAN_OPTIONS="log_path=$LOGS/tsan:halt_on_error=0:second_deadlock_stack=1:suppressions=$ROOT/scripts/sanitize-thread.supp"
 fi
-export LD_PRELOAD="$runtime"
+# libstdc++ with it: Python is C, so libstdc++ would load after the runtime, which then
+# finds no real __cxa_throw to intercept (ASan CHECK-fails at the first C++ exception).
+export LD_PRELOAD="$runtime $(g++ -print-file-name=libstdc++.so)"
 # The subset: every test file except the ones that only drive Python-side code, notebooks
 # or JAX/PyTorch oracles at length (they reach no C++ the rest does not). Documented in
 # CONTRIBUTING.md.
