@@ -39,6 +39,13 @@ API += [  # _src/numpy_reductions.py
     "nanmin", "nanmax", "nansum", "nanprod", "nanmean", "nanvar", "nanstd", "nanargmax", "nanargmin",
     "cumsum", "cumprod", "nancumsum", "nancumprod", "cumulative_sum", "cumulative_prod", "ptp", "average",
     "quantile", "percentile", "median", "nanquantile", "nanpercentile", "nanmedian", "cov", "corrcoef"]
+API += [  # _src/numpy_manip.py
+    "append", "insert", "delete", "array_split", "split", "dsplit", "hsplit", "vsplit", "column_stack", "dstack",
+    "block", "rot90", "resize", "atleast_3d", "unstack", "permute_dims", "rollaxis", "concat", "matrix_transpose",
+    "trim_zeros", "select", "piecewise", "choose", "put", "put_along_axis", "place", "apply_along_axis",
+    "apply_over_axes", "vectorize", "ediff1d", "gradient", "trapezoid", "cross", "vecdot", "matvec", "vecmat",
+    "interp", "convolve", "correlate", "polyval", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint",
+    "poly"]
 
 rng = np.random.default_rng(0)
 F34 = rng.standard_normal((3, 4)).astype(np.float32)
@@ -351,6 +358,84 @@ CASES += [c("cov", C36), c("cov", C36, rowvar=False), c("cov", C36[0]), c("cov",
 RTOL.update(nanvar=1e-6, nanstd=1e-6, percentile=4e-6, nanpercentile=4e-6, cov=2e-6, corrcoef=2e-6, average=1e-6,
             quantile=1e-6, nanquantile=1e-6, cumprod=1e-6, nancumprod=1e-6)
 
+# --- manipulation, function application, calculus, polynomials, 1-D signals (issue 26) ---
+I234 = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+A7 = rng.standard_normal(7).astype(np.float32)
+V3 = rng.standard_normal(3).astype(np.float32)
+B43 = rng.standard_normal((4, 3)).astype(np.float32)
+XP = np.float32([0, 1, 2.5, 4, 4, 7])
+FP = np.float32([1, 3, 2, 5, 6, 0])
+XQ = np.float32([-1, 0, 0.5, 2.5, 4, 5.5, 7, 9, np.nan])
+PC = np.float32([2, -1, 0.5, 3])
+CASES += [c("append", F34, I34), c("append", F34, F34[:1], axis=0), c("append", 1, 2.5), c("append", I34, I34[:, :1], axis=1),
+          c("insert", I34, 1, 99), c("insert", I34, 2, 99, axis=1), c("insert", I34, np.int32([0, 2, 2]), np.int32([7, 8, 9]), axis=1),
+          c("insert", I34, slice(0, 3), 0, axis=0), c("insert", F34, -1, np.float32([1, 2, 3]), axis=1), c("insert", I34, 1, 5.5),
+          c("insert", I34, np.int32([1]), np.int32([[1], [2], [3]]), axis=1), c("insert", I34, 1, np.int32([[1, 2, 3, 4]]), axis=0),
+          c("delete", I34, 1), c("delete", I34, 1, axis=1), c("delete", I34, -1, axis=0), c("delete", I34, slice(0, 3, 2), axis=1),
+          c("delete", Concrete(I34), Concrete(np.int32([0, 2, 2])), axis=1), c("delete", I34, Concrete(np.array([True, False, True])), axis=0),
+          c("delete", F34, np.int32([3, 1]), axis=1, assume_unique_indices=True),
+          c("array_split", np.arange(7), 3), c("array_split", np.arange(7), [1, 3]), c("array_split", I34, 3, axis=1),
+          c("split", I34, 2, axis=1), c("split", np.arange(7), Concrete(np.int32([2, 2, 5]))), c("hsplit", I34, 2), c("vsplit", I34, [1]),
+          c("dsplit", I234, 2), c("hsplit", np.arange(6), 3),
+          c("column_stack", [np.arange(3), np.arange(3, 6)]), c("column_stack", [F34[:, 0], F34]), c("column_stack", F34),
+          c("dstack", [F34, F34]), c("dstack", [np.arange(3), np.arange(3)]), c("dstack", F34), c("dstack", [F34, I34], dtype=np.float32),
+          c("block", [[F34, F34], [F34, F34]]), c("block", [F34, I34]), c("block", [[np.ones((2, 2)), np.zeros((2, 1))], [np.zeros((1, 3))]]),
+          c("block", np.float32(1)), c("block", [1, 2, np.int32([3, 4])]),
+          c("resize", F34, (5, 3)), c("resize", I34, 5), c("resize", F34, (0,)), c("resize", np.float32([]), (2, 2)),
+          c("atleast_3d", 3.0), c("atleast_3d", np.arange(3)), c("atleast_3d", F34), c("atleast_3d", F34, np.arange(3)),
+          c("unstack", F34), c("unstack", F34, axis=1), c("permute_dims", I234, (2, 0, 1)), c("rollaxis", I234, 2),
+          c("rollaxis", I234, 0, 2), c("rollaxis", I234, -1, -3), c("concat", [F34, I34], axis=1), c("concat", [F34, F34], axis=None),
+          c("matrix_transpose", I234), c("matrix_transpose", F34),
+          c("trim_zeros", Concrete(np.int32([0, 0, 1, 2, 0, 3, 0]))), c("trim_zeros", Concrete(np.int32([0, 0, 1, 2, 0, 3, 0])), "f"),
+          c("trim_zeros", Concrete(np.int32([0, 0, 1, 2, 0, 3, 0])), "b"), c("trim_zeros", Concrete(np.zeros(3))),
+          c("trim_zeros", Concrete(np.pad(I34, 1)), axis=1), c("trim_zeros", Concrete(np.pad(I34, 1))),
+          c("select", [F34 > 0, F34 < -1], [F34, F34 * 2]), c("select", [F34 > 0], [1], default=-1.5),
+          c("select", [I34 > 2, I34 < 0], [I34, 0], 7), c("select", [np.array([True, False])], [3]),
+          c("piecewise", F34, [F34 < 0, F34 > 0.5], [lambda x: -x, lambda x: x * 2]),
+          c("piecewise", F34, [F34 < 0], [lambda x: x ** 2, 7.0]), c("piecewise", I34, [I34 < 0, I34 > 3], [0, lambda x: x * 10, -1]),
+          c("choose", Concrete(np.int32([0, 1, 2, 1])), [np.int32([1, 2, 3, 4]), np.int32([5, 6, 7, 8]), 0]),
+          c("choose", np.int32([0, 4, -1, 1]), [F34[0], F34[1]], mode="wrap"), c("choose", np.int32([0, 4, -1, 1]), [F34[0], F34[1]], mode="clip"),
+          c("choose", np.int32([[0], [1]]), [F34[:2], 1.5], mode="clip"),
+          c("put", F34, np.int32([0, 5, 11]), np.float32([9, 8, 7]), inplace=False), c("put", I34, np.int32([0, 15, -1]), 5, inplace=False),
+          c("put", I34, np.int32([0, 15, -1]), np.int32([1, 2]), mode="clip", inplace=False),
+          c("put", I34, np.int32([0, 15, -13]), 5, mode="wrap", inplace=False),
+          c("put_along_axis", F34, np.int32([[0], [2], [1]]), 9.0, axis=1, inplace=False),
+          c("put_along_axis", F34, np.argsort(F34, axis=0)[:1].astype(np.int32), np.float32([[1, 2, 3, 4]]), axis=0, inplace=False),
+          c("put_along_axis", I34, np.int32([3, 0]), 7, None, inplace=False),
+          c("place", F34, F34 > 0, np.float32([1, 2]), inplace=False), c("place", I34, I34 % 3 == 0, 0, inplace=False),
+          c("apply_along_axis", lambda r: r * r.sum(), 1, F34), c("apply_along_axis", lambda r: r[:2], 0, I234),
+          c("apply_along_axis", lambda r, k: r.max() * k, -1, F34, 3.0),
+          c("apply_over_axes", lambda a, ax: a.sum(axis=ax), F34, [0, 1]), c("apply_over_axes", lambda a, ax: a.max(axis=ax, keepdims=True), I234, (0, 2)),
+          c("ediff1d", F34), c("ediff1d", I34, to_end=np.int32([100, 200]), to_begin=-5), c("ediff1d", np.float32([1]), to_begin=2.5),
+          c("gradient", F34), c("gradient", F34, 2.0), c("gradient", F34, axis=1), c("gradient", F34, 0.5, 2.0),
+          c("gradient", F34[0], np.float32([0, 1, 3, 7])), c("gradient", I34, axis=0), c("gradient", F34, np.float32([0, 1, 3]), axis=0),
+          c("trapezoid", F34), c("trapezoid", F34, dx=0.5, axis=0), c("trapezoid", F34, x=np.float32([0, 1, 3, 7])), c("trapezoid", I34),
+          c("trapezoid", F34, x=np.cumsum(np.abs(F34), axis=0), axis=0),
+          c("cross", B43, B43[::-1]), c("cross", B43[:, :2], B43[:, :2]), c("cross", B43[:, :2], B43), c("cross", B43.T, B43.T, axis=0),
+          c("cross", np.int32([1, 2, 3]), np.int32([4, 5, 6])),
+          c("vecdot", F34, F34), c("vecdot", F34, F34[0]), c("vecdot", F34, F34, axis=0), c("vecdot", I34, F34),
+          c("matvec", F34, F34[0]), c("matvec", np.stack([F34, F34]), F34[0]), c("vecmat", F34[:, 0], F34),
+          c("vecmat", np.stack([F34[:, 0]] * 2), F34),
+          c("interp", XQ, XP, FP), c("interp", XQ, XP, FP, left=-9, right=9), c("interp", XQ, XP, FP, "extrapolate", "extrapolate"),
+          c("interp", XQ, XP, FP, period=3.0), c("interp", np.int32([1, 3]), np.int32([0, 4]), np.int32([0, 8])), c("interp", 1.5, XP, FP),
+          c("polyval", PC, F34), c("polyval", np.int32([1, 2, 3]), I34), c("polyval", PC, 2.0), c("polyval", np.float32([]), F34),
+          c("polyadd", PC, np.float32([1, 1])), c("polyadd", np.int32([1]), np.int32([1, 2, 3])), c("polysub", PC, np.float32([1, 1, 1, 1, 1])),
+          c("polymul", PC, np.float32([1, -2])), c("polymul", np.int32([1, 2]), np.int32([3, 4, 5])),
+          c("polydiv", np.float32([1, -3, 2, 5]), np.float32([1, -1])), c("polydiv", np.float32([2, 4]), np.float32([1, 2, 3])),
+          c("polyint", PC, 2, k=np.float32([1, 2])), c("polyder", np.int32([3, 2, 1])),
+          c("poly", np.float32([1, 2, 3])), c("poly", np.float32([])), c("poly", np.int32([-1, 1]))]
+for _k in (0, 1, 2, 3, -1):
+    CASES += [c("rot90", F34, _k), c("rot90", I234, _k, axes=(2, 0))]
+for _mode in ("full", "same", "valid"):
+    CASES += [c("convolve", A7, V3, _mode), c("convolve", V3, A7, _mode), c("correlate", A7, V3, _mode),
+              c("correlate", V3, A7, _mode), c("convolve", np.int32([1, 2, 3]), np.int32([0, 1]), _mode),
+              c("correlate", A7, A7[:4], _mode)]
+for _m in (0, 1, 2, 5):
+    CASES += [c("polyder", PC, _m), c("polyint", PC, _m)] + ([c("polyint", PC, _m, k=2.0)] if _m else [])
+RTOL.update(convolve=1e-6, correlate=1e-6, polymul=1e-6, poly=1e-6, gradient=1e-6, trapezoid=1e-6, interp=1e-6,
+            vecdot=1e-6, matvec=1e-6, vecmat=1e-6, apply_over_axes=1e-6)
+ATOL = {"cross": 1e-6}  # XLA contracts a*b - c*d into an FMA: near-zero results differ by ~1e-9
+
 RTOL.update(linspace=1e-6, geomspace=1e-6, logspace=1e-6, blackman=2e-6, hamming=2e-6, hanning=2e-6, kaiser=2e-6,
             bartlett=2e-6)
 
@@ -375,7 +460,8 @@ def _check(got, want, name, weak=True):
         if w.dtype.kind == "f" or w.dtype == jnp.bfloat16:
             # Transcendental kernels (log, sqrt) may differ from XLA's by an ulp or two.
             np.testing.assert_allclose(g_np.astype(np.float64), w.astype(np.float64),
-                                       rtol=RTOL.get(name, 4e-7) if w.dtype == np.float32 else 1e-2, atol=0,
+                                       rtol=RTOL.get(name, 4e-7) if w.dtype == np.float32 else 1e-2,
+                                       atol=ATOL.get(name, 0),
                                        equal_nan=True, err_msg=name)
         else:
             np.testing.assert_array_equal(g_np, w, err_msg=name)
@@ -481,7 +567,42 @@ def test_index_tricks_like_jax():
         pnp.r_["x,y", F5]
 
 
-NON_ARRAY_COVERED = {"isdtype"}  # covered by test_isdtype_like_jax
+def test_vectorize_like_jax():
+    """jnp.vectorize: broadcasting, signature (core dims, several outputs), excluded
+    positions and names, None arguments, errors; eagerly and under podlet.jit."""
+    def run(m, kind):
+        if kind == "plain":
+            return m.vectorize(lambda a, b: a * 2 + b)(F34, F5[:4])
+        if kind == "sig":
+            return m.vectorize(lambda u, v: m.dot(u, v), signature="(n),(n)->()")(F234, F34)
+        if kind == "sig2":
+            return m.vectorize(lambda u: (m.sum(u), u[::-1]), signature="(n)->(),(n)")(F234)
+        if kind == "mat":
+            return m.vectorize(m.matmul, signature="(n,m),(m,k)->(n,k)")(F234[:, :, :3], F33)
+        if kind == "excl":
+            return m.vectorize(lambda a, p, b: a ** p + b, excluded={1})(F34, 2, F5[:4])
+        if kind == "excl_kw":
+            return m.vectorize(lambda a, scale=1.0: a * scale, excluded={"scale"})(F34, scale=3.0)
+        if kind == "none":
+            return m.vectorize(lambda a, b: a if b is None else a + b)(F34, None)
+        return m.vectorize(lambda a: a + 1)(3.0)
+    for kind in ("plain", "sig", "sig2", "mat", "excl", "excl_kw", "none", "scalar"):
+        _check(run(pnp, kind), run(jnp, kind), f"vectorize {kind}")
+        _check(podlet.jit(lambda: run(pnp, kind))(), run(jnp, kind), f"vectorize {kind} (jit)", weak=False)
+    with pytest.raises(ValueError, match="not a valid gufunc signature"):
+        pnp.vectorize(lambda a: a, signature="(n)->")(F5)
+    with pytest.raises(ValueError, match="inconsistent size for core dimension"):
+        pnp.vectorize(lambda u, v: pnp.dot(u, v), signature="(n),(n)->()")(F34, F5)
+    with pytest.raises(ValueError, match="output shape"):
+        pnp.vectorize(lambda u: u, signature="(n)->()")(F34)
+    with pytest.raises(TypeError, match="exclude integer or string"):
+        pnp.vectorize(lambda a: a, excluded={1.5})
+    got = podlet.grad(lambda a: pnp.sum(pnp.vectorize(lambda u, v: pnp.dot(u, v) ** 2, signature="(n),(n)->()")(a, F34[0])))(F34)
+    want = jax.grad(lambda a: jnp.sum(jnp.vectorize(lambda u, v: jnp.dot(u, v) ** 2, signature="(n),(n)->()")(a, F34[0])))(F34)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-6)
+
+
+NON_ARRAY_COVERED = {"isdtype", "vectorize"}  # test_isdtype_like_jax, test_vectorize_like_jax
 
 
 JIT_CASES = [
@@ -598,6 +719,31 @@ GRADS = [
     ("percentile", lambda m, a: _weigh(m, m.percentile(a, 30.0)), F34),
     ("cov", lambda m, a: _weigh(m, m.cov(a, aweights=m.abs(a[0]) + 0.5)), F34),
     ("corrcoef", lambda m, a: _weigh(m, m.corrcoef(a)), F34),
+    ("insert", lambda m, a: _weigh(m, m.insert(a, np.int32([0, 2]), a[0, :2] * 3, axis=1)), F34),
+    ("delete", lambda m, a: _weigh(m, m.delete(a, np.int32([3, 1]), axis=1, assume_unique_indices=True)), F34),
+    ("rot90", lambda m, a: _weigh(m, m.rot90(a, 3)), F34), ("resize", lambda m, a: _weigh(m, m.resize(a, (5, 3))), F34),
+    ("select", lambda m, a: _weigh(m, m.select([a > 0, a < -1], [a * a, a * 2], 0.5)), F34),
+    ("piecewise", lambda m, a: _weigh(m, m.piecewise(a, [a < 0, a > 0.5], [lambda x: -x * x, lambda x: x * 2, lambda x: x ** 3])), F34),
+    ("choose", lambda m, a: _weigh(m, m.choose(np.int32([[0, 1, 2, 1]] * 3), [a, a * a, 1.0], mode="clip")), F34),
+    ("put", lambda m, a: _weigh(m, m.put(a, np.int32([0, 5, 11]), a[1, :3] * 2, inplace=False)), F34),
+    ("put_along_axis", lambda m, a: _weigh(m, m.put_along_axis(a, np.int32([[0], [2], [1]]), a[:, 3:] * 5, axis=1, inplace=False)), F34),
+    ("place", lambda m, a: _weigh(m, m.place(a, F34 > 0, np.float32([1, 2]), inplace=False)), F34),
+    ("apply_along_axis", lambda m, a: _weigh(m, m.apply_along_axis(lambda r: m.sum(r * r) * r, 1, a)), F34),
+    ("apply_over_axes", lambda m, a: _weigh(m, m.apply_over_axes(m.sum, a * a, [0, 1])), F34),
+    ("ediff1d", lambda m, a: _weigh(m, m.ediff1d(a * a, to_begin=1.0)), F34),
+    ("gradient", lambda m, a: _weigh(m, m.stack(m.gradient(a * a))), F34),
+    ("gradient_x", lambda m, a: _weigh(m, m.gradient(a[0] * a[0], np.float32([0, 1, 3, 7]))), F34),
+    ("trapezoid", lambda m, a: _weigh(m, m.trapezoid(a * a, x=np.float32([0, 1, 3, 7]))), F34),
+    ("cross", lambda m, a: _weigh(m, m.cross(a[:, :3], a[:, 1:])), F34),
+    ("vecdot", lambda m, a: _weigh(m, m.vecdot(a, a[::-1])), F34), ("matvec", lambda m, a: _weigh(m, m.matvec(a, a[0])), F34),
+    ("interp", lambda m, a: _weigh(m, m.interp(a, np.float32([-1, 0, 1, 2]), np.float32([0, 2, 1, 3]))), F34),
+    ("interp_fp", lambda m, a: _weigh(m, m.interp(np.float32([-0.5, 0.2, 1.5]), np.float32([-1, 0, 1, 2]), a[0])), F34),
+    ("convolve", lambda m, a: _weigh(m, m.convolve(a[0], a[1, :3], "same")), F34),
+    ("correlate", lambda m, a: _weigh(m, m.correlate(a[0], a[1, :3], "full")), F34),
+    ("polyval", lambda m, a: _weigh(m, m.polyval(a[0], a)), F34), ("polymul", lambda m, a: _weigh(m, m.polymul(a[0], a[1])), F34),
+    ("polydiv", lambda m, a: _weigh(m, m.polydiv(a[0], a[1, :2])[0]), F34),
+    ("polyint", lambda m, a: _weigh(m, m.polyint(a[0], 2, k=a[1, :2])), F34),
+    ("poly", lambda m, a: _weigh(m, m.poly(a[0])), F34), ("unstack", lambda m, a: _weigh(m, m.unstack(a, axis=1)[2]), F34),
 ]
 
 

@@ -640,20 +640,6 @@ def atleast_2d(a):
     return reshape(a, (1,) * (2 - a.ndim) + tuple(a.shape)) if a.ndim < 2 else a
 
 
-def split(ary, indices_or_sections, axis=0):
-    ary = asarray(ary)
-    axis = _norm_axis(axis, ary.ndim)
-    n = ary.shape[axis]
-    if isinstance(indices_or_sections, int):
-        if n % indices_or_sections:
-            raise ValueError(f"array split does not result in an equal division: {n} into {indices_or_sections}")
-        step = n // indices_or_sections
-        bounds = list(range(0, n + 1, step))
-    else:
-        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
-    return [lax.slice_in_dim(ary, s, e, 1, axis) for s, e in zip(bounds[:-1], bounds[1:])]
-
-
 def flip(m, axis=None):
     m = asarray(m)
     axes = list(range(m.ndim)) if axis is None else [_norm_axis(a, m.ndim) for a in ([axis] if isinstance(axis, int) else axis)]
@@ -1872,3 +1858,4 @@ from ._src.numpy_ufuncs import *  # noqa: E402,F401,F403
 from ._src.numpy_creation import *  # noqa: E402,F401,F403
 from ._src.numpy_setops import *  # noqa: E402,F401,F403
 from ._src.numpy_reductions import *  # noqa: E402,F401,F403
+from ._src.numpy_manip import *  # noqa: E402,F401,F403
