@@ -11,9 +11,6 @@ have rows with tails ((16, 7) f32, (32, 7) bf16, 3 channels), so the tail of the
 ends exactly at the guard page. Every ISA path the host has is run (set_isa), eager and
 under jit, forward and gradient, and checked against NumPy float64.
 """
-import ctypes
-import mmap
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -21,42 +18,10 @@ import pytest
 import podlet
 import podlet.numpy as jnp
 from podlet import _core, lax
+from guard_pages import guarded
 
 BF16 = ml_dtypes.bfloat16
-PAGE = mmap.PAGESIZE
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 ISAS = _core.cpu_info()["available_isas"]
-
-
-class Guarded:
-    """A NumPy array whose bytes end at (where='end') or start at (where='start') a
-    PROT_NONE page. Keeps its mapping alive; the mapping is never unmapped while an Array
-    may still view it (podlet's wrapper holds the NumPy array, which holds this)."""
-
-    def __init__(self, values, where):
-        values = np.ascontiguousarray(values)
-        nbytes = values.nbytes
-        assert nbytes % 64 == 0, "operands start 64-byte aligned; to end at the page the size must be too"
-        pages = -(-nbytes // PAGE)
-        self.map = mmap.mmap(-1, (pages + 1) * PAGE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        base = ctypes.addressof(ctypes.c_char.from_buffer(self.map))
-        guard = base + (pages * PAGE if where == "end" else 0)
-        if _libc.mprotect(guard, PAGE, 0) != 0:  # PROT_NONE
-            raise OSError(ctypes.get_errno(), "mprotect")
-        offset = pages * PAGE - nbytes if where == "end" else PAGE
-        self.array = np.frombuffer(self.map, dtype=values.dtype, count=values.size, offset=offset).reshape(values.shape)
-        self.array[...] = values
-        self.array.flags.writeable = False
-
-
-def guarded(values, where):
-    g = Guarded(values, where)
-    _keep.append(g)  # mappings outlive the test: a cached Array could still view one
-    return g.array
-
-
-_keep = []
 
 
 def rand(rng, shape, dtype):
@@ -204,14 +169,14 @@ def test_guard_page_faults_are_real():
     # a child process, since the access kills it).
     import subprocess
     import sys
-    code = ("import numpy as np, sys; sys.path.insert(0, 'tests'); import test_page_tails as t; "
+    code = ("import numpy as np, sys; sys.path.insert(0, 'tests'); import guard_pages as t; "
             "a = t.guarded(np.ones((16, 7), np.float32), 'end'); "
             "import ctypes; p = a.ctypes.data + a.nbytes; print('reading', flush=True); "
             "ctypes.c_char.from_address(p).value")
     import os
     # The child runs without a sanitizer runtime (whose SEGV handler would turn the fault
-    # into a report and an exit code) and with the installed core.
-    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PODLET_CORE_DIR")}
+    # into a report and an exit code); it does not import podlet.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        cwd=__file__.rsplit("/tests/", 1)[0])
     assert "reading" in r.stdout and r.returncode < 0, (r.returncode, r.stdout, r.stderr[-2000:])
