@@ -30,9 +30,10 @@ class SerialScope {
 };
 
 // body(worker) on nt threads (worker 0 is the caller), each inside a SerialScope (a nested
-// region runs on one thread, as OpenMP's is by default); returns when all are done and
-// rethrows the first exception. OpenMP in normal builds; std::threads in the TSan build
-// (sanitize.h), where libgomp's hand-offs would be invisible.
+// region runs on one thread, as OpenMP's is by default); returns when all are done.
+// OpenMP in normal builds, where body must not throw (an exception cannot leave an
+// OpenMP region); std::threads in the TSan build (sanitize.h), where libgomp's hand-offs
+// would be invisible, rethrowing the first exception after the join.
 template <class F>
 void on_threads(int nt, F&& body) {
 #if defined(PODLET_SANITIZE_THREAD)

@@ -30,7 +30,6 @@
 #define PODLET_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-
 namespace podlet {
 // Whether the library was built for a sanitizer ("address", "thread" or "").
 inline const char* sanitizer_build() {
