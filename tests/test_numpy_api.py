@@ -39,6 +39,11 @@ API += [  # _src/numpy_reductions.py
     "nanmin", "nanmax", "nansum", "nanprod", "nanmean", "nanvar", "nanstd", "nanargmax", "nanargmin",
     "cumsum", "cumprod", "nancumsum", "nancumprod", "cumulative_sum", "cumulative_prod", "ptp", "average",
     "quantile", "percentile", "median", "nanquantile", "nanpercentile", "nanmedian", "cov", "corrcoef"]
+API += [  # names podlet.numpy had before issue 26, checked (and fixed) against jax.numpy
+    "hstack", "vstack", "stack", "concatenate", "atleast_1d", "atleast_2d", "tile", "repeat", "flip", "pad",
+    "inner", "outer", "tensordot", "vdot", "eye", "identity", "round", "around", "full", "full_like", "zeros",
+    "zeros_like", "ones", "ones_like", "empty", "positive", "negative", "reciprocal", "square", "expm1", "log1p",
+    "logaddexp", "abs", "absolute", "sign", "exp", "sqrt"]
 API += [  # _src/numpy_manip.py
     "append", "insert", "delete", "array_split", "split", "dsplit", "hsplit", "vsplit", "column_stack", "dstack",
     "block", "rot90", "resize", "atleast_3d", "unstack", "permute_dims", "rollaxis", "concat", "matrix_transpose",
@@ -358,6 +363,39 @@ CASES += [c("cov", C36), c("cov", C36, rowvar=False), c("cov", C36[0]), c("cov",
 RTOL.update(nanvar=1e-6, nanstd=1e-6, percentile=4e-6, nanpercentile=4e-6, cov=2e-6, corrcoef=2e-6, average=1e-6,
             quantile=1e-6, nanquantile=1e-6, cumprod=1e-6, nancumprod=1e-6)
 
+# --- pre-existing names the issue lists, now in the table ---
+CASES += [c("hstack", [F34, I34]), c("hstack", [np.arange(3), np.arange(2)]), c("hstack", [1, 2.5]),
+          c("hstack", [F34, I34], dtype=np.int32), c("vstack", [F34, F34[0]]), c("vstack", [1, 2]),
+          c("vstack", F34), c("stack", [F34, F34], axis=-1), c("stack", [F34, I34], 1), c("stack", (1, 2.0)),
+          c("stack", F34, dtype=jnp.bfloat16), c("concatenate", [F34, I34], 1), c("concatenate", [F5, 2.0 * F5], None),
+          c("concatenate", F34, axis=0, dtype=np.int32),
+          c("atleast_1d", 3.0), c("atleast_1d", F34), c("atleast_1d", I5[0], F5), c("atleast_2d", F5), c("atleast_2d", 2),
+          c("tile", F34, 2), c("tile", F34, (2, 1, 2)), c("tile", 3.0, 2), c("tile", I34, (0, 2)),
+          c("repeat", F34, 2), c("repeat", F34, 2, axis=1), c("repeat", F34, np.int32([1, 0, 2]), axis=0, total_repeat_length=3),
+          c("repeat", Concrete(F34), Concrete(np.int32([1, 0, 2])), axis=0),
+          c("repeat", F34, np.int32([1, 0, 2, 1]), axis=1, total_repeat_length=5), c("repeat", 3, 4), c("repeat", F34, 0, axis=0),
+          c("flip", F34), c("flip", F34, (0, 1)), c("flip", F234, -1),
+          c("pad", F34, 1, constant_values=((1, 2), (3, 4))), c("pad", F34, ((1, 0),), constant_values=9),
+          c("pad", F34, 3, mode="reflect", reflect_type="odd"), c("pad", F34, 5, mode="symmetric", reflect_type="odd"),
+          c("pad", F34, (1, 5), mode="wrap"), c("pad", F34, 2, mode="mean", stat_length=2),
+          c("pad", I34, ((2, 1), (1, 3)), mode="median", stat_length=((1, 2), (3, 1))),
+          c("pad", F34, 2, mode="linear_ramp", end_values=((1, 2), (3, 4))), c("pad", BF16, 1, mode="edge"),
+          c("inner", F34, F34), c("inner", F34[0], 2.0), c("outer", F34, I34), c("outer", F5, I5), c("tensordot", F34, F43, 1),
+          c("tensordot", F34, F34, ([0, 1], [0, 1])), c("tensordot", F34, I5, axes=0), c("vdot", F34, I34), c("vdot", I34, I34),
+          c("eye", 3), c("eye", 3, 4, 1), c("eye", 3, k=-2, dtype=np.int32), c("identity", 3), c("identity", 2, dtype=bool),
+          c("eye", 0), c("round", F34 * 100, 1), c("round", F34 * 100, -1), c("around", I34, 1),
+          c("round", np.float32([0.5, 1.5, 2.5, -0.5])), c("round", 2.567, 2), c("round", I34), c("around", BF16 * 10, 1),
+          c("full", (2, 3), 1.5), c("full", 2, 7), c("full", (2,), np.float32(1)), c("full", 3, F5[0], dtype=np.int32),
+          c("full_like", F34, 3), c("full_like", I34, 2.5), c("full_like", F34, 1, dtype=np.int32, shape=(2,)),
+          c("zeros_like", F34, shape=(2, 2)), c("zeros_like", 3), c("ones_like", 3.0), c("ones_like", B34, dtype=np.float32),
+          c("zeros", 3), c("zeros", (2, 0), np.int32), c("ones", (2,), dtype=bool), c("empty", (2, 2))]
+for _m in ("constant", "edge", "reflect", "symmetric", "wrap", "maximum", "minimum", "mean", "median", "linear_ramp", "empty"):
+    CASES += [c("pad", F34, 2, mode=_m), c("pad", I34, ((1, 2), (0, 3)), mode=_m)]
+for _n in ("positive", "negative", "reciprocal", "square", "expm1", "log1p", "abs", "absolute", "sign", "exp", "sqrt"):
+    CASES += [c(_n, F34), c(_n, I34), c(_n, 2.0), c(_n, 3)]
+CASES += [c("positive", B5), c("square", B5), c("abs", B5), c("abs", U8), c("log1p", B5), c("logaddexp", F34, F34[::-1]),
+          c("logaddexp", 2.0, 3), c("logaddexp", I34, 1.5), c("logaddexp", BF16, 0.5)]
+
 # --- manipulation, function application, calculus, polynomials, 1-D signals (issue 26) ---
 I234 = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
 A7 = rng.standard_normal(7).astype(np.float32)
@@ -600,6 +638,31 @@ def test_vectorize_like_jax():
     got = podlet.grad(lambda a: pnp.sum(pnp.vectorize(lambda u, v: pnp.dot(u, v) ** 2, signature="(n),(n)->()")(a, F34[0])))(F34)
     want = jax.grad(lambda a: jnp.sum(jnp.vectorize(lambda u, v: jnp.dot(u, v) ** 2, signature="(n),(n)->()")(a, F34[0])))(F34)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-6)
+
+
+def test_dtype_functions_like_jax():
+    """promote_types / result_type / can_cast / issubdtype / finfo / iinfo / ndim /
+    shape / size: plain values, compared with jax.numpy's."""
+    dts = [np.float32, jnp.bfloat16, np.int32, np.uint8, np.uint32, np.bool_, "float32", np.dtype(np.int32)]
+    for a in dts:
+        for b in dts:
+            assert pnp.promote_types(a, b) == jnp.promote_types(a, b), (a, b)
+            assert pnp.can_cast(a, b) == jnp.can_cast(a, b), (a, b)
+            assert pnp.result_type(a, b) == jnp.result_type(a, b), (a, b)
+    for args in ((1, 2.0), (np.int32(1), 2.0), (F34, 2.0), (jnp.bfloat16, 2.0), (I34, 1.5), (np.uint8, 3), (True, 1),
+                 (B5, 1), (B5, 1.5), (U8, 3), (U8, -1.5), (np.float32, np.int32), (3,), (2.5,), (BF16, F34), (I34, U8)):
+        assert pnp.result_type(*args) == jnp.result_type(*args), args
+    for a, b in ((jnp.bfloat16, np.floating), (jnp.bfloat16, np.inexact), (np.int32, np.integer), (np.float32, np.number),
+                 (jnp.bfloat16, np.number), (np.uint8, np.signedinteger), (np.uint8, np.unsignedinteger), (np.bool_, np.number)):
+        assert pnp.issubdtype(a, b) == jnp.issubdtype(a, b), (a, b)
+    for d in (np.float32, jnp.bfloat16):
+        f, g = pnp.finfo(d), jnp.finfo(d)
+        assert (f.eps, f.max, f.tiny, f.bits) == (g.eps, g.max, g.tiny, g.bits), d
+    for d in (np.int32, np.uint8, np.uint32):
+        assert (pnp.iinfo(d).min, pnp.iinfo(d).max) == (jnp.iinfo(d).min, jnp.iinfo(d).max), d
+    for x in (F34, 3.0, np.int32(2), F234):
+        assert pnp.ndim(x) == jnp.ndim(x) and pnp.shape(x) == jnp.shape(x) and pnp.size(x) == jnp.size(x), x
+    assert pnp.size(F234, 1) == jnp.size(F234, 1)
 
 
 NON_ARRAY_COVERED = {"isdtype", "vectorize"}  # test_isdtype_like_jax, test_vectorize_like_jax

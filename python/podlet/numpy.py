@@ -12,7 +12,7 @@ from . import lax
 from . import tree_util as _tu
 from ._src import dtypes as _dtypes
 from ._src.core import Array, Tracer, bind, bind_like, to_array
-from ._src.errors import ShapeError as _ShapeError, NonConcreteBooleanIndexError
+from ._src.errors import ShapeError as _ShapeError, NonConcreteBooleanIndexError, ConcretizationError
 
 ndarray = Array
 float32 = _np.float32
@@ -31,8 +31,7 @@ nan = _np.nan
 newaxis = None
 
 dtype = _np.dtype
-finfo = _np.finfo
-iinfo = _np.iinfo
+from ml_dtypes import finfo, iinfo  # noqa: E402  (jnp.finfo / iinfo are ml_dtypes', which know bfloat16)
 number = _np.number
 inexact = _np.inexact
 floating = _np.floating
@@ -131,15 +130,18 @@ def _shape(shape):
 
 
 def full(shape, fill_value, dtype=None):
+    weak = dtype is None and _weak(fill_value)  # jnp.full((2,), 1.5) is weakly typed
     if dtype is None:
         dtype = fill_value.dtype if _is_array(fill_value) else (_np.asarray(fill_value).dtype)
     d = _dtypes.canonicalize(dtype)
     shape = _shape(shape)
     if _is_array(fill_value):
-        return broadcast_to(astype(fill_value, d), shape)
-    # A broadcast of a 0-d constant, as lax.full: under jit the graph holds one scalar
-    # (read as a scalar by fused kernels), not an activation-sized constant.
-    return broadcast_to(to_array(_np.asarray(fill_value, dtype=d)), shape)
+        out = broadcast_to(astype(fill_value, d), shape)
+    else:
+        # A broadcast of a 0-d constant, as lax.full: under jit the graph holds one scalar
+        # (read as a scalar by fused kernels), not an activation-sized constant.
+        out = broadcast_to(to_array(_np.asarray(fill_value, dtype=d)), shape)
+    return _weak_if(out, fill_value) if weak else out
 
 
 def zeros(shape, dtype=None):
@@ -163,6 +165,14 @@ def ones_like(a, dtype=None, shape=None):
 
 
 def full_like(a, fill_value, dtype=None, shape=None):
+    # ones_like(3.0) is weakly typed, as lax.full_like keeps the weak type of a
+    weak = dtype is None and _weak(a) and not _is_array(fill_value)
+    out = _full_like(a, fill_value, dtype, shape)
+    return _weak_if(out, a) if weak else out
+
+
+def _full_like(a, fill_value, dtype=None, shape=None):
+    a = a if hasattr(a, "shape") and hasattr(a, "dtype") else asarray(a)
     shape = _shape(a.shape if shape is None else shape)
     d = _dtypes.canonicalize(dtype or _dt(a))
     if isinstance(a, Tracer) and not _is_array(fill_value):
@@ -202,17 +212,40 @@ def astype(x, dtype):
     return lax.convert_element_type(x, dtype)
 
 
+def _arg_dtype(a):
+    """(canonical dtype, weak) of a result_type argument: a value or a dtype-like."""
+    if isinstance(a, bool):
+        return _np.dtype(bool_), False
+    if isinstance(a, int) and not isinstance(a, _np.generic):
+        return _np.dtype(int32), True
+    if isinstance(a, float) and not isinstance(a, _np.generic):
+        return _np.dtype(float32), True
+    if isinstance(a, (type, str, _np.dtype)):
+        return _dtypes.canonicalize(a), False
+    return _dtypes.canonicalize(_dt(a)), _weak(a)
+
+
 def result_type(*args):
-    d, w = None, True
+    """JAX's promotion: strong dtypes join on the lattice (bf16 + f32 -> f32, u32 + i32
+    -> i32); weak operands (Python scalars, weak arrays) only set the kind when it is
+    higher than every strong operand's (int32 array + 1.5 -> float32, bool + 1 ->
+    int32, bf16 + 1.5 -> bf16)."""
+    if not args:
+        raise ValueError("at least one array or dtype is required")
+    d, weak_d = None, None
     for a in args:
-        ad = _np.dtype(type(a)) if isinstance(a, (int, float, bool)) else _dt(a)
-        ad = float32 if isinstance(a, float) else (int32 if isinstance(a, int) and not isinstance(a, bool) else ad)
-        aw = _weak(a)
-        if d is None:
-            d, w = _dtypes.canonicalize(ad), aw
+        ad, aw = _arg_dtype(a)
+        if aw:
+            weak_d = ad if weak_d is None else _dtypes.promote(weak_d, ad)
         else:
-            d = _dtypes.promote(d, _dtypes.canonicalize(ad), w, aw)
-            w = w and aw
+            d = ad if d is None else _dtypes.promote(d, ad)
+    if weak_d is None:
+        return d
+    if d is None:
+        return weak_d
+    kind = lambda t: 0 if t == bool_ else (2 if _dtypes.is_float(t) else 1)
+    if kind(weak_d) > kind(d):
+        return _np.dtype(float32) if kind(weak_d) == 2 else _np.dtype(int32)
     return d
 
 
@@ -383,8 +416,8 @@ def _pow_int_int(x, e):
 
 def _unary_float(prim):
     def f(x):
-        (x,) = _promote_float(x)
-        return bind(prim, x)
+        (a,) = _promote_float(x)
+        return _weak_if(bind(prim, a), x)
     f.__name__ = prim
     return f
 
@@ -402,35 +435,42 @@ ceil = _unary_float("ceil")
 
 
 def rsqrt(x):
-    (x,) = _promote_float(x)
-    return bind("rsqrt", x)
+    (a,) = _promote_float(x)
+    return _weak_if(bind("rsqrt", a), x)
 
 
 def negative(x):
-    return bind("neg", asarray(x))
+    return _weak_if(bind("neg", asarray(x)), x)
 
 
 def positive(x):
-    return asarray(x)
+    return _weak_if(asarray(x), x)
 
 
 def abs(x):
-    return bind("abs", asarray(x))
+    a = asarray(x)
+    if a.dtype == bool_ or a.dtype.kind == "u":
+        return _weak_if(a, x)  # already non-negative (jnp.absolute returns them as they are)
+    return _weak_if(bind("abs", a), x)
 
 
 absolute = abs
 
 
 def sign(x):
-    return bind("sign", asarray(x))
+    return _weak_if(bind("sign", asarray(x)), x)
 
 
 def square(x):
-    return lax.integer_pow(asarray(x), 2)
+    a = asarray(x)
+    if a.dtype == bool_:
+        a = astype(a, int32)  # JAX promotes bool to int for numeric ops
+    return _weak_if(lax.integer_pow(a, 2), x)
 
 
 def reciprocal(x):
-    return true_divide(1.0, x)
+    (a,) = _promote_float(x)
+    return _weak_if(bind("div", _const_like(a, 1), a), x)
 
 
 def logical_not(x):
@@ -461,12 +501,22 @@ def isinf(x):
     return logical_and(logical_not(isfinite(x)), logical_not(isnan(x)))
 
 
-def round(a, decimals=0):
-    a = asarray(a)
-    if decimals:
-        s = 10.0 ** decimals
-        return bind("round", a * s, rounding_method=1) / s
-    return bind("round", a, rounding_method=1)  # numpy rounds half to even
+def round(a, decimals=0, out=None):
+    """Half to even, as NumPy; integers are returned as they are (decimals >= 0)."""
+    if out is not None:
+        raise NotImplementedError("The 'out' argument to jnp.round is not supported.")
+    x = asarray(a)
+    decimals = int(decimals)
+    if not _dtypes.is_float(x.dtype):
+        if decimals < 0:
+            raise NotImplementedError(f"integer np.round not implemented for decimals < 0; got decimals={decimals}")
+        return _weak_if(x, a)
+    if decimals == 0:
+        return _weak_if(bind("round", x, rounding_method=1), a)
+    if decimals > _np.log10(float(finfo(x.dtype).max)):
+        return x
+    factor = _const_like(x, 10 ** decimals)
+    return _weak_if(bind("div", bind("round", bind("mul", x, factor), rounding_method=1), factor), a)
 
 
 around = round
@@ -504,7 +554,7 @@ def logaddexp(x1, x2):
     # through maximum alone (jax.numpy.logaddexp's derivative).
     zero = zeros_like(delta)
     neg_abs = where(delta > 0, -delta, where(delta < 0, delta, zero * delta))
-    return where(isnan(delta), a + b, amax + log1p(exp(neg_abs)))
+    return _weak_if(bind("select", isnan(delta), a + b, amax + log1p(exp(neg_abs))), x1, x2)
 
 
 # ---------------------------------------------------------------------------------
@@ -604,40 +654,65 @@ def broadcast_arrays(*args):
     return [broadcast_to(a, shape) for a in args]
 
 
-def concatenate(arrays, axis=0):
-    arrays = _promote(*arrays)
+def _seq(arrays):
+    """The list of arrays a sequence or an array's leading axis holds."""
+    if _is_array(arrays) or isinstance(arrays, _np.ndarray):
+        return [arrays[i] for i in range(arrays.shape[0])]
+    return list(arrays)
+
+
+def concatenate(arrays, axis=0, dtype=None):
+    raw = _seq(arrays)
+    if not raw:
+        raise ValueError("Need at least one array to concatenate.")
+    arrays = _promote(*raw)
+    if dtype is not None:
+        arrays = [astype(a, dtype) for a in arrays]
     if axis is None:
         arrays = [ravel(a) for a in arrays]
         axis = 0
-    if len(arrays) == 1:
-        return arrays[0]
-    return lax.concatenate(arrays, _norm_axis(axis, arrays[0].ndim))
+    out = arrays[0] if len(arrays) == 1 else lax.concatenate(arrays, _norm_axis(axis, arrays[0].ndim))
+    return _weak_if(out, *raw) if dtype is None else out
 
 
-def stack(arrays, axis=0):
-    arrays = [asarray(a) for a in arrays]
+def stack(arrays, axis=0, out=None, dtype=None):
+    if out is not None:
+        raise NotImplementedError("The 'out' argument to jnp.stack is not supported.")
+    raw = _seq(arrays)
+    if not raw:
+        raise ValueError("Need at least one array to stack.")
+    arrays = [asarray(a) for a in raw]
     nd = arrays[0].ndim + 1
-    ax = axis % nd
-    return concatenate([expand_dims(a, ax) for a in arrays], axis=ax)
+    ax = _norm_axis(axis, nd)
+    out = concatenate([expand_dims(a, ax) for a in arrays], axis=ax, dtype=dtype)
+    return _weak_if(out, *raw) if dtype is None else out
 
 
-def hstack(arrays):
-    arrays = [atleast_1d(a) for a in arrays]
-    return concatenate(arrays, axis=0 if arrays[0].ndim == 1 else 1)
+def hstack(tup, dtype=None):
+    raw = _seq(tup)
+    arrays = [atleast_1d(a) for a in raw]
+    out = concatenate(arrays, axis=0 if arrays[0].ndim == 1 else 1, dtype=dtype)
+    return _weak_if(out, *raw) if dtype is None else out
 
 
-def vstack(arrays):
-    return concatenate([atleast_2d(a) for a in arrays], axis=0)
+def vstack(tup, dtype=None):
+    raw = _seq(tup)
+    out = concatenate([atleast_2d(a) for a in raw], axis=0, dtype=dtype)
+    return _weak_if(out, *raw) if dtype is None else out
 
 
-def atleast_1d(a):
-    a = asarray(a)
-    return reshape(a, (1,)) if a.ndim == 0 else a
+def atleast_1d(*arys):
+    if len(arys) != 1:
+        return [atleast_1d(a) for a in arys]
+    a = asarray(arys[0])
+    return _weak_if(reshape(a, (1,)), arys[0]) if a.ndim == 0 else a
 
 
-def atleast_2d(a):
-    a = asarray(a)
-    return reshape(a, (1,) * (2 - a.ndim) + tuple(a.shape)) if a.ndim < 2 else a
+def atleast_2d(*arys):
+    if len(arys) != 1:
+        return [atleast_2d(a) for a in arys]
+    a = asarray(arys[0])
+    return _weak_if(reshape(a, (1,) * (2 - a.ndim) + tuple(a.shape)), arys[0]) if a.ndim < 2 else a
 
 
 def flip(m, axis=None):
@@ -646,28 +721,170 @@ def flip(m, axis=None):
     return lax.rev(m, axes)
 
 
-def pad(array, pad_width, mode="constant", constant_values=0):
-    """jnp.pad with modes 'constant', 'wrap', 'reflect', 'symmetric' and 'edge'.
+def _pad_pairs(nvals, nd, name):
+    """JAX's _broadcast_to_pairs: ((before, after),) * nd from the shapes NumPy accepts."""
+    if _is_array(nvals) and isinstance(nvals, Tracer):
+        raise ConcretizationError(f"{name} argument of jnp.pad must be static; got {nvals!r}")
+    try:
+        v = _np.asarray(nvals)
+    except ValueError as e:
+        raise TypeError(f"`{name}` entries must be the same shape: {nvals}") from e
+    if v.dtype == object:
+        raise TypeError(f"`{name}` entries must be the same shape: {nvals}")
+    if v.shape == (nd, 2):
+        return tuple((r[0], r[1]) for r in v)
+    if v.shape == (1, 2):
+        return ((v[0, 0], v[0, 1]),) * nd
+    if v.shape == (2,):
+        return ((v[0], v[1]),) * nd
+    if v.shape == (1,):
+        return ((v[0], v[0]),) * nd
+    if v.shape == ():
+        return ((v[()], v[()]),) * nd
+    raise ValueError(f"jnp.pad: {name} with nd={nd} has unsupported shape {v.shape}. "
+                     f"Valid shapes are ({nd}, 2), (1, 2), (2,), (1,), or ().")
 
-    The index-based modes gather along each padded axis with indices NumPy computes
-    (``np.pad(arange(n), (lo, hi), mode)``), so they trace and differentiate like `take`.
-    """
+
+_PAD_KWARGS = {"empty": [], "edge": [], "wrap": [], "constant": ["constant_values"], "linear_ramp": ["end_values"],
+               "maximum": ["stat_length"], "mean": ["stat_length"], "median": ["stat_length"],
+               "minimum": ["stat_length"], "reflect": ["reflect_type"], "symmetric": ["reflect_type"]}
+
+
+def pad(array, pad_width, mode="constant", **kwargs):
+    """jnp.pad, every NumPy mode but a callable: constant (per-axis values), edge,
+    wrap, reflect / symmetric (even or odd), linear_ramp, maximum / minimum / mean /
+    median (stat_length), empty (zeros). JAX's algorithms, so gradients agree."""
     array = asarray(array)
-    pw = _np.broadcast_to(_np.asarray(pad_width, dtype=_np.int64), (array.ndim, 2))
+    nd = array.ndim
+    if callable(mode):
+        raise NotImplementedError("jnp.pad with a callable mode is not supported by podlet")
+    if mode not in _PAD_KWARGS:
+        raise NotImplementedError(f"Unimplemented padding mode '{mode}' for np.pad.")
+    extra = set(kwargs) - set(_PAD_KWARGS[mode])
+    if extra:
+        raise ValueError(f"unsupported keyword arguments for mode '{mode}': {extra}")
+    if nd == 0:
+        return array
+    pw = _pad_pairs(pad_width, nd, "pad_width")
+    if _bi.any(not isinstance(x, (int, _np.integer)) for p in pw for x in p):
+        raise TypeError(f"`pad_width` must be of integral type; got {pad_width}")
+    pw = tuple((int(lo), int(hi)) for lo, hi in pw)
+    if _bi.any(x < 0 for p in pw for x in p):
+        raise ValueError(f"index can't contain negative values; got pad_width={pad_width}")
     if mode == "constant":
-        return lax.pad(array, _np.asarray(constant_values, array.dtype), [(int(lo), int(hi), 0) for lo, hi in pw])
-    if mode not in ("wrap", "reflect", "symmetric", "edge"):
-        raise NotImplementedError(f"pad mode {mode!r}; supported: 'constant', 'wrap', 'reflect', 'symmetric', 'edge'")
-    for ax, (lo, hi) in enumerate(pw):
-        if lo == 0 and hi == 0:
+        return _pad_constant(array, pw, kwargs.get("constant_values", 0))
+    if mode in ("wrap", "edge"):
+        for ax, (lo, hi) in enumerate(pw):
+            if lo == 0 and hi == 0:
+                continue
+            if array.shape[ax] == 0:
+                raise ValueError(f"Cannot apply '{mode}' padding to empty axis")
+            idx = _np.pad(_np.arange(array.shape[ax], dtype=_np.int32), (lo, hi), mode=mode)
+            array = take(array, to_array(idx.astype(_np.int32)), axis=ax)
+        return array
+    if mode in ("symmetric", "reflect"):
+        rt = kwargs.get("reflect_type", "even")
+        if rt not in ("even", "odd"):
+            raise ValueError(f"reflect_type must be 'even' or 'odd'; got {rt!r}")
+        return _pad_reflect(array, pw, mode, rt)
+    if mode == "linear_ramp":
+        ends = _pad_pairs(kwargs.get("end_values", 0), nd, "end_values")
+        for ax in range(nd):
+            lo_edge = squeeze(lax.slice_in_dim(array, 0, 1, 1, ax), ax)
+            hi_edge = squeeze(lax.slice_in_dim(array, array.shape[ax] - 1, array.shape[ax], 1, ax), ax)
+            before = linspace(ends[ax][0], lo_edge, pw[ax][0], endpoint=False, dtype=array.dtype, axis=ax)
+            after = flip(linspace(ends[ax][1], hi_edge, pw[ax][1], endpoint=False, dtype=array.dtype, axis=ax), ax)
+            array = lax.concatenate([before, array, after], ax)
+        return array
+    if mode == "empty":
+        for ax, (lo, hi) in enumerate(pw):
+            shp = list(array.shape)
+            parts = []
+            for n in (lo, None, hi):
+                if n is None:
+                    parts.append(array)
+                else:
+                    shp[ax] = n
+                    parts.append(zeros_like(array, shape=tuple(shp)))
+            array = lax.concatenate(parts, ax)
+        return array
+    stat = {"maximum": max, "minimum": min, "mean": mean, "median": median}[mode]
+    sl = kwargs.get("stat_length")
+    sl = None if sl is None else _pad_pairs(sl, nd, "stat_length")
+    for ax in range(nd):
+        n = array.shape[ax]
+        if sl is None:
+            sb = sa = stat(array, axis=ax, keepdims=True)
+        else:
+            lb, la = int(sl[ax][0]), int(sl[ax][1])
+            if lb == 0 or la == 0:
+                raise ValueError("stat_length of 0 yields no value for padding")
+            lb, la = _bi.min(lb, n), _bi.min(la, n)
+            sb = stat(lax.slice_in_dim(array, 0, lb, 1, ax), axis=ax, keepdims=True)
+            sa = stat(lax.slice_in_dim(array, n - la, n, 1, ax), axis=ax, keepdims=True)
+        if array.dtype.kind in "iu":
+            sb, sa = round(sb), round(sa)
+        sb, sa = astype(sb, array.dtype), astype(sa, array.dtype)
+        array = lax.concatenate([repeat(sb, pw[ax][0], axis=ax), array, repeat(sa, pw[ax][1], axis=ax)], ax)
+    return array
+
+
+def _pad_constant(array, pw, constant_values):
+    nd = array.ndim
+    cv = astype(constant_values, array.dtype) if _is_array(constant_values) else \
+        to_array(_np.asarray(constant_values, dtype=array.dtype))
+    if cv.ndim == 0:
+        return lax.pad(array, cv, [(lo, hi, 0) for lo, hi in pw])
+    if cv.ndim == 1:
+        if cv.shape[-1] == 1:
+            return lax.pad(array, reshape(cv, ()), [(lo, hi, 0) for lo, hi in pw])
+        if cv.shape[-1] != 2:
+            raise ValueError(f"jnp.pad: constant_values has unsupported shape {tuple(cv.shape)}. If the shape is 1D "
+                             "or 2D, the last dimension must be of size 1 or 2.")
+    cv = broadcast_to(cv, (nd, 2))
+    for i in range(nd):
+        for side, n in enumerate(pw[i]):
+            if n:
+                widths = [(0, 0, 0)] * nd
+                widths[i] = (n, 0, 0) if side == 0 else (0, n, 0)
+                array = lax.pad(array, cv[i, side], widths)
+    return array
+
+
+def _pad_reflect(array, pw, mode, reflect_type):
+    """JAX's _pad_symmetric_or_reflect: repeated reflections of slices (odd: 2 * edge - x)."""
+    for i in range(array.ndim):
+        n = array.shape[i]
+        if n == 0:
+            if pw[i][0] or pw[i][1]:
+                raise ValueError(f"Cannot apply '{mode}' padding to empty axis")
             continue
-        idx = _np.pad(_np.arange(array.shape[ax], dtype=_np.int32), (int(lo), int(hi)), mode=mode)
-        array = take(array, to_array(idx.astype(_np.int32)), axis=ax)
+        for before in (True, False):
+            padding = pw[i][0] if before else pw[i][1]
+            size = array.shape[i]
+            edge = lax.slice_in_dim(array, 0, 1, 1, i) if before else lax.slice_in_dim(array, size - 1, size, 1, i)
+            offset = 1 if (mode == "reflect" and n > 1) else 0
+            while padding > 0:
+                cur = _bi.min(padding, n - offset)
+                padding -= cur
+                size = array.shape[i]
+                if before:
+                    start, stop = offset, offset + cur
+                else:
+                    start = size - (cur + offset)
+                    stop = size if (mode == "symmetric" or n == 1) else size - 1
+                x = flip(lax.slice_in_dim(array, start, stop, 1, i), i)
+                if reflect_type == "odd":
+                    x = subtract(multiply(_const_like(edge, 2), edge), x)
+                    if n > 1:
+                        edge = lax.slice_in_dim(x, 0, 1, 1, i) if before else \
+                            lax.slice_in_dim(x, x.shape[i] - 1, x.shape[i], 1, i)
+                array = lax.concatenate([x, array] if before else [array, x], i)
     return array
 
 
 def tile(A, reps):
-    A = asarray(A)
+    A0, A = A, asarray(A)
     reps = (reps,) if isinstance(reps, int) else tuple(reps)
     nd = _bi.max(A.ndim, len(reps))
     A = reshape(A, (1,) * (nd - A.ndim) + tuple(A.shape))
@@ -675,20 +892,56 @@ def tile(A, reps):
     # broadcast to (r0, s0, r1, s1, ...) then merge.
     shape = [v for r, s in zip(reps, A.shape) for v in (r, s)]
     b = lax.broadcast_in_dim(A, shape, list(range(1, 2 * nd, 2)))
-    return reshape(b, [r * s for r, s in zip(reps, A.shape)])
+    return _weak_if(reshape(b, [r * s for r, s in zip(reps, A.shape)]), A0)
 
 
-def repeat(a, repeats, axis=None):
-    a = asarray(a)
+def repeat(a, repeats, axis=None, *, total_repeat_length=None):
+    """Each element repeated `repeats` times (an int, or one count per element along
+    axis: static, or traced with a static total_repeat_length), as jnp.repeat."""
+    a0, a = a, asarray(a)
     if axis is None:
         a, axis = ravel(a), 0
-    axis = _norm_axis(axis, a.ndim)
-    shape = list(a.shape)
-    b = expand_dims(a, axis + 1)
-    bshape = shape[:axis + 1] + [int(repeats)] + shape[axis + 1:]
-    b = broadcast_to(b, bshape)
-    shape[axis] *= int(repeats)
-    return reshape(b, shape)
+    axis = _norm_axis(axis, a.ndim) if a.ndim else 0
+    if total_repeat_length is None:
+        if isinstance(repeats, Tracer):
+            raise ConcretizationError(
+                "jnp.repeat under jit needs static repeats or a static total_repeat_length; got traced "
+                f"repeats {repeats!r}")
+        reps = _np.asarray(repeats)
+        if reps.ndim == 0 and a.ndim != 0:
+            shape = list(a.shape)
+            b = expand_dims(a, axis + 1)
+            b = broadcast_to(b, shape[:axis + 1] + [int(reps)] + shape[axis + 1:])
+            shape[axis] *= int(reps)
+            return _weak_if(reshape(b, shape), a0)
+        reps = _np.ravel(reps)
+        if a.ndim != 0:
+            reps = _np.broadcast_to(reps, [a.shape[axis]])
+        total_repeat_length = int(_np.sum(reps))
+        repeats = to_array(reps.astype(_np.int32))
+    else:
+        repeats = ravel(asarray(repeats))
+        if a.ndim != 0:
+            repeats = broadcast_to(repeats, [a.shape[axis]])
+    if a.ndim == 0:
+        if tuple(repeats.shape) == (1,):
+            return _weak_if(full([total_repeat_length], a), a0)
+        raise ValueError("`repeat` with a scalar parameter `a` is only implemented for scalar values of the "
+                         "parameter `repeats`.")
+    if total_repeat_length == 0:
+        shape = list(a.shape)
+        shape[axis] = 0
+        return zeros_like(a, shape=shape)
+    if a.shape[axis] == 0:
+        return a
+    # JAX's algorithm: mark where each element's block starts, cumsum into gather indices
+    repeats = astype(repeats, int32)
+    starts = cumsum(concatenate([zeros((1,), int32), repeats[:-1]]))
+    marks = zeros([total_repeat_length], int32)
+    if isinstance(repeats, Tracer):
+        marks = _zeros_like_trace(repeats, (total_repeat_length,), int32)
+    marks = marks.at[starts].add(1)
+    return _weak_if(take(a, subtract(cumsum(marks), 1), axis=axis), a0)
 
 
 # ---------------------------------------------------------------------------------
@@ -1299,8 +1552,10 @@ def vdot(a, b):
 
 
 def inner(a, b):
-    a, b = _promote(a, b)
-    return lax.dot_general(a, b, (([a.ndim - 1], [b.ndim - 1]), ([], [])))
+    x, y = _promote(a, b)
+    if x.ndim == 0 or y.ndim == 0:
+        return _weak_if(multiply(x, y), a, b)
+    return lax.dot_general(x, y, (([x.ndim - 1], [y.ndim - 1]), ([], [])))
 
 
 def outer(a, b):
