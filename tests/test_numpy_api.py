@@ -44,6 +44,7 @@ API += [  # names podlet.numpy had before issue 26, checked (and fixed) against 
     "inner", "outer", "tensordot", "vdot", "eye", "identity", "round", "around", "full", "full_like", "zeros",
     "zeros_like", "ones", "ones_like", "empty", "positive", "negative", "reciprocal", "square", "expm1", "log1p",
     "logaddexp", "abs", "absolute", "sign", "exp", "sqrt"]
+API += ["packbits", "unpackbits"]  # _src/numpy_misc.py
 API += [  # _src/numpy_manip.py
     "append", "insert", "delete", "array_split", "split", "dsplit", "hsplit", "vsplit", "column_stack", "dstack",
     "block", "rot90", "resize", "atleast_3d", "unstack", "permute_dims", "rollaxis", "concat", "matrix_transpose",
@@ -396,6 +397,11 @@ for _n in ("positive", "negative", "reciprocal", "square", "expm1", "log1p", "ab
 CASES += [c("positive", B5), c("square", B5), c("abs", B5), c("abs", U8), c("log1p", B5), c("logaddexp", F34, F34[::-1]),
           c("logaddexp", 2.0, 3), c("logaddexp", I34, 1.5), c("logaddexp", BF16, 0.5)]
 
+CASES += [c("packbits", I34 % 2), c("packbits", B5, bitorder="little"), c("packbits", I34 % 3, axis=1),
+          c("packbits", np.zeros((2, 0), np.int32)), c("unpackbits", np.uint8([7, 255, 0])),
+          c("unpackbits", np.uint8([[7, 255], [1, 128]]), axis=1, bitorder="little"),
+          c("unpackbits", np.uint8([7, 255]), count=12), c("unpackbits", np.uint8([7, 255]), count=3)]
+
 # --- manipulation, function application, calculus, polynomials, 1-D signals (issue 26) ---
 I234 = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
 A7 = rng.standard_normal(7).astype(np.float32)
@@ -663,6 +669,36 @@ def test_dtype_functions_like_jax():
     for x in (F34, 3.0, np.int32(2), F234):
         assert pnp.ndim(x) == jnp.ndim(x) and pnp.shape(x) == jnp.shape(x) and pnp.size(x) == jnp.size(x), x
     assert pnp.size(F234, 1) == jnp.size(F234, 1)
+
+
+def test_io_printing_and_type_aliases_like_jax(tmp_path):
+    """NumPy's I/O and printing helpers on podlet arrays, and the scalar type aliases."""
+    import io
+    for x in (F34, BF16, I34):
+        buf = io.BytesIO()
+        pnp.save(buf, pnp.asarray(x))
+        buf.seek(0)
+        _check(pnp.load(buf), jnp.asarray(x), "load", weak=False)
+    pnp.savez(tmp_path / "a.npz", a=pnp.asarray(F34))
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npz")["a"], F34)
+    _check(pnp.frombuffer(b"\x01\x02\x03\x04", dtype=np.uint8), jnp.frombuffer(b"\x01\x02\x03\x04", dtype=np.uint8), "frombuffer")
+    _check(pnp.frombuffer(F5.tobytes(), dtype=np.float32, count=3, offset=4),
+           jnp.frombuffer(F5.tobytes(), dtype=np.float32, count=3, offset=4), "frombuffer")
+    _check(pnp.fromstring("1 2 3", dtype=np.int32, sep=" "), jnp.fromstring("1 2 3", dtype=np.int32, sep=" "), "fromstring")
+    _check(pnp.from_dlpack(F34), jnp.from_dlpack(F34), "from_dlpack")
+    assert pnp.array_str(pnp.asarray(F5)) == jnp.array_str(jnp.asarray(F5))
+    assert pnp.array_str(pnp.asarray(I34)) == jnp.array_str(jnp.asarray(I34))
+    with pnp.printoptions(precision=2):
+        assert pnp.get_printoptions()["precision"] == 2 and str(pnp.asarray(np.float32([1.23456]))) == "[1.23]"
+    import warnings
+    for name in ("bool", "int64", "uint64", "int_", "uint", "float_", "double", "single"):
+        # dtypes the two libraries make of them (x64 off: 64-bit types become 32-bit)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # JAX's "truncated to int32" notice
+            want = jnp.zeros(2, getattr(jnp, name)).dtype
+        assert pnp.zeros(2, getattr(pnp, name)).dtype == want, name
+    for name in ("generic", "flexible", "character", "object_", "ComplexWarning"):
+        assert getattr(pnp, name) is getattr(jnp, name), name
 
 
 NON_ARRAY_COVERED = {"isdtype", "vectorize"}  # test_isdtype_like_jax, test_vectorize_like_jax

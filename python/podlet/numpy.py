@@ -75,13 +75,13 @@ def _is_array(x):
 def _weak(x):
     """Weakly typed: a Python int / float (not bool, not a NumPy scalar such as
     np.float64, which JAX types strongly) or an array marked weak."""
-    if isinstance(x, (bool, _np.generic)):
+    if isinstance(x, (_bi.bool, _np.generic)):
         return False
     return isinstance(x, (int, float)) or (_is_array(x) and x.weak_type)
 
 
 def _category(x):
-    d = _np.dtype(type(x)) if isinstance(x, (bool, int, float)) else _dt(x)
+    d = _np.dtype(type(x)) if isinstance(x, (_bi.bool, int, float)) else _dt(x)
     return 0 if d == _np.bool_ else (2 if _dtypes.is_float(d) else 1)
 
 
@@ -91,7 +91,7 @@ def _result_weak(*args):
     float32, bf16 array + 1.5 a strong bf16, 2 + 3 a weak int32)."""
     weak = [_category(a) for a in args if _weak(a)]
     strong = [_category(a) for a in args if not _weak(a)]
-    return bool(weak) and _bi.max(weak) > _bi.max(strong, default=-1)
+    return _bi.bool(weak) and _bi.max(weak) > _bi.max(strong, default=-1)
 
 
 # ---------------------------------------------------------------------------------
@@ -214,7 +214,7 @@ def astype(x, dtype):
 
 def _arg_dtype(a):
     """(canonical dtype, weak) of a result_type argument: a value or a dtype-like."""
-    if isinstance(a, bool):
+    if isinstance(a, _bi.bool):
         return _np.dtype(bool_), False
     if isinstance(a, int) and not isinstance(a, _np.generic):
         return _np.dtype(int32), True
@@ -393,7 +393,7 @@ def divmod(x1, x2):
 
 
 def power(x1, x2):
-    if isinstance(x2, int) and not isinstance(x2, bool):
+    if isinstance(x2, int) and not isinstance(x2, _bi.bool):
         x = asarray(x1) if not _is_array(x1) else x1
         return lax.integer_pow(x, x2)
     a, b = _promote(x1, x2)
@@ -1077,7 +1077,7 @@ def argmin(a, axis=None, keepdims=False):
 
 def argsort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
     a = asarray(a)
-    return bind("argsort", a, axis=_norm_axis(axis, a.ndim), descending=int(bool(descending)))
+    return bind("argsort", a, axis=_norm_axis(axis, a.ndim), descending=int(_bi.bool(descending)))
 
 
 def sort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
@@ -1105,7 +1105,7 @@ def sort(a, axis=-1, kind=None, order=None, stable=True, descending=False):
 # slice, None or Ellipsis put their broadcast shape first, adjacent ones keep its place.
 # ---------------------------------------------------------------------------------
 def _static_int(v):
-    return isinstance(v, (int, _np.integer)) and not isinstance(v, (bool, _np.bool_))
+    return isinstance(v, (int, _np.integer)) and not isinstance(v, (_bi.bool, _np.bool_))
 
 
 def _slice_bound(v, k, pos):
@@ -1124,8 +1124,8 @@ def _classify(k, pos):
         return "ellipsis", None, pos
     if isinstance(k, slice):
         return "slice", slice(*(_slice_bound(v, k, pos) for v in (k.start, k.stop, k.step))), pos
-    if isinstance(k, (bool, _np.bool_)):
-        return "bool", bool(k), pos
+    if isinstance(k, (_bi.bool, _np.bool_)):
+        return "bool", _bi.bool(k), pos
     if _static_int(k):
         return "int", int(k), pos
     if isinstance(k, str):
@@ -1146,7 +1146,7 @@ def _classify(k, pos):
     if isinstance(k, (Array, _np.ndarray, _np.generic, float, complex)):
         k = _np.asarray(k)
         if k.dtype == _np.bool_:
-            return ("bool", bool(k), pos) if k.ndim == 0 else ("mask", k, pos)
+            return ("bool", _bi.bool(k), pos) if k.ndim == 0 else ("mask", k, pos)
         if k.dtype.kind not in "iu":
             raise TypeError(f"Indexer must have integer or boolean type, got indexer with type {k.dtype}")
         return "array", k, pos
@@ -1792,7 +1792,7 @@ Array.__repr__ = _array_repr
 Array.__str__ = lambda s: str(_np.asarray(s))
 Array.__float__ = lambda s: float(_np.asarray(s))
 Array.__int__ = lambda s: int(_np.asarray(s))
-Array.__bool__ = lambda s: bool(_np.asarray(s))
+Array.__bool__ = lambda s: _bi.bool(_np.asarray(s))
 Array.__index__ = lambda s: int(_np.asarray(s)) if s.dtype.kind in "iu" else _raise_index(s)
 Array.item = lambda s: _np.asarray(s).item()
 Array.tolist = lambda s: _np.asarray(s).tolist()
@@ -2114,3 +2114,4 @@ from ._src.numpy_creation import *  # noqa: E402,F401,F403
 from ._src.numpy_setops import *  # noqa: E402,F401,F403
 from ._src.numpy_reductions import *  # noqa: E402,F401,F403
 from ._src.numpy_manip import *  # noqa: E402,F401,F403
+from ._src.numpy_misc import *  # noqa: E402,F401,F403  (jnp.bool: this module says _bi.bool for the builtin)
