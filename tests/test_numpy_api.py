@@ -45,6 +45,7 @@ API += [  # names podlet.numpy had before issue 26, checked (and fixed) against 
     "zeros_like", "ones", "ones_like", "empty", "positive", "negative", "reciprocal", "square", "expm1", "log1p",
     "logaddexp", "abs", "absolute", "sign", "exp", "sqrt"]
 API += ["packbits", "unpackbits"]  # _src/numpy_misc.py
+API += ["ufunc", "frompyfunc"]  # _src/numpy_ufunc.py
 API += [  # _src/numpy_manip.py
     "append", "insert", "delete", "array_split", "split", "dsplit", "hsplit", "vsplit", "column_stack", "dstack",
     "block", "rot90", "resize", "atleast_3d", "unstack", "permute_dims", "rollaxis", "concat", "matrix_transpose",
@@ -701,7 +702,42 @@ def test_io_printing_and_type_aliases_like_jax(tmp_path):
         assert getattr(pnp, name) is getattr(jnp, name), name
 
 
-NON_ARRAY_COVERED = {"isdtype", "vectorize"}  # test_isdtype_like_jax, test_vectorize_like_jax
+def _ufunc_case(m, k):
+    u = m.frompyfunc(lambda x, y: x * 2 + y, 2, 1, identity=0)
+    v = m.ufunc(lambda x, y: m.maximum(x, y) - 1, 2, 1, name="maxm1")
+    return {
+        "call": lambda: u(F34, F34[0]), "call_int": lambda: u(I34, 2), "outer": lambda: u.outer(F34[0], I34[:, 1]),
+        "reduce0": lambda: u.reduce(F34), "reduce1": lambda: u.reduce(I34, axis=1, keepdims=True),
+        "reduceN": lambda: v.reduce(F34, axis=None), "reduce_where": lambda: u.reduce(F34, axis=1, where=F34 > 0),
+        "reduce_init": lambda: v.reduce(I34, axis=0, initial=5), "accumulate": lambda: u.accumulate(F34, axis=1),
+        "accumulate0": lambda: v.accumulate(I34), "at": lambda: u.at(F34, np.int32([0, 2, 0]), np.float32([1, 2, 3]), inplace=False),
+        "at2": lambda: v.at(I34, (np.int32([0, 1]), np.int32([3, 3])), 7, inplace=False),
+        "reduceat": lambda: u.reduceat(F34, np.int32([0, 2, 1]), axis=1), "reduceat0": lambda: v.reduceat(I34, np.int32([0, 2])),
+        "empty": lambda: u.reduce(np.zeros((0, 3), np.float32)),
+    }[k]()
+
+
+@pytest.mark.parametrize("kind", ["call", "call_int", "outer", "reduce0", "reduce1", "reduceN", "reduce_where",
+                                  "reduce_init", "accumulate", "accumulate0", "at", "at2", "reduceat", "reduceat0", "empty"])
+def test_ufunc_frompyfunc_like_jax(kind):
+    """jnp.ufunc / jnp.frompyfunc methods on a Python scalar function, eagerly and under jit."""
+    want = _ufunc_case(jnp, kind)
+    _check(_ufunc_case(pnp, kind), want, f"ufunc {kind}", weak=False)
+    _check(podlet.jit(lambda: _ufunc_case(pnp, kind))(), want, f"ufunc {kind} (jit)", weak=False)
+
+
+def test_ufunc_attributes_and_errors():
+    u = pnp.frompyfunc(lambda x, y: x + y, 2, 1, identity=0)
+    assert (u.nin, u.nout, u.nargs, u.identity) == (2, 1, 2, 0)
+    with pytest.raises(NotImplementedError, match="inplace=False"):
+        u.at(F5, 0, 1.0)
+    with pytest.raises(ValueError, match="no identity"):
+        pnp.frompyfunc(lambda x, y: x + y, 2, 1).reduce(np.zeros((0,), np.float32))
+    with pytest.raises(ValueError, match="binary"):
+        pnp.frompyfunc(lambda x: x, 1, 1).reduce(F5)
+
+
+NON_ARRAY_COVERED = {"isdtype", "vectorize", "ufunc", "frompyfunc"}  # their own tests above
 
 
 JIT_CASES = [
