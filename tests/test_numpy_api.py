@@ -915,3 +915,62 @@ def test_errors_tail_elementwise():
         pnp.ldexp(F5, F5)
     with pytest.raises(TypeError, match="integer or boolean"):
         pnp.bitwise_count(F5)
+
+
+ERRORS = [  # (name, call(mod), exception, message podlet's error must contain)
+    ("searchsorted side", lambda m: m.searchsorted(SRT, 1.0, side="middle"), ValueError, "side"),
+    ("searchsorted method", lambda m: m.searchsorted(SRT, 1.0, method="bisect"), ValueError, "bisect"),
+    ("searchsorted 2-D", lambda m: m.searchsorted(F34, 1.0), ValueError, "1-dimensional"),
+    ("bincount float", lambda m: m.bincount(F5, length=3), TypeError, "integer"),
+    ("nonzero 0-d", lambda m: m.nonzero(np.float32(1)), ValueError, "0d"),
+    ("unique empty size", lambda m: m.unique(np.int32([]), size=2), ValueError, "fill_value"),
+    ("compress 2-D", lambda m: m.compress(B34, F34), ValueError, "1D"),
+    ("quantile method", lambda m: m.quantile(F5, 0.5, method="cubic"), ValueError, "method"),
+    ("quantile q rank", lambda m: m.quantile(F5, F34), ValueError, "rank"),
+    ("interp left", lambda m: m.interp(F5, XP, FP, left="extend"), ValueError, "extend"),
+    ("interp shapes", lambda m: m.interp(F5, XP, FP[:3]), ValueError, "equal size"),
+    ("convolve mode", lambda m: m.convolve(A7, V3, "circular"), ValueError, "circular"),
+    ("convolve 2-D", lambda m: m.convolve(F34, V3), ValueError, "1-dimensional"),
+    ("insert 2-D index", lambda m: m.insert(I34, np.int32([[1]]), 0), ValueError, "one-dimensional"),
+    ("delete float index", lambda m: m.delete(Concrete(F5).v, np.float32([1.0])), ValueError, "float32"),
+    ("rot90 1-D", lambda m: m.rot90(F5), ValueError, "ndim"),
+    ("rot90 axes", lambda m: m.rot90(F34, axes=(1, 1)), ValueError, "different"),
+    ("split uneven", lambda m: m.split(np.arange(7), 3), ValueError, "equal division"),
+    ("choose raise", lambda m: m.choose(np.int32([0, 3]), [F5[:2], F5[2:4]]), ValueError, "choice"),
+    ("put inplace", lambda m: m.put(F34, 0, 1.0), ValueError, "inplace=False"),
+    ("pad mode", lambda m: m.pad(F34, 1, mode="mirror"), NotImplementedError, "mirror"),
+    ("pad kwarg", lambda m: m.pad(F34, 1, mode="edge", constant_values=3), ValueError, "constant_values"),
+    ("pad negative", lambda m: m.pad(F34, -1), ValueError, "negative"),
+    ("gradient small", lambda m: m.gradient(np.float32([1.0])), ValueError, "at least 2"),
+    ("cross dims", lambda m: m.cross(F34, F34), ValueError, "2 or 3"),
+    ("vectorize signature", lambda m: m.vectorize(lambda a: a, signature="n->n")(F5), ValueError, "signature"),
+    ("ldexp float exponent", lambda m: m.ldexp(F5, F5), ValueError, "ldexp"),
+    ("polyder negative", lambda m: m.polyder(PC, -1), ValueError, "positive"),
+    ("linspace negative num", lambda m: m.linspace(0, 1, -2), ValueError, "-2"),
+    ("ravel_multi_index mode", lambda m: m.ravel_multi_index((np.int32([0]),), (3,), mode="bounce"), ValueError, "bounce"),
+    ("histogram weights", lambda m: m.histogram(F5, weights=F34), ValueError, "shape"),
+    ("cov 3-D", lambda m: m.cov(F234), ValueError, "dimensions"),
+    ("digitize bins 2-D", lambda m: m.digitize(F5, F34), ValueError, "1-dimensional"),
+]
+
+
+@pytest.mark.parametrize("name,call,exc,msg", ERRORS, ids=[e[0] for e in ERRORS])
+def test_errors_tail_like_jax(name, call, exc, msg):
+    """Bad input raises where jax.numpy raises, of the same kind, naming what was wrong."""
+    with pytest.raises(Exception) as jax_err:
+        call(jnp)
+    with pytest.raises(exc, match=msg):
+        call(pnp)
+    assert isinstance(jax_err.value, (exc, TypeError, ValueError)), (name, jax_err.value)
+
+
+def test_data_dependent_shapes_need_size_under_jit():
+    """Without size= the output shape depends on the data: a clear error under jit, as JAX."""
+    from podlet._src.errors import ConcretizationError
+    for f in (lambda a: pnp.unique(a), lambda a: pnp.nonzero(a), lambda a: pnp.flatnonzero(a),
+              lambda a: pnp.bincount(a), lambda a: pnp.setdiff1d(a, a), lambda a: pnp.intersect1d(a, a),
+              lambda a: pnp.where(a)):
+        with pytest.raises(ConcretizationError, match="size=|length="):
+            podlet.jit(f)(np.abs(IRND))
+    got = podlet.jit(lambda a: pnp.unique(a, size=4, fill_value=-1))(IRND)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jnp.unique(IRND, size=4, fill_value=-1)))
