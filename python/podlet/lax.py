@@ -517,3 +517,10 @@ def approx_min_k(operand, k, reduction_dimension=-1, recall_target=0.95, reducti
 # ---- control flow: nodes that own traced sub-graphs (_src/control_flow.py) ----
 from ._src.control_flow import (cond, switch, select_n, scan, fori_loop, while_loop,  # noqa: E402
                                 map, associative_scan)
+
+# ---- the long tail (issue 26): groups in _src/lax_*.py, one concept a file ----
+from ._src.lax_elementwise import (acos, acosh, asin, asinh, atan, atanh, cosh, sinh, tan, cbrt,  # noqa: E402
+                                   exp2, erfc, reciprocal, nextafter, population_count, clz, mulhi,
+                                   bessel_i0e, bessel_i1e)
+from ._src.lax_reductions import (cumprod, cummax, cummin, cumlogsumexp, reduce, reduce_and,  # noqa: E402
+                                  reduce_or, reduce_xor, reduce_precision)
