@@ -524,3 +524,4 @@ from ._src.lax_elementwise import (acos, acosh, asin, asinh, atan, atanh, cosh, 
                                    bessel_i0e, bessel_i1e)
 from ._src.lax_reductions import (cumprod, cummax, cummin, cumlogsumexp, reduce, reduce_and,  # noqa: E402
                                   reduce_or, reduce_xor, reduce_precision)
+from ._src.lax_sort import sort, sort_key_val  # noqa: E402
