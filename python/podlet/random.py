@@ -484,3 +484,13 @@ def rademacher(key, shape=(), dtype=None):
 
 
 __all__ += ["gumbel", "categorical", "exponential", "laplace", "logistic", "rademacher"]
+
+
+# ---- the long tail (gamma family, poisson, binomial, ...): python/podlet/_src/random_dists.py
+from ._src.random_dists import (  # noqa: E402
+    gamma, loggamma, random_gamma_p, beta, dirichlet, chisquare, f, t, cauchy, lognormal, pareto, maxwell,
+    double_sided_maxwell, weibull_min, rayleigh, wald, triangular, geometric, generalized_normal, ball, poisson,
+    binomial, multinomial, key_dtype)
+from ._src import random_dists as _random_dists  # noqa: E402
+
+__all__ += list(_random_dists.__all__)
