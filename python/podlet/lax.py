@@ -525,3 +525,6 @@ from ._src.lax_elementwise import (acos, acosh, asin, asinh, atan, atanh, cosh, 
 from ._src.lax_reductions import (cumprod, cummax, cummin, cumlogsumexp, reduce, reduce_and,  # noqa: E402
                                   reduce_or, reduce_xor, reduce_precision)
 from ._src.lax_sort import sort, sort_key_val  # noqa: E402
+from ._src.lax_gather import (GatherDimensionNumbers, ScatterDimensionNumbers, GatherScatterMode,  # noqa: E402
+                              gather, scatter, scatter_add, scatter_sub, scatter_mul, scatter_min,
+                              scatter_max, scatter_apply)
