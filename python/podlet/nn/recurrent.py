@@ -52,12 +52,34 @@ class RNNCellBase(Module):
         raise NotImplementedError
 
 
+class _VectorCell(RNNCellBase):
+    """The cells whose carry is ``h`` (or, ``_carry_pair``, ``(c, h)``) of shape
+    ``(*batch, features)`` and whose products are Dense layers sharing the cell's dtypes."""
+    _carry_pair = False
+
+    @nowrap
+    def _dense(self, features, kernel_init, **kw):
+        return functools.partial(Dense, features=features, kernel_init=kernel_init, dtype=self.dtype,
+                                 param_dtype=self.param_dtype, **kw)
+
+    @nowrap
+    def initialize_carry(self, rng, input_shape):
+        mem_shape = tuple(input_shape[:-1]) + (self.features,)
+        if self._carry_pair:
+            return _zeros_or_init_pair(self, rng, mem_shape)
+        return self.carry_init(rng, mem_shape, self.param_dtype)
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1
+
+
 def _zeros_or_init_pair(cell, rng, mem_shape):
     key1, key2 = random.split(rng)
     return cell.carry_init(key1, mem_shape, cell.param_dtype), cell.carry_init(key2, mem_shape, cell.param_dtype)
 
 
-class LSTMCell(RNNCellBase):
+class LSTMCell(_VectorCell):
     r"""Long short-term memory cell.
 
         i = gate(W_ii x + W_hi h + b_hi)      f = gate(W_if x + W_hf h + b_hf)
@@ -75,6 +97,7 @@ class LSTMCell(RNNCellBase):
 
     Carry: ``(c, h)``. Params: ``ii, if, ig, io`` (kernel) and ``hi, hf, hg, ho`` (kernel, bias).
     """
+    _carry_pair = True
     features: int
     gate_fn: Callable[..., Any] = sigmoid
     activation_fn: Callable[..., Any] = tanh
@@ -90,11 +113,8 @@ class LSTMCell(RNNCellBase):
         c, h = carry
         hidden_features = h.shape[-1]
         # input and recurrent layers are summed, so only one of them needs a bias
-        dense_h = functools.partial(Dense, features=hidden_features, use_bias=True,
-                                    kernel_init=self.recurrent_kernel_init, bias_init=self.bias_init,
-                                    dtype=self.dtype, param_dtype=self.param_dtype)
-        dense_i = functools.partial(Dense, features=hidden_features, use_bias=False, kernel_init=self.kernel_init,
-                                    dtype=self.dtype, param_dtype=self.param_dtype)
+        dense_h = self._dense(hidden_features, self.recurrent_kernel_init, use_bias=True, bias_init=self.bias_init)
+        dense_i = self._dense(hidden_features, self.kernel_init, use_bias=False)
         i = self.gate_fn(dense_i(name="ii")(inputs) + dense_h(name="hi")(h))
         f = self.gate_fn(dense_i(name="if")(inputs) + dense_h(name="hf")(h))
         g = self.activation_fn(dense_i(name="ig")(inputs) + dense_h(name="hg")(h))
@@ -102,14 +122,6 @@ class LSTMCell(RNNCellBase):
         new_c = f * c + i * g
         new_h = o * self.activation_fn(new_c)
         return (new_c, new_h), new_h
-
-    @nowrap
-    def initialize_carry(self, rng, input_shape):
-        return _zeros_or_init_pair(self, rng, tuple(input_shape[:-1]) + (self.features,))
-
-    @property
-    def num_feature_axes(self) -> int:
-        return 1
 
 
 class DenseParams(Module):
@@ -128,12 +140,13 @@ class DenseParams(Module):
         return k, b
 
 
-class OptimizedLSTMCell(RNNCellBase):
+class OptimizedLSTMCell(_VectorCell):
     """``LSTMCell`` with the four gates' kernels concatenated into one matmul each for the
     input and the recurrent state; parameters are ``LSTMCell``'s (interchangeable).
 
     Attributes: as :class:`LSTMCell`.
     """
+    _carry_pair = True
     features: int
     gate_fn: Callable[..., Any] = sigmoid
     activation_fn: Callable[..., Any] = tanh
@@ -180,16 +193,8 @@ class OptimizedLSTMCell(RNNCellBase):
         new_h = o * self.activation_fn(new_c)
         return (new_c, new_h), new_h
 
-    @nowrap
-    def initialize_carry(self, rng, input_shape):
-        return _zeros_or_init_pair(self, rng, tuple(input_shape[:-1]) + (self.features,))
 
-    @property
-    def num_feature_axes(self) -> int:
-        return 1
-
-
-class SimpleCell(RNNCellBase):
+class SimpleCell(_VectorCell):
     """Elman cell: ``h' = act(W_i x + b_i + W_h h)`` (``+ h`` inside act with ``residual``).
 
     Attributes: features, activation_fn (tanh), kernel_init, recurrent_kernel_init
@@ -210,27 +215,16 @@ class SimpleCell(RNNCellBase):
     @compact
     def __call__(self, carry, inputs):
         hidden_features = carry.shape[-1]
-        dense_h = functools.partial(Dense, features=hidden_features, use_bias=False, dtype=self.dtype,
-                                    param_dtype=self.param_dtype, kernel_init=self.recurrent_kernel_init)
-        dense_i = functools.partial(Dense, features=hidden_features, use_bias=True, dtype=self.dtype,
-                                    param_dtype=self.param_dtype, kernel_init=self.kernel_init,
-                                    bias_init=self.bias_init)
+        dense_h = self._dense(hidden_features, self.recurrent_kernel_init, use_bias=False)
+        dense_i = self._dense(hidden_features, self.kernel_init, use_bias=True, bias_init=self.bias_init)
         new_carry = dense_i(name="i")(inputs) + dense_h(name="h")(carry)
         if self.residual:
             new_carry += carry
         new_carry = self.activation_fn(new_carry)
         return new_carry, new_carry
 
-    @nowrap
-    def initialize_carry(self, rng, input_shape):
-        return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.param_dtype)
 
-    @property
-    def num_feature_axes(self) -> int:
-        return 1
-
-
-class GRUCell(RNNCellBase):
+class GRUCell(_VectorCell):
     """Gated recurrent unit.
 
         r = gate(W_ir x + b_ir + W_hr h)      z = gate(W_iz x + b_iz + W_hz h)
@@ -254,12 +248,8 @@ class GRUCell(RNNCellBase):
     def __call__(self, carry, inputs):
         h = carry
         hidden_features = h.shape[-1]
-        dense_h = functools.partial(Dense, features=hidden_features, use_bias=False, dtype=self.dtype,
-                                    param_dtype=self.param_dtype, kernel_init=self.recurrent_kernel_init,
-                                    bias_init=self.bias_init)
-        dense_i = functools.partial(Dense, features=hidden_features, use_bias=True, dtype=self.dtype,
-                                    param_dtype=self.param_dtype, kernel_init=self.kernel_init,
-                                    bias_init=self.bias_init)
+        dense_h = self._dense(hidden_features, self.recurrent_kernel_init, use_bias=False, bias_init=self.bias_init)
+        dense_i = self._dense(hidden_features, self.kernel_init, use_bias=True, bias_init=self.bias_init)
         r = self.gate_fn(dense_i(name="ir")(inputs) + dense_h(name="hr")(h))
         z = self.gate_fn(dense_i(name="iz")(inputs) + dense_h(name="hz")(h))
         # the recurrent term is gated, so it carries its own bias
@@ -267,16 +257,8 @@ class GRUCell(RNNCellBase):
         new_h = (1.0 - z) * n + z * h
         return new_h, new_h
 
-    @nowrap
-    def initialize_carry(self, rng, input_shape):
-        return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.param_dtype)
 
-    @property
-    def num_feature_axes(self) -> int:
-        return 1
-
-
-class MGUCell(RNNCellBase):
+class MGUCell(_VectorCell):
     """Minimal gated unit (https://arxiv.org/abs/1603.09420).
 
         f = gate(W_if x + b_if + W_hf h)
@@ -306,11 +288,9 @@ class MGUCell(RNNCellBase):
     def __call__(self, carry, inputs):
         h = carry
         hidden_features = h.shape[-1]
-        dense_h = functools.partial(Dense, features=hidden_features, use_bias=False, dtype=self.dtype,
-                                    param_dtype=self.param_dtype, kernel_init=self.recurrent_kernel_init,
-                                    bias_init=self.activation_bias_init)
-        dense_i = functools.partial(Dense, features=hidden_features, use_bias=True, dtype=self.dtype,
-                                    param_dtype=self.param_dtype, kernel_init=self.kernel_init)
+        dense_h = self._dense(hidden_features, self.recurrent_kernel_init, use_bias=False,
+                              bias_init=self.activation_bias_init)
+        dense_i = self._dense(hidden_features, self.kernel_init, use_bias=True)
         f = self.gate_fn(dense_i(name="if", bias_init=self.forget_bias_init)(inputs) + dense_h(name="hf")(h))
         x = dense_h(name="hn", use_bias=self.reset_gate)(h)
         if self.reset_gate:
@@ -318,14 +298,6 @@ class MGUCell(RNNCellBase):
         n = self.activation_fn(dense_i(name="in", bias_init=self.activation_bias_init)(inputs) + x)
         new_h = (1.0 - f) * n + f * h
         return new_h, new_h
-
-    @nowrap
-    def initialize_carry(self, rng, input_shape):
-        return self.carry_init(rng, tuple(input_shape[:-1]) + (self.features,), self.param_dtype)
-
-    @property
-    def num_feature_axes(self) -> int:
-        return 1
 
 
 class ConvLSTMCell(RNNCellBase):
