@@ -528,3 +528,8 @@ from ._src.lax_sort import sort, sort_key_val  # noqa: E402
 from ._src.lax_gather import (GatherDimensionNumbers, ScatterDimensionNumbers, GatherScatterMode,  # noqa: E402
                               gather, scatter, scatter_add, scatter_sub, scatter_mul, scatter_min,
                               scatter_max, scatter_apply)
+from ._src.lax_shapes import (full, full_like, empty, broadcast_to_rank, broadcast_shapes,  # noqa: E402
+                              broadcast_like, tile, stack, unstack, split, collapse, index_in_dim,
+                              dynamic_index_in_dim, dynamic_update_index_in_dim, dynamic_update_slice_in_dim,
+                              index_take, batch_matmul, DotDimensionNumbers, dtype, RoundingMethod,
+                              optimization_barrier)
