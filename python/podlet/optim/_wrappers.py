@@ -242,6 +242,15 @@ class ConditionFn(Protocol):
         ...
 
 
+def _update_when(inner, should_transform_fn, forward_extra_args, updates, state, params, extra_args, skipped):
+    """``inner``'s update where ``should_transform_fn(state.step)`` holds, else ``(skipped,
+    state.inner_state)``: the shared step of conditionally_transform and conditionally_mask."""
+    condition_kwargs = extra_args if forward_extra_args else {}
+    return lax.cond(should_transform_fn(state.step, **condition_kwargs),
+                    lambda _: inner.update(updates, state.inner_state, params, **extra_args),
+                    lambda _: (skipped, state.inner_state), None)
+
+
 class ConditionallyTransformState(NamedTuple):
     """Inner state and a step counter."""
     inner_state: Any
@@ -268,11 +277,8 @@ def conditionally_transform(inner: GradientTransformation, should_transform_fn: 
         return ConditionallyTransformState(inner_state=inner.init(params), step=jnp.zeros([], jnp.int32))
 
     def update_fn(updates, state, params=None, **extra_args):
-        condition_kwargs = extra_args if forward_extra_args else {}
-        updates, new_inner_state = lax.cond(
-            should_transform_fn(state.step, **condition_kwargs),
-            lambda _: inner.update(updates, state.inner_state, params, **extra_args),
-            lambda _: (updates, state.inner_state), None)
+        updates, new_inner_state = _update_when(inner, should_transform_fn, forward_extra_args, updates, state,
+                                                params, extra_args, skipped=updates)
         return updates, ConditionallyTransformState(new_inner_state, safe_increment(state.step))
 
     return GradientTransformationExtraArgs(init_fn, update_fn)
@@ -304,11 +310,8 @@ def conditionally_mask(inner: GradientTransformation, should_transform_fn: Condi
         return ConditionallyMaskState(step=jnp.zeros([], jnp.int32), inner_state=inner.init(params))
 
     def update_fn(updates, state, params=None, **extra_args):
-        condition_kwargs = extra_args if forward_extra_args else {}
-        updates, new_inner_state = lax.cond(
-            should_transform_fn(state.step, **condition_kwargs),
-            lambda _: inner.update(updates, state.inner_state, params, **extra_args),
-            lambda _: (tree_zeros_like(updates), state.inner_state), None)
+        updates, new_inner_state = _update_when(inner, should_transform_fn, forward_extra_args, updates, state,
+                                                params, extra_args, skipped=tree_zeros_like(updates))
         return updates, ConditionallyMaskState(step=safe_increment(state.step), inner_state=new_inner_state)
 
     return GradientTransformationExtraArgs(init_fn, update_fn)
