@@ -1,5 +1,6 @@
 """podlet.lax: the jax.lax subset, thin wrappers over primitives (core.bind)."""
 import builtins as _bi
+from typing import NamedTuple as _NamedTuple
 
 import numpy as _np
 
@@ -232,13 +233,32 @@ def padtype_to_pads(in_shape, window_shape, window_strides, padding):
     raise ValueError(f"unknown padding {padding!r}; expected 'SAME', 'SAME_LOWER', 'VALID' or (lo, hi) pairs")
 
 
-class ConvDimensionNumbers(tuple):
-    pass
+class ConvDimensionNumbers(_NamedTuple):
+    """jax.lax.ConvDimensionNumbers: (batch, feature, spatial...) dimension numbers of
+    lhs and out, (out feature, in feature, spatial...) of rhs."""
+    lhs_spec: tuple
+    rhs_spec: tuple
+    out_spec: tuple
+
+
+def _specs_to_strings(dn):
+    """Layout strings ('NCHW', 'OIHW', 'NCHW' style) of a ConvDimensionNumbers."""
+    sp = "HWDXYZ"
+
+    def one(spec, a, b):
+        chars = [""] * len(spec)
+        chars[spec[0]], chars[spec[1]] = a, b
+        for i, d in enumerate(spec[2:]):
+            chars[d] = sp[i]
+        return "".join(chars)
+    return one(dn.lhs_spec, "N", "C"), one(dn.rhs_spec, "O", "I"), one(dn.out_spec, "N", "C")
 
 
 def _conv_perms(dimension_numbers, nd):
     if dimension_numbers is None:
         spec = ("NCHW", "OIHW", "NCHW")
+    elif isinstance(dimension_numbers, ConvDimensionNumbers):
+        spec = _specs_to_strings(dimension_numbers)
     else:
         spec = tuple(dimension_numbers)
     if not all(isinstance(s, str) for s in spec):
@@ -319,6 +339,8 @@ def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numb
         if len(lhs.shape) != 4:
             raise ValueError(f"podlet convolutions are 2-D; got an input of shape {tuple(lhs.shape)}")
         dimension_numbers = ("NHWC", "HWIO", "NHWC")
+    if isinstance(dimension_numbers, ConvDimensionNumbers):
+        dimension_numbers = _specs_to_strings(dimension_numbers)
     lhs_spec, rhs_spec, _ = tuple(dimension_numbers)
     k_sdims = [rhs.shape[rhs_spec.index(c)] for c in rhs_spec if c not in "OI"]
     rhs_dilation = tuple(rhs_dilation or (1,) * len(k_sdims))
@@ -533,3 +555,7 @@ from ._src.lax_shapes import (full, full_like, empty, broadcast_to_rank, broadca
                               dynamic_index_in_dim, dynamic_update_index_in_dim, dynamic_update_slice_in_dim,
                               index_take, batch_matmul, DotDimensionNumbers, dtype, RoundingMethod,
                               optimization_barrier)
+from ._src.lax_conv import (ConvGeneralDilatedDimensionNumbers, conv_dimension_numbers,  # noqa: E402
+                            conv_general_permutations, conv_shape_tuple, conv_general_shape_tuple,
+                            conv_transpose_shape_tuple, conv_with_general_padding, conv_general_dilated_patches,
+                            reduce_window_shape_tuple)
