@@ -25,7 +25,7 @@ from .. import lax
 from .. import numpy as jnp
 from . import initializers
 from .linear import canonicalize_dtype
-from .module import Module, compact, merge_param
+from .module import Module, compact, merge_param, nowrap
 
 __all__ = ["BatchNorm", "LayerNorm", "GroupNorm", "RMSNorm", "InstanceNorm", "SpectralNorm", "WeightNorm"]
 
@@ -175,7 +175,25 @@ class BatchNorm(Module):
                           self.force_float32_reductions)
 
 
-class LayerNorm(Module):
+class _StatsNorm(Module):
+    """LayerNorm, RMSNorm, GroupNorm and InstanceNorm: statistics of the input over some
+    axes, then scale and bias per feature, all reading the same attributes."""
+
+    @nowrap
+    def _stats(self, x, axes, mask, use_mean=True):
+        return _compute_stats(x, axes, self.dtype, self.axis_name, self.axis_index_groups, use_mean=use_mean,
+                              use_fast_variance=self.use_fast_variance, mask=mask,
+                              force_float32_reductions=self.force_float32_reductions)
+
+    @nowrap
+    def _normalize(self, x, mean, var, reduction_axes, feature_axes, use_bias=None, bias_init=None):
+        return _normalize(self, x, mean, var, reduction_axes, feature_axes, self.dtype, self.param_dtype,
+                          self.epsilon, self.use_bias if use_bias is None else use_bias, self.use_scale,
+                          self.bias_init if bias_init is None else bias_init, self.scale_init,
+                          self.force_float32_reductions)
+
+
+class LayerNorm(_StatsNorm):
     """Layer normalization (https://arxiv.org/abs/1607.06450): each example normalised
     over `reduction_axes` (default the last), with a learned per-feature scale and bias.
 
@@ -204,15 +222,11 @@ class LayerNorm(Module):
 
     @compact
     def __call__(self, x, *, mask=None):
-        mean, var = _compute_stats(x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
-                                   use_fast_variance=self.use_fast_variance, mask=mask,
-                                   force_float32_reductions=self.force_float32_reductions)
-        return _normalize(self, x, mean, var, self.reduction_axes, self.feature_axes, self.dtype, self.param_dtype,
-                          self.epsilon, self.use_bias, self.use_scale, self.bias_init, self.scale_init,
-                          self.force_float32_reductions)
+        mean, var = self._stats(x, self.reduction_axes, mask)
+        return self._normalize(x, mean, var, self.reduction_axes, self.feature_axes)
 
 
-class RMSNorm(Module):
+class RMSNorm(_StatsNorm):
     """RMS layer normalization (https://arxiv.org/abs/1910.07467): ``x * rsqrt(E[x^2] + eps) * scale``.
 
     Params: ``scale``.
@@ -231,15 +245,12 @@ class RMSNorm(Module):
 
     @compact
     def __call__(self, x, *, mask=None):
-        mean, var = _compute_stats(x, self.reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
-                                   use_mean=False, use_fast_variance=self.use_fast_variance, mask=mask,
-                                   force_float32_reductions=self.force_float32_reductions)
-        return _normalize(self, x, mean, var, self.reduction_axes, self.feature_axes, self.dtype, self.param_dtype,
-                          self.epsilon, False, self.use_scale, initializers.zeros, self.scale_init,
-                          self.force_float32_reductions)
+        mean, var = self._stats(x, self.reduction_axes, mask, use_mean=False)
+        return self._normalize(x, mean, var, self.reduction_axes, self.feature_axes, use_bias=False,
+                               bias_init=initializers.zeros)
 
 
-class GroupNorm(Module):
+class GroupNorm(_StatsNorm):
     """Group normalization (https://arxiv.org/abs/1803.08494): statistics per example over
     the spatial axes and groups of ``group_size`` channels.
 
@@ -299,17 +310,13 @@ class GroupNorm(Module):
         group_shape = tuple(x.shape[:-1]) + (num_groups, group_size)
         if mask is not None:
             mask = jnp.reshape(mask, tuple(mask.shape[:-1]) + (num_groups, group_size))
-        mean, var = _compute_stats(jnp.reshape(x, group_shape), list(reduction_axes[:-1]) + [-1], self.dtype,
-                                   self.axis_name, self.axis_index_groups, use_fast_variance=self.use_fast_variance,
-                                   mask=mask, force_float32_reductions=self.force_float32_reductions)
+        mean, var = self._stats(jnp.reshape(x, group_shape), list(reduction_axes[:-1]) + [-1], mask)
         mean = jnp.repeat(mean, group_size, axis=-1)
         var = jnp.repeat(var, group_size, axis=-1)
-        return _normalize(self, x, mean, var, reduction_axes[:-1], (feature_axis,), self.dtype, self.param_dtype,
-                          self.epsilon, self.use_bias, self.use_scale, self.bias_init, self.scale_init,
-                          self.force_float32_reductions)
+        return self._normalize(x, mean, var, reduction_axes[:-1], (feature_axis,))
 
 
-class InstanceNorm(Module):
+class InstanceNorm(_StatsNorm):
     """Instance normalization (https://arxiv.org/abs/1607.08022): each example and each
     feature normalised over the remaining axes (all but the leading batch axis and
     ``feature_axes``), with a learned per-feature scale and bias.
@@ -340,12 +347,8 @@ class InstanceNorm(Module):
             raise ValueError("The channel axes cannot include the leading dimension as this is assumed to be the "
                              "batch axis.")
         reduction_axes = [i for i in range(1, x.ndim) if i not in feature_axes]
-        mean, var = _compute_stats(x, reduction_axes, self.dtype, self.axis_name, self.axis_index_groups,
-                                   use_fast_variance=self.use_fast_variance, mask=mask,
-                                   force_float32_reductions=self.force_float32_reductions)
-        return _normalize(self, x, mean, var, reduction_axes, feature_axes, self.dtype, self.param_dtype,
-                          self.epsilon, self.use_bias, self.use_scale, self.bias_init, self.scale_init,
-                          self.force_float32_reductions)
+        mean, var = self._stats(x, reduction_axes, mask)
+        return self._normalize(x, mean, var, reduction_axes, feature_axes)
 
 
 # =====================================================================================
