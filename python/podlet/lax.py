@@ -559,3 +559,4 @@ from ._src.lax_conv import (ConvGeneralDilatedDimensionNumbers, conv_dimension_n
                             conv_general_permutations, conv_shape_tuple, conv_general_shape_tuple,
                             conv_transpose_shape_tuple, conv_with_general_padding, conv_general_dilated_patches,
                             reduce_window_shape_tuple)
+from ._src.lax_random import RandomAlgorithm, rng_bit_generator, rng_uniform  # noqa: E402
