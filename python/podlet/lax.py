@@ -560,3 +560,4 @@ from ._src.lax_conv import (ConvGeneralDilatedDimensionNumbers, conv_dimension_n
                             conv_transpose_shape_tuple, conv_with_general_padding, conv_general_dilated_patches,
                             reduce_window_shape_tuple)
 from ._src.lax_random import RandomAlgorithm, rng_bit_generator, rng_uniform  # noqa: E402
+from ._src.lax_solve import custom_root, custom_linear_solve  # noqa: E402
