@@ -15,7 +15,7 @@ import numpy as np
 from .. import lax
 from .. import numpy as jnp
 from . import initializers
-from .module import Module, compact
+from .module import Module, compact, nowrap
 
 __all__ = ["Dense", "DenseGeneral", "Conv", "ConvLocal", "ConvTranspose", "canonicalize_dtype", "promote_dtype",
            "canonicalize_padding", "default_kernel_init"]
@@ -254,7 +254,53 @@ def _pre_pad(inputs, padding_lax, kernel_size, kernel_dilation):
     return inputs, padding_lax
 
 
-class Conv(Module):
+class _ConvBase(Module):
+    """What Conv and ConvLocal share: the attributes, the geometry of the spatial axes and
+    the (masked) kernel and bias parameters."""
+    features: int
+    kernel_size: Any
+    strides: Any = 1
+    padding: Any = "SAME"
+    input_dilation: Any = 1
+    kernel_dilation: Any = 1
+    feature_group_count: int = 1
+    use_bias: bool = True
+    mask: Any = None
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    precision: Any = None
+    kernel_init: Any = default_kernel_init
+    bias_init: Any = initializers.zeros_init()
+    promote_dtype: Any = promote_dtype
+    conv_general_dilated: Any = None
+    conv_general_dilated_cls: Any = None
+
+    @nowrap
+    def _geometry(self, inputs):
+        """(inputs with batch dims flattened and explicit padding applied, restore, kernel_size,
+        strides, input_dilation, kernel_dilation, lax padding)."""
+        kernel_size = _conv_kernel_size(self.kernel_size)
+        n = len(kernel_size)
+        inputs, restore = _flatten_batch(inputs, n)
+        kernel_dilation = _broadcast_dims(self.kernel_dilation, n)
+        inputs, padding_lax = _pre_pad(inputs, canonicalize_padding(self.padding, n), kernel_size,
+                                       kernel_dilation)
+        return (inputs, restore, kernel_size, _broadcast_dims(self.strides, n), _broadcast_dims(self.input_dilation, n),
+                kernel_dilation, padding_lax)
+
+    @nowrap
+    def _kernel_and_bias(self, kernel_shape, bias_shape):
+        if self.mask is not None and tuple(self.mask.shape) != kernel_shape:
+            raise ValueError("Mask needs to have the same shape as weights. "
+                             f"Shapes are: {tuple(self.mask.shape)}, {kernel_shape}")
+        kernel = self.param("kernel", self.kernel_init, kernel_shape, self.param_dtype)
+        if self.mask is not None:
+            kernel = kernel * self.mask
+        bias = self.param("bias", self.bias_init, bias_shape, self.param_dtype) if self.use_bias else None
+        return kernel, bias
+
+
+class Conv(_ConvBase):
     """A convolution (``lax.conv_general_dilated``) over channels-last inputs.
 
     Attributes:
@@ -279,46 +325,14 @@ class Conv(Module):
 
     Params: ``kernel``, ``bias`` (features,).
     """
-    features: int
-    kernel_size: Any
-    strides: Any = 1
-    padding: Any = "SAME"
-    input_dilation: Any = 1
-    kernel_dilation: Any = 1
-    feature_group_count: int = 1
-    use_bias: bool = True
-    mask: Any = None
-    dtype: Any = None
-    param_dtype: Any = jnp.float32
-    precision: Any = None
-    kernel_init: Any = default_kernel_init
-    bias_init: Any = initializers.zeros_init()
-    promote_dtype: Any = promote_dtype
-    conv_general_dilated: Any = None
-    conv_general_dilated_cls: Any = None
 
     @compact
     def __call__(self, inputs):
-        kernel_size = _conv_kernel_size(self.kernel_size)
-        n = len(kernel_size)
-        inputs, restore = _flatten_batch(inputs, n)
-        strides = _broadcast_dims(self.strides, n)
-        input_dilation = _broadcast_dims(self.input_dilation, n)
-        kernel_dilation = _broadcast_dims(self.kernel_dilation, n)
-
-        inputs, padding_lax = _pre_pad(inputs, canonicalize_padding(self.padding, n), kernel_size,
-                                       kernel_dilation)
-
+        inputs, restore, kernel_size, strides, input_dilation, kernel_dilation, padding_lax = self._geometry(inputs)
         in_features = inputs.shape[-1]
         assert in_features % self.feature_group_count == 0
-        kernel_shape = kernel_size + (in_features // self.feature_group_count, self.features)
-        if self.mask is not None and tuple(self.mask.shape) != kernel_shape:
-            raise ValueError("Mask needs to have the same shape as weights. "
-                             f"Shapes are: {tuple(self.mask.shape)}, {kernel_shape}")
-        kernel = self.param("kernel", self.kernel_init, kernel_shape, self.param_dtype)
-        if self.mask is not None:
-            kernel = kernel * self.mask
-        bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype) if self.use_bias else None
+        kernel, bias = self._kernel_and_bias(kernel_size + (in_features // self.feature_group_count, self.features),
+                                             (self.features,))
 
         inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
         if self.conv_general_dilated_cls is not None:
@@ -371,7 +385,7 @@ def _local_patches(inputs, kernel_size, strides, config, out_sp, kernel_dilation
     return jnp.reshape(patches, tuple(patches.shape[:-2]) + (-1,))
 
 
-class ConvLocal(Module):
+class ConvLocal(_ConvBase):
     """A locally connected ("unshared") convolution (``lax.conv_general_dilated_local``):
     a separate kernel at every output position.
 
@@ -381,49 +395,19 @@ class ConvLocal(Module):
     input axis ordered channel-major over the window, as jax's), ``bias``
     ``out_spatial + (features,)``.
     """
-    features: int
-    kernel_size: Any
-    strides: Any = 1
-    padding: Any = "SAME"
-    input_dilation: Any = 1
-    kernel_dilation: Any = 1
-    feature_group_count: int = 1
-    use_bias: bool = True
-    mask: Any = None
-    dtype: Any = None
-    param_dtype: Any = jnp.float32
-    precision: Any = None
-    kernel_init: Any = default_kernel_init
-    bias_init: Any = initializers.zeros_init()
-    promote_dtype: Any = promote_dtype
-    conv_general_dilated: Any = None
-    conv_general_dilated_cls: Any = None
 
     @compact
     def __call__(self, inputs):
-        kernel_size = _conv_kernel_size(self.kernel_size)
+        inputs, restore, kernel_size, strides, input_dilation, kernel_dilation, padding_lax = self._geometry(inputs)
         n = len(kernel_size)
-        inputs, restore = _flatten_batch(inputs, n)
-        strides = _broadcast_dims(self.strides, n)
-        input_dilation = _broadcast_dims(self.input_dilation, n)
-        kernel_dilation = _broadcast_dims(self.kernel_dilation, n)
-        inputs, padding_lax = _pre_pad(inputs, canonicalize_padding(self.padding, n), kernel_size,
-                                       kernel_dilation)
         if self.feature_group_count != 1:
             raise NotImplementedError("`lax.conv_general_dilated_local` does not support "
                                       f"`feature_group_count != 1`, got `{self.feature_group_count}`.")
         in_features = inputs.shape[-1]
         config, out_sp = _local_geometry(tuple(inputs.shape[1:-1]), kernel_size, strides, padding_lax,
                                          input_dilation, kernel_dilation)
-        kernel_shape = out_sp + (int(np.prod(kernel_size)) * in_features, self.features)
-        if self.mask is not None and tuple(self.mask.shape) != kernel_shape:
-            raise ValueError("Mask needs to have the same shape as weights. "
-                             f"Shapes are: {tuple(self.mask.shape)}, {kernel_shape}")
-        kernel = self.param("kernel", self.kernel_init, kernel_shape, self.param_dtype)
-        if self.mask is not None:
-            kernel = kernel * self.mask
-        bias = (self.param("bias", self.bias_init, out_sp + (self.features,), self.param_dtype)
-                if self.use_bias else None)
+        kernel, bias = self._kernel_and_bias(out_sp + (int(np.prod(kernel_size)) * in_features, self.features),
+                                             out_sp + (self.features,))
         inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
         patches = _local_patches(inputs, kernel_size, strides, config, out_sp, kernel_dilation)  # (B, *out, K)
         # one (K, features) product per output position: batch over the spatial axes
