@@ -168,7 +168,10 @@ def _gamma_grad(sample, a, log_space):
     jnp, lax = _mods()
     if log_space:
         s = jnp.exp(sample)
-        s = lax.select(s == 0.0, jnp.full_like(s, float(_rnd()._finfo(s.dtype).tiny)), s)
+        # jax replaces a zero exp by the smallest normal float; XLA:CPU flushes subnormal
+        # results to zero, so a subnormal exp is replaced too
+        tiny = float(_rnd()._finfo(s.dtype).tiny)
+        s = lax.select(s < tiny, jnp.full_like(s, tiny), s)
         return _special.random_gamma_grad(a, s) / s
     return _special.random_gamma_grad(a, sample)
 

@@ -1,0 +1,92 @@
+"""The draws tests/test_random_tail.py compares podlet.random's long tail with, written
+once for both libraries (``r`` is ``jax.random`` or ``podlet.random``).
+
+XLA compiles each gamma-, poisson- and binomial-based sampler for seconds (11 gamma
+loops, 10 poisson / binomial loops and the gradient: about 40 s on a loaded 2-core
+machine), so their jax.random draws are stored in ``data/random_tail_jax.npz`` together
+with the jax version that made them; the test recomputes them live (slowly) when the
+installed jax is another version. Regenerate with
+
+    .venv/bin/python tests/random_tail_oracle.py
+"""
+import os
+
+import numpy as np
+
+SEED = 7
+N = 1000
+A = np.linspace(0.05, 8.0, N).astype(np.float32)              # gamma shapes, boosted (< 1) and not
+LAM = np.concatenate([np.linspace(0.0, 9.9, N // 2), np.linspace(10.0, 400.0, N // 2)]).astype(np.float32)
+BN = np.concatenate([np.full(N // 2, 12.0), np.full(N // 2, 300.0)]).astype(np.float32)
+BP = np.linspace(0.01, 0.99, N).astype(np.float32)            # inversion and BTRS, p < 1/2 and p > 1/2
+ALPHA = np.array([0.3, 1.0, 4.0], np.float32)
+MP = np.array([0.2, 0.3, 0.5], np.float32)
+GRAD_A = A[::10]
+
+PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "random_tail_jax.npz")
+
+
+def stored_draws(r, k):
+    """The expensive samplers (rejection loops), keyed by name."""
+    ks = r.split(k, 14)
+    return {
+        "gamma": r.gamma(ks[0], A),
+        "loggamma": r.loggamma(ks[1], A),
+        "beta": r.beta(ks[2], 0.7, A),
+        "dirichlet": r.dirichlet(ks[3], ALPHA, (300,)),
+        "chisquare": r.chisquare(ks[4], 2 * A),
+        "f": r.f(ks[5], 3.0, 5.0, (N,)),
+        "t": r.t(ks[6], 4.0, (N,)),
+        "generalized_normal": r.generalized_normal(ks[7], 1.5, (N,)),
+        "ball": r.ball(ks[8], 3, 2, (300,)),
+        "poisson": r.poisson(ks[9], LAM),
+        "binomial": r.binomial(ks[10], BN, BP),
+        "multinomial": r.multinomial(ks[11], 100.0, MP, shape=(300, 3)),
+        "poisson_scalar_lam": r.poisson(ks[12], 3.5, (N,)),
+        "binomial_nan": r.binomial(ks[13], np.array([np.nan, -1.0, 5.0, np.inf, 7.0], np.float32),
+                                   np.array([0.5, 0.5, np.nan, 0.7, -0.1], np.float32)),
+    }
+
+
+def live_draws(r, k):
+    """The closed-form samplers (cheap to compile), compared live."""
+    ks = r.split(k, 10)
+    return {
+        "cauchy": r.cauchy(ks[0], (N,)),
+        "lognormal": r.lognormal(ks[1], 0.5, (N,)),
+        "pareto": r.pareto(ks[2], 3.0, (N,)),
+        "maxwell": r.maxwell(ks[3], (N,)),
+        "double_sided_maxwell": r.double_sided_maxwell(ks[4], 1.0, 2.0, (N,)),
+        "weibull_min": r.weibull_min(ks[5], 2.0, 1.5, (N,)),
+        "rayleigh": r.rayleigh(ks[6], 2.0, (N,)),
+        "wald": r.wald(ks[7], 1.5, (N,)),
+        "triangular": r.triangular(ks[8], -1.0, 0.5, 2.0, (N,)),
+        "geometric": r.geometric(ks[9], 0.3, (N,)),
+    }
+
+
+def jax_stored_draws():
+    """Computes what PATH stores, with the installed jax."""
+    import jax
+    k = jax.random.PRNGKey(SEED)
+    out = {n: np.asarray(v) for n, v in jax.jit(lambda k: stored_draws(jax.random, k))(k).items()}
+    out["gamma_grad"] = np.asarray(jax.grad(lambda a: jax.random.gamma(k, a).sum())(GRAD_A))
+    out["loggamma_grad"] = np.asarray(jax.grad(lambda a: jax.random.loggamma(k, a).sum())(GRAD_A))
+    return out
+
+
+def load_or_compute():
+    import jax
+    if os.path.exists(PATH):
+        with np.load(PATH) as z:
+            if str(z["jax_version"]) == jax.__version__:
+                return {n: z[n] for n in z.files if n != "jax_version"}
+    return jax_stored_draws()
+
+
+if __name__ == "__main__":
+    import jax
+    draws = jax_stored_draws()
+    os.makedirs(os.path.dirname(PATH), exist_ok=True)
+    np.savez_compressed(PATH, jax_version=np.array(jax.__version__), **draws)
+    print(f"wrote {PATH} (jax {jax.__version__}, {len(draws)} arrays)")
