@@ -19,9 +19,11 @@ __all__ = ["cumprod", "cummax", "cummin", "cumlogsumexp", "reduce", "reduce_and"
 
 def _axis(operand, axis, name):
     nd = len(operand.shape)
-    if not -nd <= axis < _bi.max(nd, 1) or nd == 0:
+    if axis < 0:
+        raise ValueError(f"lax.{name}: XLA operations do not allow negative axes, got axis={axis}")
+    if not 0 <= axis < nd:
         raise ValueError(f"lax.{name}: axis {axis} is out of bounds for an array of rank {nd}")
-    return axis % nd
+    return axis
 
 
 # ---------------------------------------------------------------------------------

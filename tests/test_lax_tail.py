@@ -1,0 +1,456 @@
+"""podlet.lax's long tail (issue 26) against jax.lax on the same inputs: values, dtypes
+and shapes, gradients against jax.grad, eager, under podlet.jit and podlet.vmap, and a
+few errors. Whole arrays per case, eager JAX (no per-case JAX compiles): fast."""
+import jax
+import jax.lax as jl
+import jax.numpy as jjnp
+import numpy as np
+import pytest
+
+import podlet
+import podlet.lax as pl
+import podlet.numpy as pnp
+
+RNG = np.random.default_rng(26)
+X = (RNG.standard_normal(4000) * 4).astype(np.float32)
+
+
+def same(a, b, rtol=0.0, atol=0.0):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+    if a.dtype == jjnp.bfloat16:
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    if rtol == 0 and atol == 0:
+        np.testing.assert_array_equal(a, b)
+    else:
+        np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------------------------
+# elementwise
+# ---------------------------------------------------------------------------------
+DOMAIN = {"acos": np.tanh, "asin": np.tanh, "atanh": lambda v: np.tanh(v) * 0.999, "acosh": lambda v: 1 + abs(v),
+          "cbrt": lambda v: v * 100, "exp2": lambda v: v * 4, "bessel_i0e": lambda v: v * 5,
+          "bessel_i1e": lambda v: v * 5, "cosh": lambda v: v * 2, "sinh": lambda v: v * 2}
+GRAD_DOMAIN = {"acos": lambda v: np.tanh(v) * 0.9, "asin": lambda v: np.tanh(v) * 0.9,
+               "atanh": lambda v: np.tanh(v) * 0.9, "acosh": lambda v: 1.1 + abs(v), "tan": lambda v: v / 4}
+FLOAT_FNS = ["acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "cbrt", "exp2", "erfc",
+             "reciprocal", "bessel_i0e", "bessel_i1e"]
+
+
+@pytest.mark.parametrize("name", FLOAT_FNS)
+def test_float_elementwise(name):
+    v = DOMAIN.get(name, lambda t: t)(X).astype(np.float32)
+    # tolerance: a few float32 ulps (formulas are XLA's; erfc / i1e Cephes fits agree to ~1e-6)
+    same(getattr(pl, name)(v), getattr(jl, name)(v), rtol=4e-6, atol=1e-30)
+    vb = v[:64].astype(jjnp.bfloat16)
+    same(getattr(pl, name)(vb), getattr(jl, name)(vb), rtol=1e-2, atol=1e-30)
+    out = getattr(pl, name)(1.0)
+    assert out.weak_type == getattr(jl, name)(1.0).weak_type
+    with pytest.raises(TypeError):
+        getattr(pl, name)(np.arange(3, dtype=np.int32))
+
+
+def test_float_elementwise_grads():
+    # away from poles and branch points
+    gs = [GRAD_DOMAIN.get(n, lambda t: t)(X[:200]).astype(np.float32) for n in FLOAT_FNS]
+    ref = jax.jit(lambda xs: [jax.grad(lambda t: getattr(jl, n)(t).sum())(x) for n, x in zip(FLOAT_FNS, xs)])(gs)
+    for n, x, r in zip(FLOAT_FNS, gs, ref):
+        same(podlet.grad(lambda t: getattr(pl, n)(t).sum())(x), r, rtol=2e-4, atol=2e-5)
+
+
+def test_float_elementwise_jit_vmap():
+    v = np.tanh(X[:600]).reshape(6, 100)
+    f = lambda t: pl.acos(t) + pl.erfc(t) + pl.bessel_i1e(t) + pl.cbrt(t)  # noqa: E731
+    fj = lambda t: jl.acos(t) + jl.erfc(t) + jl.bessel_i1e(t) + jl.cbrt(t)  # noqa: E731
+    same(podlet.jit(f)(v), fj(v), rtol=4e-6, atol=1e-6)
+    same(podlet.vmap(f)(v), fj(v), rtol=4e-6, atol=1e-6)
+
+
+def test_erfc_tails():
+    v = np.linspace(-10, 12, 2001, dtype=np.float32)
+    same(pl.erfc(v), jl.erfc(v), rtol=4e-6, atol=1e-37)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.uint8])
+def test_bit_functions(dtype):
+    a = RNG.integers(-2**31, 2**31 - 1, 3000, dtype=np.int64).astype(dtype)
+    b = RNG.integers(-2**31, 2**31 - 1, 3000, dtype=np.int64).astype(dtype)
+    a[:4] = np.array([0, 1, -1, 2**31 - 1]).astype(dtype)
+    same(pl.population_count(a), jl.population_count(a))
+    same(pl.clz(a), jl.clz(a))
+    same(pl.mulhi(a, b), jl.mulhi(a, b))
+    same(podlet.jit(pl.mulhi)(a, b), jl.mulhi(a, b))
+    same(podlet.vmap(pl.clz)(a.reshape(30, 100)), jl.clz(a.reshape(30, 100)))
+    with pytest.raises(TypeError):
+        pl.population_count(X)
+
+
+def test_nextafter():
+    y = np.concatenate([X[1:], [0]]).astype(np.float32)
+    x = X.copy()
+    x[:6] = [0, -0.0, np.inf, np.nan, 1, 3.4028235e38]
+    y[:6] = [1, -1, 0, 1, 1, np.inf]
+    same(pl.nextafter(x, y), jl.nextafter(x, y))
+    same(pl.nextafter(x.astype(jjnp.bfloat16), y.astype(jjnp.bfloat16)),
+         jl.nextafter(x.astype(jjnp.bfloat16), y.astype(jjnp.bfloat16)))
+    with pytest.raises(TypeError):
+        pl.nextafter(x, y.astype(jjnp.bfloat16))
+
+
+# ---------------------------------------------------------------------------------
+# cumulative ops and reductions
+# ---------------------------------------------------------------------------------
+M = RNG.standard_normal((6, 40)).astype(np.float32)
+M[2, 5] = 0
+M[3, 7:9] = 0
+
+
+CUMS = ["cumprod", "cummax", "cummin", "cumlogsumexp"]
+
+
+def test_cumulative():
+    w = RNG.standard_normal(M.shape).astype(np.float32)
+    cases = [(n, axis, rev) for n in CUMS for axis, rev in [(0, False), (1, True)]]
+
+    def ref(v):
+        vals = [getattr(jl, n)(v, axis=a, reverse=r) for n, a, r in cases]
+        grads = [jax.grad(lambda t: (getattr(jl, n)(t, axis=a, reverse=r) * w).sum())(v) for n, a, r in cases]
+        return vals, grads
+    vals, grads = jax.jit(ref)(M)
+    for (n, a, r), val, g in zip(cases, vals, grads):
+        same(getattr(pl, n)(M, axis=a, reverse=r), val, rtol=2e-6, atol=1e-6)
+        gp = podlet.grad(lambda t: (getattr(pl, n)(t, axis=a, reverse=r) * w).sum())(M)
+        same(gp, g, rtol=1e-5, atol=1e-5)  # cumprod through zeros too (JAX's associative-scan rule)
+        same(podlet.jit(lambda t: getattr(pl, n)(t, axis=a, reverse=r))(M), val, rtol=2e-6, atol=1e-6)
+        if a == 1:
+            same(podlet.vmap(lambda t: getattr(pl, n)(t, axis=0, reverse=r))(M), val, rtol=2e-6, atol=1e-6)
+    i = RNG.integers(-5, 5, (4, 9)).astype(np.int32)
+    for n in CUMS[:3]:
+        same(getattr(pl, n)(i, axis=1), getattr(jl, n)(i, axis=1))
+    for bad in (2, -1):
+        with pytest.raises(ValueError):
+            pl.cummax(M, axis=bad)
+
+
+def test_reduce():
+    for comp in ("add", "mul", "max", "min"):
+        same(pl.reduce(M, np.float32({"mul": 1}.get(comp, 0) if comp in ("add", "mul") else
+                                      (-np.inf if comp == "max" else np.inf)), getattr(pl, comp), (1,)),
+             jl.reduce(M, np.float32({"mul": 1}.get(comp, 0) if comp in ("add", "mul") else
+                                     (-np.inf if comp == "max" else np.inf)), getattr(jl, comp), (1,)),
+             rtol=2e-6, atol=1e-6)
+    b = M > 0
+    same(pl.reduce(b, True, pl.bitwise_and, (0,)), jl.reduce(b, True, jl.bitwise_and, (0,)))
+    # a generic computation on a pytree of operands: (sum, max) at once
+    fp = lambda a, c: (a[0] + c[0], pnp.maximum(a[1], c[1]))  # noqa: E731
+    fj = lambda a, c: (a[0] + c[0], jjnp.maximum(a[1], c[1]))  # noqa: E731
+    for dims in [(0,), (0, 1), (1,)]:
+        rp = pl.reduce((M, M), (np.float32(0), np.float32(-np.inf)), fp, dims)
+        rj = jl.reduce((M, M), (np.float32(0), np.float32(-np.inf)), fj, dims)
+        for p, q in zip(rp, rj):
+            same(p, q, rtol=1e-5, atol=1e-5)
+    g = podlet.grad(lambda v: pl.reduce(v, np.float32(0), lambda a, c: a + c * 1, (0, 1)))(M)
+    same(g, np.ones_like(M))
+    same(podlet.jit(lambda v: pl.reduce(v, np.float32(0), pl.add, (0,)))(M), jl.reduce(M, np.float32(0), jl.add, (0,)),
+         rtol=2e-6, atol=1e-6)
+    with pytest.raises(ValueError):
+        pl.reduce(M, np.float32(0), pl.add, (2,))
+
+
+def test_reduce_bitwise():
+    i = RNG.integers(0, 2**31, (5, 33)).astype(np.int32)
+    u = i.astype(np.uint32) * 3
+    cases = [(n, a, axes) for n in ("reduce_and", "reduce_or", "reduce_xor")
+             for a, axes in ((0, (1,)), (1, (0, 1)), (2, (0,)))]
+    ref = jax.jit(lambda ops: [getattr(jl, n)(ops[a], axes) for n, a, axes in cases])((i, u, i > 2**30))
+    for (n, a, axes), r in zip(cases, ref):
+        same(getattr(pl, n)((i, u, i > 2**30)[a], axes), r)
+    with pytest.raises(TypeError):
+        pl.reduce_xor(M, (0,))
+
+
+def test_reduce_precision_bits():
+    bits = RNG.integers(0, 2**32, 200000, dtype=np.uint64).astype(np.uint32)
+    f = np.concatenate([bits.view(np.float32), (RNG.standard_normal(20000) * 1e3).astype(np.float32),
+                        np.array([np.inf, -np.inf, np.nan, -np.nan, 0, -0.0, 1e-40, -1e-42, 65504, 65520, 6e-8,
+                                  3.4e38, 1.1754942e-38], np.float32)])
+    for eb, mb in [(8, 7), (5, 10), (4, 3), (8, 23), (2, 0), (11, 52)]:
+        same(np.asarray(pl.reduce_precision(f, eb, mb)).view(np.uint32),
+             np.asarray(jl.reduce_precision(f, eb, mb)).view(np.uint32))
+    fb = f[-2000:].astype(jjnp.bfloat16)
+    same(pl.reduce_precision(fb, 5, 4), jl.reduce_precision(fb, 5, 4))
+    same(podlet.jit(lambda v: pl.reduce_precision(v, 5, 10))(f[:1000]), jl.reduce_precision(f[:1000], 5, 10))
+    same(podlet.grad(lambda v: (pl.reduce_precision(v, 5, 10) * v).sum())(X[:100]),
+         jax.grad(lambda v: (jl.reduce_precision(v, 5, 10) * v).sum())(X[:100]))
+    with pytest.raises(TypeError):
+        pl.reduce_precision(np.arange(3), 8, 7)
+
+
+# ---------------------------------------------------------------------------------
+# sort
+# ---------------------------------------------------------------------------------
+def test_sort():
+    x = RNG.integers(0, 4, (5, 60)).astype(np.float32)
+    x[0, :6] = [np.nan, -0.0, 0.0, -np.nan, -np.inf, np.inf]
+    y = RNG.integers(0, 3, (5, 60)).astype(np.int32)
+    z = RNG.standard_normal((5, 60)).astype(np.float32)
+    for nk in (1, 2, 3):
+        for d in (0, 1, -1):
+            for p, q in zip(pl.sort((x, y, z), dimension=d, num_keys=nk), jl.sort((x, y, z), dimension=d, num_keys=nk)):
+                same(p, q)
+    same(pl.sort(z), jl.sort(z))
+    same(pl.sort(x.astype(jjnp.bfloat16), dimension=0), jl.sort(x.astype(jjnp.bfloat16), dimension=0))
+    for p, q in zip(pl.sort_key_val(x, z, 0), jl.sort_key_val(x, z, 0)):
+        same(p, q)
+    same(podlet.grad(lambda v: (pl.sort((x, v))[1] * z).sum())(z), jax.grad(lambda v: (jl.sort((x, v))[1] * z).sum())(z))
+    same(podlet.vmap(lambda a, b: pl.sort_key_val(a, b)[1])(x, z), jax.vmap(lambda a, b: jl.sort_key_val(a, b)[1])(x, z))
+    same(podlet.jit(lambda a: pl.sort(a, dimension=0))(z), jl.sort(z, dimension=0))
+    with pytest.raises(ValueError):
+        pl.sort((x, y), num_keys=3)
+    with pytest.raises(ValueError):
+        pl.sort((x, y[:, :3]))
+
+
+# ---------------------------------------------------------------------------------
+# gather / scatter
+# ---------------------------------------------------------------------------------
+OP = RNG.standard_normal((5, 6, 7)).astype(np.float32)
+GATHERS = [
+    (dict(offset_dims=(1,), collapsed_slice_dims=(0, 1), start_index_map=(0, 1)), (9, 2), (-2, 8), (1, 1, 7)),
+    (dict(offset_dims=(0, 2), collapsed_slice_dims=(1,), start_index_map=(1,)), (4, 1), (-1, 8), (3, 1, 2)),
+    (dict(offset_dims=(2,), collapsed_slice_dims=(1,), start_index_map=(1, 2), operand_batching_dims=(0,),
+          start_indices_batching_dims=(0,)), (5, 3, 2), (-1, 7), (1, 1, 4)),
+    (dict(offset_dims=(), collapsed_slice_dims=(0, 1, 2), start_index_map=(2, 0, 1)), (3, 4, 3), (-1, 8), (1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(GATHERS)))
+def test_gather(case):
+    dk, ishape, (lo, hi), ss = GATHERS[case]
+    idx = RNG.integers(lo, hi, ishape).astype(np.int32)
+    for mode in (None, "clip", "fill", pl.GatherScatterMode.PROMISE_IN_BOUNDS):
+        jm = mode if not isinstance(mode, pl.GatherScatterMode) else jl.GatherScatterMode.PROMISE_IN_BOUNDS
+        same(pl.gather(OP, idx, pl.GatherDimensionNumbers(**dk), ss, mode=mode),
+             jl.gather(OP, idx, jl.GatherDimensionNumbers(**dk), ss, mode=jm))
+    same(pl.gather(OP, idx, pl.GatherDimensionNumbers(**dk), ss, mode="fill", fill_value=-3.0),
+         jl.gather(OP, idx, jl.GatherDimensionNumbers(**dk), ss, mode="fill", fill_value=-3.0))
+    gp = podlet.grad(lambda v: (pl.gather(v, idx, pl.GatherDimensionNumbers(**dk), ss, mode="clip") ** 2).sum())(OP)
+    gj = jax.grad(lambda v: (jl.gather(v, idx, jl.GatherDimensionNumbers(**dk), ss, mode="clip") ** 2).sum())(OP)
+    same(gp, gj, rtol=1e-6, atol=1e-6)
+    same(podlet.jit(lambda v, i: pl.gather(v, i, pl.GatherDimensionNumbers(**dk), ss, mode="fill"))(OP, idx),
+         jl.gather(OP, idx, jl.GatherDimensionNumbers(**dk), ss, mode="fill"))
+
+
+SCATTERS = [
+    (dict(update_window_dims=(1,), inserted_window_dims=(0, 1), scatter_dims_to_operand_dims=(0, 1)), (12, 2), (-1, 7),
+     (12, 7)),
+    (dict(update_window_dims=(0, 2), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(1,)), (8, 1), (-1, 7),
+     (5, 8, 3)),
+    (dict(update_window_dims=(2,), inserted_window_dims=(1,), scatter_dims_to_operand_dims=(1,),
+          operand_batching_dims=(0,), scatter_indices_batching_dims=(0,)), (5, 4, 1), (0, 6), (5, 4, 7)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SCATTERS)))
+def test_scatter(case):
+    dk, ishape, (lo, hi), ushape = SCATTERS[case]
+    idx = RNG.integers(lo, hi, ishape).astype(np.int32)
+    u = RNG.standard_normal(ushape).astype(np.float32)
+    dp, dj = pl.ScatterDimensionNumbers(**dk), jl.ScatterDimensionNumbers(**dk)
+    cases = [(n, m) for n in ("scatter", "scatter_add", "scatter_sub", "scatter_mul", "scatter_min", "scatter_max")
+             for m in (None, "clip")]
+
+    def ref(v, w):
+        vals = [getattr(jl, n)(v, idx, w, dj, mode=m) for n, m in cases]
+        grads = jax.grad(lambda a, c: (jl.scatter_add(a, idx, c, dj) ** 2).sum(), argnums=(0, 1))(v, w)
+        return vals, grads, jl.scatter_apply(v, idx, lambda t: t * 2 + 1, dj, update_shape=ushape)
+    vals, gj, app = jax.jit(ref)(OP, u)
+    for (n, m), r in zip(cases, vals):
+        same(getattr(pl, n)(OP, idx, u, dp, mode=m), r, rtol=1e-6, atol=1e-6)
+    gp = podlet.grad(lambda v, w: (pl.scatter_add(v, idx, w, dp) ** 2).sum(), argnums=(0, 1))(OP, u)
+    for p, q in zip(gp, gj):
+        same(p, q, rtol=1e-6, atol=1e-6)
+    same(pl.scatter_apply(OP, idx, lambda t: t * 2 + 1, dp, update_shape=ushape), app, rtol=1e-6)
+    same(podlet.jit(lambda v, i, w: pl.scatter_max(v, i, w, dp))(OP, idx, u), vals[-2])
+
+
+def test_gather_scatter_vmap_and_errors():
+    x = OP[:4]
+    idx = RNG.integers(0, 6, (4, 3, 1)).astype(np.int32)
+    gk = dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+    same(podlet.vmap(lambda v, i: pl.gather(v, i, pl.GatherDimensionNumbers(**gk), (1, 7)))(x, idx),
+         jax.vmap(lambda v, i: jl.gather(v, i, jl.GatherDimensionNumbers(**gk), (1, 7)))(x, idx))
+    sk = dict(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,))
+    u = RNG.standard_normal((4, 3, 7)).astype(np.float32)
+    same(podlet.vmap(lambda v, i, w: pl.scatter_add(v, i, w, pl.ScatterDimensionNumbers(**sk)))(x, idx, u),
+         jax.vmap(lambda v, i, w: jl.scatter_add(v, i, w, jl.ScatterDimensionNumbers(**sk)))(x, idx, u), rtol=1e-6)
+    same(podlet.jit(lambda v, i: pl.scatter_apply(v, i, lambda t: t + 1, pl.ScatterDimensionNumbers(**sk),
+                                                  update_shape=(3, 7)))(x[0], idx[0]),
+         jl.scatter_apply(x[0], idx[0], lambda t: t + 1, jl.ScatterDimensionNumbers(**sk), update_shape=(3, 7)))
+    with pytest.raises(ValueError):
+        pl.gather(x[0], idx[0], pl.GatherDimensionNumbers(**gk), (2, 7))  # collapsed dim of slice size 2
+    with pytest.raises(ValueError):
+        pl.scatter_add(x[0], idx[0], u[0, :2], pl.ScatterDimensionNumbers(**sk))
+    with pytest.raises(TypeError):
+        pl.gather(x[0], idx[0].astype(np.float32), pl.GatherDimensionNumbers(**gk), (1, 7))
+    with pytest.raises(ValueError):
+        pl.GatherScatterMode.from_any("wrap")
+
+
+# ---------------------------------------------------------------------------------
+# shapes and helpers
+# ---------------------------------------------------------------------------------
+def test_shape_helpers():
+    x = OP
+    for args in [((2, 3), 1.5), ((2,), 2, np.int32), ((), True)]:
+        a, b = pl.full(*args), jl.full(*args)
+        same(a, b)
+        assert a.weak_type == b.weak_type
+    same(pl.full_like(x, 2), jl.full_like(x, 2))
+    same(pl.full_like(x, 2, np.int32, (2, 2)), jl.full_like(x, 2, np.int32, (2, 2)))
+    assert pl.full_like(1.0, 2).weak_type and jl.full_like(1.0, 2).weak_type
+    same(pl.empty((2, 3), np.float32), np.zeros((2, 3), np.float32))
+    same(pl.broadcast_to_rank(x, 5), jl.broadcast_to_rank(x, 5))
+    same(pl.broadcast_like(x[0, 0], x), jl.broadcast_like(x[0, 0], x))
+    assert pl.broadcast_shapes((3, 1), (1, 4), (4,)) == jl.broadcast_shapes((3, 1), (1, 4), (4,))
+    same(pl.tile(x, (2, 1, 3)), jl.tile(x, (2, 1, 3)))
+    same(pl.stack([x, x * 2], axis=-1), jl.stack([x, x * 2], axis=-1))
+    for p, q in zip(pl.unstack(x, 1), jl.unstack(x, 1)):
+        same(p, q)
+    for p, q in zip(pl.split(x, (1, 0, 5), axis=1), jl.split(x, (1, 0, 5), axis=1)):
+        same(p, q)
+    same(pl.collapse(x, 1), jl.collapse(x, 1))
+    same(pl.collapse(x, 0, 2), jl.collapse(x, 0, 2))
+    same(pl.index_in_dim(x, -1, 1), jl.index_in_dim(x, -1, 1))
+    same(pl.index_in_dim(x, 2, 2, False), jl.index_in_dim(x, 2, 2, False))
+    for i in (-2, 1, 9, np.int32(-1)):
+        same(pl.dynamic_index_in_dim(x, i, 1, False), jl.dynamic_index_in_dim(x, i, 1, False))
+        same(pl.dynamic_update_index_in_dim(x, x[:, 0] * 0 + 9, i, 1),
+             jl.dynamic_update_index_in_dim(x, x[:, 0] * 0 + 9, i, 1))
+        same(pl.dynamic_update_slice_in_dim(x, x[:, :2] * 0 + 9, i, 1),
+             jl.dynamic_update_slice_in_dim(x, x[:, :2] * 0 + 9, i, 1))
+    same(podlet.jit(lambda v, i: pl.dynamic_index_in_dim(v, i, 1, False))(x, np.int32(-1)),
+         jl.dynamic_index_in_dim(x, -1, 1, False))
+    ii = (RNG.integers(0, 5, 6).astype(np.int32), RNG.integers(0, 7, 6).astype(np.int32))
+    same(pl.index_take(x, ii, (0, 2)), jl.index_take(x, ii, (0, 2)))
+    y = RNG.standard_normal((5, 7, 2)).astype(np.float32)
+    same(pl.batch_matmul(pnp.asarray(x), pnp.asarray(y)), jl.batch_matmul(x, y), rtol=1e-5, atol=1e-6)
+    for v in (1.0, 1, True, x, np.int32, "bfloat16"):
+        assert pl.dtype(v) == jl.dtype(v)
+    assert int(pl.RoundingMethod.TO_NEAREST_EVEN) == int(jl.RoundingMethod.TO_NEAREST_EVEN) == 1
+    same(pl.round(np.float32(2.5), pl.RoundingMethod.TO_NEAREST_EVEN),
+         jl.round(np.float32(2.5), jl.RoundingMethod.TO_NEAREST_EVEN))
+    same(pl.optimization_barrier(x), x)
+    with pytest.raises(ValueError):
+        pl.split(x, (1, 2), axis=1)
+    with pytest.raises(ValueError):
+        pl.tile(x, (2, 2))
+    with pytest.raises(ValueError):
+        pl.broadcast_shapes((3,), (4,))
+    with pytest.raises(IndexError):
+        pl.index_in_dim(x, 6, 1)
+
+
+def test_conv_helpers():
+    dn = ("NHWC", "HWIO", "NHWC")
+    for f in ("conv_dimension_numbers",):
+        assert tuple(getattr(pl, f)((2, 8, 8, 3), (3, 3, 3, 4), dn)) == tuple(getattr(jl, f)((2, 8, 8, 3), (3, 3, 3, 4), dn))
+    assert pl.conv_general_permutations(("NCHW", "OIHW", "NHWC")) == jl.conv_general_permutations(("NCHW", "OIHW", "NHWC"))
+    assert pl.conv_shape_tuple((2, 3, 9, 8), (4, 3, 3, 2), (2, 1), "SAME") == \
+        jl.conv_shape_tuple((2, 3, 9, 8), (4, 3, 3, 2), (2, 1), "SAME")
+    assert pl.conv_general_shape_tuple((2, 9, 8, 3), (3, 2, 3, 4), (2, 1), "VALID", dn) == \
+        jl.conv_general_shape_tuple((2, 9, 8, 3), (3, 2, 3, 4), (2, 1), "VALID", dn)
+    assert pl.conv_transpose_shape_tuple((2, 9, 8, 3), (3, 2, 3, 4), (2, 1), "SAME", dn) == \
+        jl.conv_transpose_shape_tuple((2, 9, 8, 3), (3, 2, 3, 4), (2, 1), "SAME", dn)
+    args = ((4, 9), (2, 3), (1, 2), ((0, 1), (1, 1)), (1, 2), (2, 1))
+    assert pl.reduce_window_shape_tuple(*args) == jl.reduce_window_shape_tuple(*args)
+    x = RNG.standard_normal((2, 3, 9, 8)).astype(np.float32)
+    w = RNG.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    same(pl.conv_with_general_padding(x, w, (1, 2), ((1, 0), (2, 1)), (1, 1), (2, 1)),
+         jl.conv_with_general_padding(x, w, (1, 2), ((1, 0), (2, 1)), (1, 1), (2, 1)), rtol=1e-5, atol=1e-5)
+    xn = RNG.standard_normal((2, 7, 6, 3)).astype(np.float32)
+    for xx, dd in ((x, None), (xn, dn)):
+        same(pl.conv_general_dilated_patches(xx, (2, 3), (1, 2), "SAME", dimension_numbers=dd),
+             jl.conv_general_dilated_patches(xx, (2, 3), (1, 2), "SAME", dimension_numbers=dd))
+    w2 = RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)
+    same(pl.conv_general_dilated(xn, w2, (1, 1), "SAME", dimension_numbers=pl.conv_dimension_numbers(xn.shape, w2.shape, dn)),
+         jl.conv_general_dilated(xn, w2, (1, 1), "SAME", dimension_numbers=jl.conv_dimension_numbers(xn.shape, w2.shape, dn)),
+         rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError):
+        pl.conv_general_permutations(("NHWC", "HWIO", "NHWD"))
+
+
+def test_rng():
+    k = np.arange(4, dtype=np.uint32)
+    nk, bits = pl.rng_bit_generator(k, (3, 2))
+    jk, jb = jl.rng_bit_generator(k, (3, 2))
+    assert (nk.shape, nk.dtype, bits.shape, bits.dtype) == (jk.shape, jk.dtype, jb.shape, jb.dtype)
+    same(pl.rng_bit_generator(k, (3, 2))[1], bits)  # a pure function of the key
+    assert not np.array_equal(np.asarray(pl.rng_bit_generator(nk, (3, 2))[1]), np.asarray(bits))
+    nk8, b8 = podlet.jit(lambda kk: pl.rng_bit_generator(kk, (500,), np.uint8, pl.RandomAlgorithm.RNG_PHILOX))(k)
+    assert b8.dtype == np.uint8 and b8.shape == (500,) and len(np.unique(np.asarray(b8))) > 200
+    same(podlet.vmap(lambda kk: pl.rng_bit_generator(kk, (2,))[1])(np.stack([k, k]))[0], bits[0])
+    u = np.asarray(pl.rng_uniform(np.float32(1), np.float32(2), (1000,)))
+    assert u.dtype == np.float32 and u.min() >= 1 and u.max() < 2 and u.std() > 0.2
+    with pytest.raises(TypeError):
+        pl.rng_bit_generator(k.astype(np.int32), (3,))
+    with pytest.raises(TypeError):
+        pl.rng_bit_generator(k, (3,), np.int32)
+
+
+# ---------------------------------------------------------------------------------
+# custom_linear_solve / custom_root
+# ---------------------------------------------------------------------------------
+def _jacobi(np_):
+    def solve(mv, r, A):
+        x, d = r * 0, np_.diag(A)
+        for _ in range(60):
+            x = x + (r - mv(x)) / d
+        return x
+    return solve
+
+
+def _linsolve(L, np_, symmetric):
+    sol = _jacobi(np_)
+
+    def f(A, b):
+        return L.custom_linear_solve(lambda x: A @ x, b, lambda mv, r: sol(mv, r, A),
+                                     None if symmetric else (lambda vm, r: sol(vm, r, A)), symmetric=symmetric)
+    return f
+
+
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_custom_linear_solve(symmetric):
+    A = RNG.standard_normal((4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+    if symmetric:
+        A = (A + A.T) / 2
+    b = RNG.standard_normal(4).astype(np.float32)
+    fp, fj = _linsolve(pl, pnp, symmetric), _linsolve(jl, jjnp, symmetric)
+    same(fp(A, b), fj(A, b), rtol=1e-6, atol=1e-6)
+    gp = podlet.grad(lambda a, c: (fp(a, c) ** 2).sum(), argnums=(0, 1))(A, b)
+    gj = jax.grad(lambda a, c: (fj(a, c) ** 2).sum(), argnums=(0, 1))(A, b)
+    for p, q in zip(gp, gj):
+        same(p, q, rtol=1e-5, atol=1e-6)
+    same(podlet.jit(fp)(A, b), fj(A, b), rtol=1e-6, atol=1e-6)
+    bs = RNG.standard_normal((3, 4)).astype(np.float32)
+    same(podlet.vmap(lambda c: fp(A, c))(bs), jax.vmap(lambda c: fj(A, c))(bs), rtol=1e-6, atol=1e-6)
+
+
+def _sqrt(L):
+    def sqrt(a):
+        def solve(f, x0):
+            x = x0
+            for _ in range(30):
+                x = x - f(x) / (2 * x)
+            return x
+        return L.custom_root(lambda x: x ** 2 - a, 1.0 + a * 0, solve, lambda g, y: y / g(1.0))
+    return sqrt
+
+
+def test_custom_root():
+    a = np.array([2., 5., 7., 0.5], np.float32)
+    same(_sqrt(pl)(a[1]), _sqrt(jl)(a[1]))
+    same(podlet.grad(_sqrt(pl))(a[0]), jax.grad(_sqrt(jl))(a[0]), rtol=1e-6)
+    same(podlet.vmap(podlet.grad(_sqrt(pl)))(a), jax.vmap(jax.grad(_sqrt(jl)))(a), rtol=1e-6)
+    same(podlet.jit(_sqrt(pl))(a[2]), _sqrt(jl)(a[2]), rtol=1e-6)
