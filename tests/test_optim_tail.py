@@ -26,32 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-
-# ---------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------
-def to_podlet(tree):
-    return ptu.tree_map(lambda x: pnp.asarray(np.asarray(x)), tree)
-
-
-def to_jax(tree):
-    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), tree)
-
-
-def np_leaves(tree, lib):
-    return [np.asarray(x) for x in (ptu.tree_leaves(tree) if lib == "podlet" else jax.tree.leaves(tree))]
-
-
-def assert_close(p_tree, j_tree, rtol=1e-6, atol=1e-7, what=""):
-    assert repr(ptu.tree_structure(p_tree)) == repr(jax.tree.structure(j_tree)), what
-    for i, (a, b) in enumerate(zip(np_leaves(p_tree, "podlet"), np_leaves(j_tree, "jax"))):
-        assert a.shape == b.shape and a.dtype == b.dtype, (what, i, a.shape, a.dtype, b.shape, b.dtype)
-        if a.dtype.kind in "biu":
-            np.testing.assert_array_equal(a, b, err_msg=f"{what} leaf {i}")
-        else:
-            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol,
-                                       err_msg=f"{what} leaf {i}")
-
+from tree_oracle import assert_trees_close as assert_close, to_jax, to_podlet
 
 PARAMS = {"dense": {"kernel": np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32),
                     "bias": np.random.default_rng(1).normal(size=(4,)).astype(np.float32)},

@@ -25,41 +25,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from tree_oracle import assert_trees_close as assert_close, to_jax, to_podlet
+
 STEPS = 100
 SHORT = 20
 EAGER_STEPS = 3
 
 
-# ---------------------------------------------------------------------------------
-# helpers
-# ---------------------------------------------------------------------------------
-def to_podlet(tree):
-    return ptu.tree_map(lambda x: pnp.asarray(np.asarray(x)), tree)
-
-
-def to_jax(tree):
-    return jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), tree)
-
-
-def leaves64(tree, lib):
-    leaves = ptu.tree_leaves(tree) if lib == "podlet" else jax.tree.leaves(tree)
-    out = []
-    for x in leaves:
-        if lib == "jax" and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x = jax.random.key_data(x)  # optax keeps a typed key; podlet's is its raw uint32[2]
-        out.append(np.asarray(x))
-    return out
-
-
-def assert_close(p_tree, j_tree, rtol, atol, what):
-    assert repr(ptu.tree_structure(p_tree)) == repr(jax.tree.structure(j_tree)), what
-    for i, (a, b) in enumerate(zip(leaves64(p_tree, "podlet"), leaves64(j_tree, "jax"))):
-        assert a.shape == b.shape and a.dtype == b.dtype, (what, i, a.shape, a.dtype, b.shape, b.dtype)
-        if a.dtype.kind in "biu":
-            np.testing.assert_array_equal(a, b, err_msg=f"{what} leaf {i}")
-        else:
-            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol,
-                                       err_msg=f"{what} leaf {i}")
 
 
 PARAMS = {"w": np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32),
