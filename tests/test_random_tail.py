@@ -89,6 +89,12 @@ def test_traced_parameters_and_shapes():
     assert pr.poisson(k, 2.0, (3, 2)).dtype == np.int32
     assert pr.gamma(k, 1.0, (0,)).shape == (0,)
     np.testing.assert_array_equal(np.asarray(pr.random_gamma_p.bind(k, a)), np.asarray(pr.gamma(k, a)))
+    # vmap over keys is a loop of eager calls (the rejection loops batch)
+    ks = pr.split(k, 3)
+    for fn in (lambda k: pr.gamma(k, a[:5]), lambda k: pr.poisson(k, 20.0, (5,)),
+               lambda k: pr.binomial(k, 30.0, 0.4, (5,))):
+        want = np.stack([np.asarray(fn(kk)) for kk in ks])
+        np.testing.assert_array_equal(np.asarray(podlet.vmap(fn)(ks)), want)
 
 
 def test_gamma_gradient_matches_jax(jax_draws):

@@ -12,6 +12,16 @@ and ``rademacher`` apply jax's formulas to those uniforms (equal up to the last 
 log / log1p; categorical's indices equal). float64 (x64 enabled) draws the same bits; ``uniform`` and ``bernoulli``
 match bitwise, ``normal`` / ``truncated_normal`` to ~1e-13 relative (different erf_inv).
 
+The long tail (``gamma``, ``loggamma``, ``beta``, ``dirichlet``, ``chisquare``, ``f``,
+``t``, ``poisson``, ``binomial``, ``multinomial``, ``cauchy``, ``lognormal``, ``pareto``,
+``maxwell``, ``double_sided_maxwell``, ``weibull_min``, ``rayleigh``, ``wald``,
+``triangular``, ``geometric``, ``generalized_normal``, ``ball``, ``random_gamma_p``,
+``key_dtype``) lives in ``_src/random_dists.py``: jax's algorithms (key splits,
+rejection loops) on these samplers, so poisson / binomial / multinomial / geometric /
+triangular draws equal jax's bit for bit and the others agree to a few ulp (the last bit
+of log / exp / pow / tan); ``gamma`` is differentiable in ``a`` like jax's. With x64,
+``poisson`` and ``geometric`` still return int32.
+
     key = podlet.random.PRNGKey(0)
     key, sub = podlet.random.split(key)
     w = podlet.random.normal(sub, (3, 3))
