@@ -38,17 +38,19 @@ FLOAT_FNS = ["acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", 
              "reciprocal", "bessel_i0e", "bessel_i1e"]
 
 
-@pytest.mark.parametrize("name", FLOAT_FNS)
-def test_float_elementwise(name):
-    v = DOMAIN.get(name, lambda t: t)(X).astype(np.float32)
-    # tolerance: a few float32 ulps (formulas are XLA's; erfc / i1e Cephes fits agree to ~1e-6)
-    same(getattr(pl, name)(v), getattr(jl, name)(v), rtol=4e-6, atol=1e-30)
-    vb = v[:64].astype(jjnp.bfloat16)
-    same(getattr(pl, name)(vb), getattr(jl, name)(vb), rtol=1e-2, atol=1e-30)
-    out = getattr(pl, name)(1.0)
-    assert out.weak_type == getattr(jl, name)(1.0).weak_type
-    with pytest.raises(TypeError):
-        getattr(pl, name)(np.arange(3, dtype=np.int32))
+def test_float_elementwise():
+    vs = [DOMAIN.get(n, lambda t: t)(X).astype(np.float32) for n in FLOAT_FNS]
+    vbs = [v[:64].astype(jjnp.bfloat16) for v in vs]
+    ref, refb = jax.jit(lambda vs, vbs: ([getattr(jl, n)(v) for n, v in zip(FLOAT_FNS, vs)],
+                                         [getattr(jl, n)(v) for n, v in zip(FLOAT_FNS, vbs)]))(vs, vbs)
+    for n, v, vb, r, rb in zip(FLOAT_FNS, vs, vbs, ref, refb):
+        # a few float32 ulps (formulas are XLA's; erfc / i1e Cephes fits agree to ~1e-6)
+        same(getattr(pl, n)(v), r, rtol=4e-6, atol=1e-30)
+        same(getattr(pl, n)(vb), rb, rtol=1e-2, atol=1e-30)
+        assert getattr(pl, n)(1.0).weak_type  # jax.lax keeps a Python scalar's weak type
+        assert not getattr(pl, n)(np.float32(1.0)).weak_type
+        with pytest.raises(TypeError):
+            getattr(pl, n)(np.arange(3, dtype=np.int32))
 
 
 def test_float_elementwise_grads():
@@ -109,22 +111,43 @@ M[3, 7:9] = 0
 CUMS = ["cumprod", "cummax", "cummin", "cumlogsumexp"]
 
 
-def test_cumulative():
-    w = RNG.standard_normal(M.shape).astype(np.float32)
-    cases = [(n, axis, rev) for n in CUMS for axis, rev in [(0, False), (1, True)]]
+def _cummax_grad_ref(x, w, axis, reverse, pick):
+    """NumPy gradient of sum(cummax(x) * w): each output's cotangent goes to the position
+    of its running max (distinct values: no ties)."""
+    x, w = np.moveaxis(x, axis, -1), np.moveaxis(w, axis, -1)
+    if reverse:
+        x, w = x[..., ::-1], w[..., ::-1]
+    g = np.zeros_like(x)
+    for r in np.ndindex(x.shape[:-1]):
+        best = 0
+        for i in range(x.shape[-1]):
+            if pick(x[r + (i,)], x[r + (best,)]):
+                best = i
+            g[r + (best,)] += w[r + (i,)]
+    if reverse:
+        g = g[..., ::-1]
+    return np.moveaxis(g, -1, axis)
 
-    def ref(v):
-        vals = [getattr(jl, n)(v, axis=a, reverse=r) for n, a, r in cases]
-        grads = [jax.grad(lambda t: (getattr(jl, n)(t, axis=a, reverse=r) * w).sum())(v) for n, a, r in cases]
-        return vals, grads
-    vals, grads = jax.jit(ref)(M)
-    for (n, a, r), val, g in zip(cases, vals, grads):
+
+def test_cumulative():
+    cases = [(n, axis, rev) for n in CUMS for axis, rev in [(0, False), (1, True)]]
+    vals = jax.jit(lambda v: [getattr(jl, n)(v, axis=a, reverse=r) for n, a, r in cases])(M)
+    for (n, a, r), val in zip(cases, vals):
         same(getattr(pl, n)(M, axis=a, reverse=r), val, rtol=2e-6, atol=1e-6)
-        gp = podlet.grad(lambda t: (getattr(pl, n)(t, axis=a, reverse=r) * w).sum())(M)
-        same(gp, g, rtol=1e-5, atol=1e-5)  # cumprod through zeros too (JAX's associative-scan rule)
         same(podlet.jit(lambda t: getattr(pl, n)(t, axis=a, reverse=r))(M), val, rtol=2e-6, atol=1e-6)
         if a == 1:
             same(podlet.vmap(lambda t: getattr(pl, n)(t, axis=0, reverse=r))(M), val, rtol=2e-6, atol=1e-6)
+    # gradients: JAX's (compiling JAX's associative-scan JVPs is slow: small arrays, two ops)
+    s_, w = M[1:5, :8], RNG.standard_normal((4, 8)).astype(np.float32)
+    gcases = [("cumprod", 1, True), ("cumlogsumexp", 0, False)]
+    refs = jax.jit(lambda v: [jax.grad(lambda t: (getattr(jl, n)(t, axis=a, reverse=r) * w).sum())(v)
+                              for n, a, r in gcases])(s_)
+    for (n, a, r), g in zip(gcases, refs):  # cumprod through zeros too (JAX's associative-scan rule)
+        same(podlet.grad(lambda t: (getattr(pl, n)(t, axis=a, reverse=r) * w).sum())(s_), g, rtol=1e-5, atol=1e-5)
+    for n, pick in (("cummax", np.greater), ("cummin", np.less)):
+        for a, r in ((0, False), (1, True)):
+            same(podlet.grad(lambda t: (getattr(pl, n)(t, axis=a, reverse=r) * M).sum())(M),
+                 _cummax_grad_ref(M, M, a, r, pick), rtol=1e-6, atol=1e-6)
     i = RNG.integers(-5, 5, (4, 9)).astype(np.int32)
     for n in CUMS[:3]:
         same(getattr(pl, n)(i, axis=1), getattr(jl, n)(i, axis=1))
@@ -171,13 +194,14 @@ def test_reduce_bitwise():
 
 
 def test_reduce_precision_bits():
-    bits = RNG.integers(0, 2**32, 200000, dtype=np.uint64).astype(np.uint32)
+    bits = RNG.integers(0, 2**32, 100000, dtype=np.uint64).astype(np.uint32)
     f = np.concatenate([bits.view(np.float32), (RNG.standard_normal(20000) * 1e3).astype(np.float32),
                         np.array([np.inf, -np.inf, np.nan, -np.nan, 0, -0.0, 1e-40, -1e-42, 65504, 65520, 6e-8,
                                   3.4e38, 1.1754942e-38], np.float32)])
-    for eb, mb in [(8, 7), (5, 10), (4, 3), (8, 23), (2, 0), (11, 52)]:
-        same(np.asarray(pl.reduce_precision(f, eb, mb)).view(np.uint32),
-             np.asarray(jl.reduce_precision(f, eb, mb)).view(np.uint32))
+    fmts = [(8, 7), (5, 10), (4, 3), (8, 23), (2, 0), (11, 52)]
+    ref = jax.jit(lambda v: [jl.reduce_precision(v, eb, mb) for eb, mb in fmts])(f)
+    for (eb, mb), r in zip(fmts, ref):
+        same(np.asarray(pl.reduce_precision(f, eb, mb)).view(np.uint32), np.asarray(r).view(np.uint32))
     fb = f[-2000:].astype(jjnp.bfloat16)
     same(pl.reduce_precision(fb, 5, 4), jl.reduce_precision(fb, 5, 4))
     same(podlet.jit(lambda v: pl.reduce_precision(v, 5, 10))(f[:1000]), jl.reduce_precision(f[:1000], 5, 10))
@@ -195,17 +219,24 @@ def test_sort():
     x[0, :6] = [np.nan, -0.0, 0.0, -np.nan, -np.inf, np.inf]
     y = RNG.integers(0, 3, (5, 60)).astype(np.int32)
     z = RNG.standard_normal((5, 60)).astype(np.float32)
-    for nk in (1, 2, 3):
-        for d in (0, 1, -1):
-            for p, q in zip(pl.sort((x, y, z), dimension=d, num_keys=nk), jl.sort((x, y, z), dimension=d, num_keys=nk)):
-                same(p, q)
-    same(pl.sort(z), jl.sort(z))
-    same(pl.sort(x.astype(jjnp.bfloat16), dimension=0), jl.sort(x.astype(jjnp.bfloat16), dimension=0))
-    for p, q in zip(pl.sort_key_val(x, z, 0), jl.sort_key_val(x, z, 0)):
+    cases = [(nk, d) for nk in (1, 2, 3) for d in (0, 1)]
+
+    def ref(x, y, z):
+        return ([jl.sort((x, y, z), dimension=d, num_keys=nk) for nk, d in cases], jl.sort(z),
+                jl.sort(x.astype(jjnp.bfloat16), dimension=0), jl.sort_key_val(x, z, 0),
+                jax.grad(lambda v: (jl.sort((x, v))[1] * z).sum())(z),
+                jax.vmap(lambda a, b: jl.sort_key_val(a, b)[1])(x, z))
+    multi, s1, sb, kv, g, vm = jax.jit(ref)(x, y, z)
+    for (nk, d), r in zip(cases, multi):
+        for p, q in zip(pl.sort((x, y, z), dimension=d - 2 if d else d, num_keys=nk), r):
+            same(p, q)
+    same(pl.sort(z), s1)
+    same(pl.sort(x.astype(jjnp.bfloat16), dimension=0), sb)
+    for p, q in zip(pl.sort_key_val(x, z, 0), kv):
         same(p, q)
-    same(podlet.grad(lambda v: (pl.sort((x, v))[1] * z).sum())(z), jax.grad(lambda v: (jl.sort((x, v))[1] * z).sum())(z))
-    same(podlet.vmap(lambda a, b: pl.sort_key_val(a, b)[1])(x, z), jax.vmap(lambda a, b: jl.sort_key_val(a, b)[1])(x, z))
-    same(podlet.jit(lambda a: pl.sort(a, dimension=0))(z), jl.sort(z, dimension=0))
+    same(podlet.grad(lambda v: (pl.sort((x, v))[1] * z).sum())(z), g)
+    same(podlet.vmap(lambda a, b: pl.sort_key_val(a, b)[1])(x, z), vm)
+    same(podlet.jit(lambda a: pl.sort(a, dimension=1))(z), s1)
     with pytest.raises(ValueError):
         pl.sort((x, y), num_keys=3)
     with pytest.raises(ValueError):
@@ -229,17 +260,20 @@ GATHERS = [
 def test_gather(case):
     dk, ishape, (lo, hi), ss = GATHERS[case]
     idx = RNG.integers(lo, hi, ishape).astype(np.int32)
-    for mode in (None, "clip", "fill", pl.GatherScatterMode.PROMISE_IN_BOUNDS):
-        jm = mode if not isinstance(mode, pl.GatherScatterMode) else jl.GatherScatterMode.PROMISE_IN_BOUNDS
-        same(pl.gather(OP, idx, pl.GatherDimensionNumbers(**dk), ss, mode=mode),
-             jl.gather(OP, idx, jl.GatherDimensionNumbers(**dk), ss, mode=jm))
-    same(pl.gather(OP, idx, pl.GatherDimensionNumbers(**dk), ss, mode="fill", fill_value=-3.0),
-         jl.gather(OP, idx, jl.GatherDimensionNumbers(**dk), ss, mode="fill", fill_value=-3.0))
-    gp = podlet.grad(lambda v: (pl.gather(v, idx, pl.GatherDimensionNumbers(**dk), ss, mode="clip") ** 2).sum())(OP)
-    gj = jax.grad(lambda v: (jl.gather(v, idx, jl.GatherDimensionNumbers(**dk), ss, mode="clip") ** 2).sum())(OP)
-    same(gp, gj, rtol=1e-6, atol=1e-6)
-    same(podlet.jit(lambda v, i: pl.gather(v, i, pl.GatherDimensionNumbers(**dk), ss, mode="fill"))(OP, idx),
-         jl.gather(OP, idx, jl.GatherDimensionNumbers(**dk), ss, mode="fill"))
+    dp, dj = pl.GatherDimensionNumbers(**dk), jl.GatherDimensionNumbers(**dk)
+    modes = [None, "clip", "fill"]
+
+    def ref(v):
+        vals = [jl.gather(v, idx, dj, ss, mode=m) for m in modes]
+        vals.append(jl.gather(v, idx, dj, ss, mode=jl.GatherScatterMode.PROMISE_IN_BOUNDS))
+        vals.append(jl.gather(v, idx, dj, ss, mode="fill", fill_value=-3.0))
+        return vals, jax.grad(lambda t: (jl.gather(t, idx, dj, ss, mode="clip") ** 2).sum())(v)
+    vals, gj = jax.jit(ref)(OP)
+    for m, r in zip(modes + [pl.GatherScatterMode.PROMISE_IN_BOUNDS], vals):
+        same(pl.gather(OP, idx, dp, ss, mode=m), r)
+    same(pl.gather(OP, idx, dp, ss, mode="fill", fill_value=-3.0), vals[-1])
+    same(podlet.grad(lambda v: (pl.gather(v, idx, dp, ss, mode="clip") ** 2).sum())(OP), gj, rtol=1e-6, atol=1e-6)
+    same(podlet.jit(lambda v, i: pl.gather(v, i, dp, ss, mode="fill"))(OP, idx), vals[2])
 
 
 SCATTERS = [
@@ -307,35 +341,26 @@ def test_shape_helpers():
         a, b = pl.full(*args), jl.full(*args)
         same(a, b)
         assert a.weak_type == b.weak_type
-    same(pl.full_like(x, 2), jl.full_like(x, 2))
-    same(pl.full_like(x, 2, np.int32, (2, 2)), jl.full_like(x, 2, np.int32, (2, 2)))
+    ii = (RNG.integers(0, 5, 6).astype(np.int32), RNG.integers(0, 7, 6).astype(np.int32))
+    y = RNG.standard_normal((5, 7, 2)).astype(np.float32)
+    idx = (-2, 1, 9, -1)
+
+    def ops(L, x, y, ii):
+        return [L.full_like(x, 2), L.full_like(x, 2, np.int32, (2, 2)), L.broadcast_to_rank(x, 5),
+                L.broadcast_like(x[0, 0], x), L.tile(x, (2, 1, 3)), L.stack([x, x * 2], axis=-1),
+                *L.unstack(x, 1), *L.split(x, (1, 0, 5), axis=1), L.collapse(x, 1), L.collapse(x, 0, 2),
+                L.index_in_dim(x, -1, 1), L.index_in_dim(x, 2, 2, False),
+                *[L.dynamic_index_in_dim(x, i, 1, False) for i in idx],
+                *[L.dynamic_update_index_in_dim(x, x[:, 0] * 0 + 9, i, 1) for i in idx],
+                *[L.dynamic_update_slice_in_dim(x, x[:, :2] * 0 + 9, i, 1) for i in idx],
+                L.index_take(x, ii, (0, 2)), L.batch_matmul(x, y)]
+    ref = jax.jit(lambda x, y, ii: ops(jl, x, y, ii))(x, y, ii)
+    for p, q in zip(ops(pl, pnp.asarray(x), pnp.asarray(y), ii), ref):
+        same(p, q, rtol=1e-5, atol=1e-6)  # batch_matmul's sums; the rest is exact
     assert pl.full_like(1.0, 2).weak_type and jl.full_like(1.0, 2).weak_type
     same(pl.empty((2, 3), np.float32), np.zeros((2, 3), np.float32))
-    same(pl.broadcast_to_rank(x, 5), jl.broadcast_to_rank(x, 5))
-    same(pl.broadcast_like(x[0, 0], x), jl.broadcast_like(x[0, 0], x))
     assert pl.broadcast_shapes((3, 1), (1, 4), (4,)) == jl.broadcast_shapes((3, 1), (1, 4), (4,))
-    same(pl.tile(x, (2, 1, 3)), jl.tile(x, (2, 1, 3)))
-    same(pl.stack([x, x * 2], axis=-1), jl.stack([x, x * 2], axis=-1))
-    for p, q in zip(pl.unstack(x, 1), jl.unstack(x, 1)):
-        same(p, q)
-    for p, q in zip(pl.split(x, (1, 0, 5), axis=1), jl.split(x, (1, 0, 5), axis=1)):
-        same(p, q)
-    same(pl.collapse(x, 1), jl.collapse(x, 1))
-    same(pl.collapse(x, 0, 2), jl.collapse(x, 0, 2))
-    same(pl.index_in_dim(x, -1, 1), jl.index_in_dim(x, -1, 1))
-    same(pl.index_in_dim(x, 2, 2, False), jl.index_in_dim(x, 2, 2, False))
-    for i in (-2, 1, 9, np.int32(-1)):
-        same(pl.dynamic_index_in_dim(x, i, 1, False), jl.dynamic_index_in_dim(x, i, 1, False))
-        same(pl.dynamic_update_index_in_dim(x, x[:, 0] * 0 + 9, i, 1),
-             jl.dynamic_update_index_in_dim(x, x[:, 0] * 0 + 9, i, 1))
-        same(pl.dynamic_update_slice_in_dim(x, x[:, :2] * 0 + 9, i, 1),
-             jl.dynamic_update_slice_in_dim(x, x[:, :2] * 0 + 9, i, 1))
-    same(podlet.jit(lambda v, i: pl.dynamic_index_in_dim(v, i, 1, False))(x, np.int32(-1)),
-         jl.dynamic_index_in_dim(x, -1, 1, False))
-    ii = (RNG.integers(0, 5, 6).astype(np.int32), RNG.integers(0, 7, 6).astype(np.int32))
-    same(pl.index_take(x, ii, (0, 2)), jl.index_take(x, ii, (0, 2)))
-    y = RNG.standard_normal((5, 7, 2)).astype(np.float32)
-    same(pl.batch_matmul(pnp.asarray(x), pnp.asarray(y)), jl.batch_matmul(x, y), rtol=1e-5, atol=1e-6)
+    same(podlet.jit(lambda v, i: pl.dynamic_index_in_dim(v, i, 1, False))(x, np.int32(-1)), ref[22])
     for v in (1.0, 1, True, x, np.int32, "bfloat16"):
         assert pl.dtype(v) == jl.dtype(v)
     assert int(pl.RoundingMethod.TO_NEAREST_EVEN) == int(jl.RoundingMethod.TO_NEAREST_EVEN) == 1
@@ -367,16 +392,17 @@ def test_conv_helpers():
     assert pl.reduce_window_shape_tuple(*args) == jl.reduce_window_shape_tuple(*args)
     x = RNG.standard_normal((2, 3, 9, 8)).astype(np.float32)
     w = RNG.standard_normal((4, 3, 3, 2)).astype(np.float32)
-    same(pl.conv_with_general_padding(x, w, (1, 2), ((1, 0), (2, 1)), (1, 1), (2, 1)),
-         jl.conv_with_general_padding(x, w, (1, 2), ((1, 0), (2, 1)), (1, 1), (2, 1)), rtol=1e-5, atol=1e-5)
     xn = RNG.standard_normal((2, 7, 6, 3)).astype(np.float32)
-    for xx, dd in ((x, None), (xn, dn)):
-        same(pl.conv_general_dilated_patches(xx, (2, 3), (1, 2), "SAME", dimension_numbers=dd),
-             jl.conv_general_dilated_patches(xx, (2, 3), (1, 2), "SAME", dimension_numbers=dd))
     w2 = RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)
-    same(pl.conv_general_dilated(xn, w2, (1, 1), "SAME", dimension_numbers=pl.conv_dimension_numbers(xn.shape, w2.shape, dn)),
-         jl.conv_general_dilated(xn, w2, (1, 1), "SAME", dimension_numbers=jl.conv_dimension_numbers(xn.shape, w2.shape, dn)),
-         rtol=1e-5, atol=1e-5)
+
+    def ops(L, x, w, xn, w2):
+        return [L.conv_with_general_padding(x, w, (1, 2), ((1, 0), (2, 1)), (1, 1), (2, 1)),
+                L.conv_general_dilated_patches(x, (2, 3), (1, 2), "SAME"),
+                L.conv_general_dilated_patches(xn, (2, 3), (1, 2), "SAME", dimension_numbers=dn),
+                L.conv_general_dilated(xn, w2, (1, 1), "SAME",
+                                       dimension_numbers=L.conv_dimension_numbers(xn.shape, w2.shape, dn))]
+    for p, q in zip(ops(pl, x, w, xn, w2), jax.jit(lambda *a: ops(jl, *a))(x, w, xn, w2)):
+        same(p, q, rtol=1e-5, atol=1e-5)  # patches are exact (identity kernel); convs sum
     with pytest.raises(TypeError):
         pl.conv_general_permutations(("NHWC", "HWIO", "NHWD"))
 
@@ -405,7 +431,7 @@ def test_rng():
 def _jacobi(np_):
     def solve(mv, r, A):
         x, d = r * 0, np_.diag(A)
-        for _ in range(60):
+        for _ in range(15):
             x = x + (r - mv(x)) / d
         return x
     return solve
@@ -420,21 +446,29 @@ def _linsolve(L, np_, symmetric):
     return f
 
 
-@pytest.mark.parametrize("symmetric", [False, True])
-def test_custom_linear_solve(symmetric):
+def test_custom_linear_solve():
     A = RNG.standard_normal((4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
-    if symmetric:
-        A = (A + A.T) / 2
+    As = (A + A.T) / 2
     b = RNG.standard_normal(4).astype(np.float32)
-    fp, fj = _linsolve(pl, pnp, symmetric), _linsolve(jl, jjnp, symmetric)
-    same(fp(A, b), fj(A, b), rtol=1e-6, atol=1e-6)
-    gp = podlet.grad(lambda a, c: (fp(a, c) ** 2).sum(), argnums=(0, 1))(A, b)
-    gj = jax.grad(lambda a, c: (fj(a, c) ** 2).sum(), argnums=(0, 1))(A, b)
-    for p, q in zip(gp, gj):
-        same(p, q, rtol=1e-5, atol=1e-6)
-    same(podlet.jit(fp)(A, b), fj(A, b), rtol=1e-6, atol=1e-6)
     bs = RNG.standard_normal((3, 4)).astype(np.float32)
-    same(podlet.vmap(lambda c: fp(A, c))(bs), jax.vmap(lambda c: fj(A, c))(bs), rtol=1e-6, atol=1e-6)
+
+    def ref(A, As, b, bs):
+        out = []
+        for sym, a in ((False, A), (True, As)):
+            fj = _linsolve(jl, jjnp, sym)
+            out.append((fj(a, b), jax.grad(lambda a, c: (fj(a, c) ** 2).sum(), argnums=(0, 1))(a, b),
+                        jax.vmap(lambda t: fj(a, t))(bs)))
+        return out
+    for (sym, a), (val, g, vm) in zip(((False, A), (True, As)), jax.jit(ref)(A, As, b, bs)):
+        fp = _linsolve(pl, pnp, sym)
+        same(fp(a, b), val, rtol=1e-6, atol=1e-6)
+        gp = podlet.grad(lambda a, c: (fp(a, c) ** 2).sum(), argnums=(0, 1))(a, b)
+        for p, q in zip(gp, g):
+            same(p, q, rtol=1e-5, atol=1e-6)
+        same(podlet.jit(fp)(a, b), val, rtol=1e-6, atol=1e-6)
+        same(podlet.vmap(lambda c: fp(a, c))(bs), vm, rtol=1e-6, atol=1e-6)
+    with pytest.raises(TypeError):  # no transpose_solve, not symmetric: no reverse mode (as in JAX)
+        podlet.grad(lambda c: pl.custom_linear_solve(lambda x: A @ x, c, lambda mv, r: r).sum())(b)
 
 
 def _sqrt(L):
@@ -450,7 +484,8 @@ def _sqrt(L):
 
 def test_custom_root():
     a = np.array([2., 5., 7., 0.5], np.float32)
-    same(_sqrt(pl)(a[1]), _sqrt(jl)(a[1]))
-    same(podlet.grad(_sqrt(pl))(a[0]), jax.grad(_sqrt(jl))(a[0]), rtol=1e-6)
-    same(podlet.vmap(podlet.grad(_sqrt(pl)))(a), jax.vmap(jax.grad(_sqrt(jl)))(a), rtol=1e-6)
-    same(podlet.jit(_sqrt(pl))(a[2]), _sqrt(jl)(a[2]), rtol=1e-6)
+    val, g, vg = jax.jit(lambda t: (_sqrt(jl)(t[1]), jax.grad(_sqrt(jl))(t[0]), jax.vmap(jax.grad(_sqrt(jl)))(t)))(a)
+    same(_sqrt(pl)(a[1]), val, rtol=1e-7)
+    same(podlet.grad(_sqrt(pl))(a[0]), g, rtol=1e-6)
+    same(podlet.vmap(podlet.grad(_sqrt(pl)))(a), vg, rtol=1e-6)
+    same(podlet.jit(_sqrt(pl))(a[1]), val, rtol=1e-6)
