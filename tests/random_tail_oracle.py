@@ -11,6 +11,7 @@ installed jax is another version. Regenerate with
 """
 import os
 
+import ml_dtypes
 import numpy as np
 
 SEED = 7
@@ -28,7 +29,7 @@ PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "random_
 
 def stored_draws(r, k):
     """The expensive samplers (rejection loops), keyed by name."""
-    ks = r.split(k, 14)
+    ks = r.split(k, 14)  # (bfloat16 reuses keys: another dtype gives other draws)
     return {
         "gamma": r.gamma(ks[0], A),
         "loggamma": r.loggamma(ks[1], A),
@@ -45,6 +46,8 @@ def stored_draws(r, k):
         "poisson_scalar_lam": r.poisson(ks[12], 3.5, (N,)),
         "binomial_nan": r.binomial(ks[13], np.array([np.nan, -1.0, 5.0, np.inf, 7.0], np.float32),
                                    np.array([0.5, 0.5, np.nan, 0.7, -0.1], np.float32)),
+        "gamma_bf16": r.gamma(ks[0], A[:200], dtype=ml_dtypes.bfloat16),
+        "t_bf16": r.t(ks[6], 4.0, (200,), dtype=ml_dtypes.bfloat16),
     }
 
 
@@ -75,12 +78,21 @@ def jax_stored_draws():
     return out
 
 
+def _to_npz(draws):
+    return {n: v.view(np.uint16) if v.dtype == ml_dtypes.bfloat16 else v for n, v in draws.items()}
+
+
+def _from_npz(z):
+    return {n: z[n].view(ml_dtypes.bfloat16) if n.endswith("_bf16") else z[n]
+            for n in z.files if n != "jax_version"}
+
+
 def load_or_compute():
     import jax
     if os.path.exists(PATH):
         with np.load(PATH) as z:
             if str(z["jax_version"]) == jax.__version__:
-                return {n: z[n] for n in z.files if n != "jax_version"}
+                return _from_npz(z)
     return jax_stored_draws()
 
 
@@ -88,5 +100,5 @@ if __name__ == "__main__":
     import jax
     draws = jax_stored_draws()
     os.makedirs(os.path.dirname(PATH), exist_ok=True)
-    np.savez_compressed(PATH, jax_version=np.array(jax.__version__), **draws)
+    np.savez_compressed(PATH, jax_version=np.array(jax.__version__), **_to_npz(draws))
     print(f"wrote {PATH} (jax {jax.__version__}, {len(draws)} arrays)")

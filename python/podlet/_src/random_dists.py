@@ -2,16 +2,16 @@
 
 Each function replays jax 0.10.2's algorithm on podlet's threefry samplers: the same key
 splits in the same order, the same uniforms / normals, the same rejection loops, so a
-key gives the same draws as ``jax.random``. Where jax's formula only uses the
-samplers and IEEE arithmetic (pareto, rayleigh, weibull_min, wald, triangular,
-lognormal, geometric, exponential-based ones) podlet's bits equal jax's up to the last
-bit of log / exp / pow; cauchy uses tan = sin / cos (XLA has its own tan), a few ulp.
+key gives the same draws as ``jax.random``. gamma, t, generalized_normal, poisson,
+binomial, multinomial, geometric and triangular are bit for bit jax's (float32, tested);
+the others differ in the last bit or few of log / exp / log1p / tan (podlet's kernels
+against XLA:CPU's; tan is sin / cos here) or of a sum of squares XLA contracts to FMAs.
 
 * ``gamma`` / ``loggamma``: Marsaglia-Tsang, one rejection ``while_loop`` per element
   under ``vmap``, the element keys from ``split(key, a.size)`` (jax's
-  ``random_gamma_p``). The accept test compares logs, so a sample can differ from jax's
-  only where a log's last bit flips an acceptance (not seen in tests). Gradient w.r.t.
-  ``a`` by implicit reparameterisation (``random_gamma_grad``), through a custom VJP.
+  ``random_gamma_p``), with XLA:CPU's FMA in ``v = 1 + x c`` and its ``rsqrt`` rewrite
+  of ``1/3 / sqrt(d)`` replayed, so the samples are jax's bits. Gradient w.r.t. ``a``
+  by implicit reparameterisation (``random_gamma_grad``), through a custom VJP.
 * ``beta``, ``dirichlet``, ``chisquare``, ``f``, ``t``, ``generalized_normal``,
   ``ball`` are built on them as in jax.
 * ``poisson`` (Knuth below lam = 10, Hormann's transformed rejection above),
@@ -124,7 +124,11 @@ def _gamma_one(key, alpha, log_space):
     alpha_orig = alpha
     alpha = lax.select(boost_mask, alpha, alpha + 1.0)
     d = alpha - 1.0 / 3.0
-    c = (1.0 / 3.0) / jnp.sqrt(d)
+    # XLA:CPU rewrites jax's 1/3 / sqrt(d) into 1/3 * rsqrt(d) and contracts 1 + x * c
+    # into an FMA in float32 (float64 too, where podlet has no exact FMA); in bfloat16
+    # it keeps the plain operations (each rounded to bfloat16)
+    plain = d_type == dtypes.bfloat16
+    c = (1.0 / 3.0) / jnp.sqrt(d) if plain else (1.0 / 3.0) * lax.rsqrt(d)
 
     def cond_fn(kxvu):
         _, X, V, U = kxvu
@@ -134,7 +138,7 @@ def _gamma_one(key, alpha, log_space):
         def next_kxv(kxv):
             k, sub = rnd.split(kxv[0])
             x = rnd.normal(sub, (), d_type)
-            return k, x, 1.0 + x * c
+            return k, x, (1.0 + x * c) if plain else _special._fma(x, c, 1.0)
 
         k, x_key, u_key = rnd.split(kxvu[0], 3)
         _, x, v = lax.while_loop(lambda kxv: kxv[2] <= 0.0, next_kxv, (x_key, zero, -one))
