@@ -24,10 +24,11 @@ flattening allocates nothing per leaf beyond the list slot.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import difflib
 import functools
 import textwrap
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Hashable, Iterable, TypeVar
 
 __all__ = [
     "PyTreeDef", "DictKey", "SequenceKey", "GetAttrKey", "FlattenedIndexKey",
@@ -36,7 +37,9 @@ __all__ = [
     "treedef_tuple", "register_pytree_node", "register_pytree_node_class",
     "register_pytree_with_keys", "register_pytree_with_keys_class",
     "tree_flatten_with_path", "tree_leaves_with_path", "tree_map_with_path", "keystr",
-    "registry",
+    "registry", "default_registry", "KeyEntry", "KeyPath", "Partial", "register_dataclass",
+    "register_static", "tree_broadcast", "tree_reduce_associative", "tree_transpose",
+    "flatten_one_level", "flatten_one_level_with_keys", "is_tree_node",
 ]
 
 
@@ -539,6 +542,14 @@ class PyTreeDef:
         _flat_up_to(self._node, xs, out)
         return out
 
+    def compose(self, inner: "PyTreeDef") -> "PyTreeDef":
+        """This structure with every leaf replaced by ``inner``."""
+        def sub(node):
+            if node[0] is _K_LEAF:
+                return inner._node
+            return (node[0], node[1], tuple([sub(c) for c in node[2]]))
+        return PyTreeDef(sub(self._node))
+
     def children(self) -> list["PyTreeDef"]:
         return [PyTreeDef(c) for c in self._node[2]]
 
@@ -877,3 +888,259 @@ def _prefix_error(key_path, prefix_tree, full_tree, is_leaf=None):
         return
     for (key, c1), (_, c2) in zip(p_keyed, f_keyed):
         yield from _prefix_error((*key_path, key), c1, c2, is_leaf)
+
+
+# ------------------------------------------------------ one level, registry, types
+
+KeyEntry = TypeVar("KeyEntry", bound=Any)
+KeyPath = tuple[KeyEntry, ...]
+
+
+def _node_kind(t):
+    k = _kind_cache.get(t)
+    return _classify(t) if k is None else k
+
+
+def is_tree_node(typ: type) -> bool:
+    """True for a registered node type (built-in or custom) or a namedtuple type."""
+    return _node_kind(typ) is not _K_LEAF
+
+
+def flatten_one_level(tree: Any) -> tuple[Iterable[Any], Hashable]:
+    """``(children, node data)`` of a pytree node, one level deep (dict keys sorted;
+    namedtuples give their type, custom nodes their aux data)."""
+    k = _node_kind(type(tree))
+    if k is _K_LEAF:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}")
+    if k is _K_DICT:
+        keys = _sorted_keys(tree)
+        return tuple(tree[key] for key in keys), keys
+    if k is _K_NONE:
+        return (), None
+    if k is _K_LIST:
+        return list(tree), None
+    if k is _K_TUPLE:
+        return tuple(tree), None
+    if k is _K_NAMEDTUPLE:
+        return list(tree), type(tree)
+    children, aux = k.flatten(tree)
+    return list(children), aux
+
+
+def flatten_one_level_with_keys(tree: Any) -> tuple[Iterable[Any], Hashable]:
+    """Like :func:`flatten_one_level`, with ``(key, child)`` pairs.
+
+    jax 0.10.2 labels every namedtuple child with the first field's name
+    (``GetAttrKey('x')`` twice for ``P(x, y)``); podlet gives each its own field, as
+    ``tree_flatten_with_path`` does in both."""
+    k = _node_kind(type(tree))
+    if k is _K_LEAF:
+        raise ValueError(f"can't tree-flatten type: {type(tree)}")
+    if k is _K_NONE:
+        return (), None
+    keyed, aux = _flatten_one_level_with_keys(tree, k)
+    builtin = k is _K_DICT or k is _K_LIST or k is _K_TUPLE
+    return (tuple(keyed) if builtin else list(keyed)), aux
+
+
+class _Registry:
+    """podlet's one pytree registry, shaped like jax's ``default_registry``."""
+
+    __module__ = __name__
+
+    def flatten(self, tree, leaf_predicate=None):
+        return tree_flatten(tree, leaf_predicate)
+
+    def flatten_with_path(self, tree, leaf_predicate=None):
+        return tree_flatten_with_path(tree, leaf_predicate)
+
+    def flatten_one_level(self, tree):
+        """None for a leaf (jax's registry does not raise)."""
+        return None if _node_kind(type(tree)) is _K_LEAF else flatten_one_level(tree)
+
+    def flatten_one_level_with_keys(self, tree):
+        if _node_kind(type(tree)) is _K_LEAF:
+            return None
+        return flatten_one_level_with_keys(tree)
+
+    def is_node(self, typ):
+        return is_tree_node(typ)
+
+    def register_node(self, nodetype, to_iterable, from_iterable, to_iterable_with_keys=None):
+        register_pytree_node(nodetype, to_iterable, from_iterable, to_iterable_with_keys)
+
+    def register_dataclass_node(self, nodetype, data_fields, meta_fields):
+        register_dataclass(nodetype, data_fields, meta_fields)
+
+    def __repr__(self):
+        return "<podlet.tree_util.default_registry>"
+
+    def __reduce__(self):
+        return "default_registry"
+
+
+default_registry = _Registry()
+
+
+# --------------------------------------------------------- registration helpers
+
+def register_dataclass(nodetype, data_fields=None, meta_fields=None, drop_fields=()):
+    """Registers a dataclass-like type: ``data_fields`` are children (leaves under
+    jit), ``meta_fields`` node data (static). For a dataclass both default to its
+    init fields, static where ``field(metadata=dict(static=True))``."""
+    if data_fields is None or meta_fields is None:
+        if (data_fields is None) != (meta_fields is None):
+            raise TypeError(
+                "register_dataclass: data_fields and meta_fields must both be specified"
+                f" when either is specified. Got {data_fields=} {meta_fields=}.")
+        if not dataclasses.is_dataclass(nodetype):
+            raise TypeError(
+                "register_dataclass: data_fields and meta_fields are required when"
+                f" nodetype is not a dataclass. Got {nodetype=}.")
+        fields = dataclasses.fields(nodetype)
+        data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
+        meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
+    meta_fields, data_fields = tuple(meta_fields), tuple(data_fields)
+    if dataclasses.is_dataclass(nodetype):
+        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init}
+        init_fields.difference_update(drop_fields)
+        if {*meta_fields, *data_fields} != init_fields:
+            msg = ("data_fields and meta_fields must include all dataclass fields with"
+                   " ``init=True`` and only them.")
+            if missing := init_fields - {*meta_fields, *data_fields}:
+                msg += (f" Missing fields: {missing}. Add them to drop_fields to suppress"
+                        " this error.")
+            if unexpected := {*meta_fields, *data_fields} - init_fields:
+                msg += f" Unexpected fields: {unexpected}."
+            raise ValueError(msg)
+    if overlap := set(data_fields) & set(meta_fields):
+        raise ValueError("data_fields and meta_fields must not overlap. Overlapping fields:"
+                         f" {overlap}.")
+    if nodetype in registry:
+        raise ValueError(
+            f"Duplicate custom dataclass PyTreeDef type registration for {nodetype}.")
+
+    def flatten(x):
+        return (tuple(getattr(x, n) for n in data_fields),
+                tuple(getattr(x, n) for n in meta_fields))
+
+    def flatten_with_keys(x):
+        return ([(GetAttrKey(n), getattr(x, n)) for n in data_fields],
+                tuple(getattr(x, n) for n in meta_fields))
+
+    def unflatten(meta, data):
+        return nodetype(**dict(zip(meta_fields, meta)), **dict(zip(data_fields, data)))
+
+    register_pytree_node(nodetype, flatten, unflatten, flatten_with_keys)
+    return nodetype
+
+
+def register_static(cls):
+    """Registers ``cls`` as a node with no children: instances are static under jit
+    (part of the treedef, so they must be hashable)."""
+    register_pytree_with_keys(cls, lambda obj: ((), obj), lambda obj, _: obj)
+    return cls
+
+
+class _HashableCallableShim:
+    """Delegates ``__call__``, ``__hash__`` and ``__eq__`` to ``fun`` (a partial
+    wrapped by :class:`Partial`, so its arguments stay out of the pytree)."""
+
+    def __init__(self, fun):
+        self.fun = fun
+
+    def __call__(self, *args, **kw):
+        return self.fun(*args, **kw)
+
+    def __hash__(self):
+        return hash(self.fun)
+
+    def __eq__(self, other):
+        if isinstance(other, _HashableCallableShim):
+            return self.fun == other.fun
+        return self.fun == other
+
+    def __repr__(self):
+        return f"_HashableCallableShim({self.fun!r})"
+
+
+class Partial(functools.partial):
+    """``functools.partial`` as a pytree: the bound arguments are its children (traced
+    under jit), the function its node data. ``Partial(f)`` makes ``f`` passable to a
+    jitted function."""
+
+    def __new__(klass, func, *args, **kw):
+        # functools.partial would merge a partial func's arguments into this one;
+        # only the arguments given here belong to the pytree.
+        if isinstance(func, functools.partial):
+            original = func
+            func = _HashableCallableShim(original)
+            out = super().__new__(klass, func, *args, **kw)
+            func.func = original.func
+            func.args = original.args
+            func.keywords = original.keywords
+            return out
+        return super().__new__(klass, func, *args, **kw)
+
+
+register_pytree_node(
+    Partial,
+    lambda p: ((p.args, p.keywords), p.func),
+    lambda func, xs: Partial(func, *xs[0], **xs[1]),
+)
+
+
+# ---------------------------------------------------------- structural operations
+
+def tree_broadcast(prefix_tree: Any, full_tree: Any,
+                   is_leaf: Callable[[Any], bool] | None = None) -> Any:
+    """``full_tree``'s structure with each leaf of ``prefix_tree`` repeated over the
+    subtree it stands for."""
+    out = []
+
+    def add(x, subtree):
+        out.extend([x] * tree_structure(subtree).num_leaves)
+
+    try:
+        tree_map(add, prefix_tree, full_tree, is_leaf=is_leaf)
+    except ValueError:
+        err = next(_prefix_error((), prefix_tree, full_tree, is_leaf), None)
+        if err is None:
+            raise
+        raise err("broadcast_prefix prefix_tree") from None
+    return tree_structure(full_tree).unflatten(out)
+
+
+def _parallel_reduce(seq, operation, identity):
+    if not seq:
+        if identity is _UNSPECIFIED:
+            raise TypeError("Must specify identity for parallel reduction of empty sequence.")
+        return identity
+    if len(seq) == 1:
+        return seq[0]
+    mid = len(seq) // 2
+    return operation(_parallel_reduce(seq[:mid], operation, identity),
+                     _parallel_reduce(seq[mid:], operation, identity))
+
+
+def tree_reduce_associative(operation: Callable[[Any, Any], Any], tree: Any, *,
+                            identity: Any = _UNSPECIFIED,
+                            is_leaf: Callable[[Any], bool] | None = None) -> Any:
+    """Reduces the leaves with an associative ``operation`` as a balanced tree
+    (halves first: ``((1+2)+(3+(4+5)))``)."""
+    return _parallel_reduce(tree_leaves(tree, is_leaf=is_leaf), operation, identity)
+
+
+def tree_transpose(outer_treedef: PyTreeDef, inner_treedef: PyTreeDef | None,
+                   pytree_to_transpose: Any) -> Any:
+    """Turns an outer-of-inner pytree into inner-of-outer (e.g. a list of dicts into
+    a dict of lists). ``inner_treedef=None`` infers it from the first outer leaf."""
+    flat, treedef = tree_flatten(pytree_to_transpose)
+    if inner_treedef is None:
+        inner_treedef = tree_structure(outer_treedef.flatten_up_to(pytree_to_transpose)[0])
+    inner_size, outer_size = inner_treedef.num_leaves, outer_treedef.num_leaves
+    if treedef.num_leaves != inner_size * outer_size:
+        raise TypeError(f"Mismatch\n{treedef}\n != \n{outer_treedef.compose(inner_treedef)}")
+    it = iter(flat)
+    rows = [[next(it) for _ in range(inner_size)] for _ in range(outer_size)]
+    return inner_treedef.unflatten([outer_treedef.unflatten(list(col)) for col in zip(*rows)])
