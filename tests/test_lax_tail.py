@@ -410,6 +410,9 @@ def test_shape_helpers():
     same(pl.round(np.float32(2.5), pl.RoundingMethod.TO_NEAREST_EVEN),
          jl.round(np.float32(2.5), jl.RoundingMethod.TO_NEAREST_EVEN))
     same(pl.optimization_barrier(x), x)
+    same(pl.with_sharding_constraint(x, None), x)
+    same(pl.shape_as_value((2, 3)), jl.shape_as_value((2, 3)))
+    same(pl.composite(lambda t: t * 2, "my.double")(x), x * 2)
     with pytest.raises(ValueError):
         pl.split(x, (1, 2), axis=1)
     with pytest.raises(ValueError):
@@ -438,8 +441,11 @@ def test_conv_helpers():
     xn = RNG.standard_normal((2, 7, 6, 3)).astype(np.float32)
     w2 = RNG.standard_normal((3, 3, 3, 4)).astype(np.float32)
 
+    wl = RNG.standard_normal((7, 3, 18, 5)).astype(np.float32)
+
     def ops(L, x, w, xn, w2):
-        return [L.conv_with_general_padding(x, w, (1, 2), ((1, 0), (2, 1)), (1, 1), (2, 1)),
+        return [L.conv_general_dilated_local(xn, wl, (1, 2), "SAME", (2, 3), dimension_numbers=dn),
+                L.conv_with_general_padding(x, w, (1, 2), ((1, 0), (2, 1)), (1, 1), (2, 1)),
                 L.conv_general_dilated_patches(x, (2, 3), (1, 2), "SAME"),
                 L.conv_general_dilated_patches(xn, (2, 3), (1, 2), "SAME", dimension_numbers=dn),
                 L.conv_general_dilated(xn, w2, (1, 1), "SAME",

@@ -554,11 +554,11 @@ from ._src.lax_shapes import (full, full_like, empty, broadcast_to_rank, broadca
                               broadcast_like, tile, stack, unstack, split, collapse, index_in_dim,
                               dynamic_index_in_dim, dynamic_update_index_in_dim, dynamic_update_slice_in_dim,
                               index_take, batch_matmul, DotDimensionNumbers, dtype, RoundingMethod,
-                              optimization_barrier)
+                              optimization_barrier, shape_as_value, composite, with_sharding_constraint)
 from ._src.lax_conv import (ConvGeneralDilatedDimensionNumbers, conv_dimension_numbers,  # noqa: E402
                             conv_general_permutations, conv_shape_tuple, conv_general_shape_tuple,
                             conv_transpose_shape_tuple, conv_with_general_padding, conv_general_dilated_patches,
-                            reduce_window_shape_tuple)
+                            reduce_window_shape_tuple, conv_general_dilated_local)
 from ._src.lax_random import RandomAlgorithm, rng_bit_generator, rng_uniform  # noqa: E402
 from ._src.lax_solve import custom_root, custom_linear_solve  # noqa: E402
 from ._src.lax_zeta_beta import zeta, polygamma, betainc  # noqa: E402

@@ -12,7 +12,8 @@ from .. import numpy as jnp
 
 __all__ = ["ConvGeneralDilatedDimensionNumbers", "conv_dimension_numbers", "conv_general_permutations",
            "conv_shape_tuple", "conv_general_shape_tuple", "conv_transpose_shape_tuple",
-           "conv_with_general_padding", "conv_general_dilated_patches", "reduce_window_shape_tuple"]
+           "conv_with_general_padding", "conv_general_dilated_patches", "reduce_window_shape_tuple",
+           "conv_general_dilated_local"]
 
 ConvGeneralDilatedDimensionNumbers = Union[tuple, lax.ConvDimensionNumbers, None]
 
@@ -149,3 +150,22 @@ def reduce_window_shape_tuple(operand_shape, window_dimensions, window_strides, 
         window_dimensions = [0 if d == 0 else 1 + r * (d - 1) for d, r in zip(window_dimensions, window_dilation)]
     padded = [int(d) + int(lo) + int(hi) for d, (lo, hi) in zip(operand_shape, padding)]
     return tuple(_stride_dim(p, w, s) for p, w, s in zip(padded, window_dimensions, window_strides))
+
+
+def conv_general_dilated_local(lhs, rhs, window_strides, padding, filter_shape, lhs_dilation=None, rhs_dilation=None,
+                               dimension_numbers=None, precision=None):
+    """jax.lax.conv_general_dilated_local: an unshared convolution (a different filter at
+    every output position): the patches of conv_general_dilated_patches contracted with
+    rhs, whose spatial dimensions are the output's and whose input-feature dimension
+    holds C * prod(filter_shape) (channel-major), as in JAX."""
+    x = jnp.asarray(lhs)
+    filter_shape = tuple(int(f) for f in filter_shape)
+    patches = conv_general_dilated_patches(x, filter_shape, window_strides, padding, lhs_dilation=lhs_dilation,
+                                           rhs_dilation=rhs_dilation, dimension_numbers=dimension_numbers)
+    lhs_spec, rhs_spec, out_spec = conv_dimension_numbers(x.shape, (1, 1) + filter_shape, dimension_numbers)
+    lhs_b, rhs_b = list(out_spec[2:]), list(rhs_spec[2:])
+    rhs_b = [rhs_b[i] for i in sorted(range(len(rhs_b)), key=lambda k: lhs_b[k])]
+    lhs_b = sorted(lhs_b)
+    dn = (([out_spec[1]], [rhs_spec[1]]), (lhs_b, rhs_b))
+    out = lax.dot_general(patches, jnp.asarray(rhs), dn, precision=precision)
+    return jnp.moveaxis(out, (-2, -1), (out_spec[0], out_spec[1]))

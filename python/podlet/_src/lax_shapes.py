@@ -16,7 +16,8 @@ from .core import Array, Tracer
 __all__ = ["full", "full_like", "empty", "broadcast_to_rank", "broadcast_shapes", "broadcast_like", "tile",
            "stack", "unstack", "split", "collapse", "index_in_dim", "dynamic_index_in_dim",
            "dynamic_update_index_in_dim", "dynamic_update_slice_in_dim", "index_take", "batch_matmul",
-           "DotDimensionNumbers", "dtype", "RoundingMethod", "optimization_barrier"]
+           "DotDimensionNumbers", "dtype", "RoundingMethod", "optimization_barrier", "shape_as_value", "composite",
+           "with_sharding_constraint"]
 
 DotDimensionNumbers = tuple  # ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)), as jax's alias
 
@@ -263,3 +264,27 @@ def optimization_barrier(operand, /):
     """jax.lax.optimization_barrier: the identity (podlet's graph passes do not move
     computations across it anyway: nothing to prevent)."""
     return operand
+
+
+def shape_as_value(shape):
+    """jax.lax.shape_as_value: a shape as an int32 array."""
+    return jnp.asarray(_np.array([int(d) for d in shape], dtype=_np.int32))
+
+
+def composite(decomposition, name, version=0):
+    """jax.lax.composite: `decomposition` under a name (XLA keeps such a call as one
+    op for backends that know it); podlet has no such backends, so the returned
+    function evaluates the decomposition. Unlike JAX, it differentiates through it."""
+    import functools
+
+    @functools.wraps(decomposition)
+    def call(*args, **kwargs):
+        return decomposition(*args, **kwargs)
+    call.composite_name, call.composite_version = str(name), int(version)
+    return call
+
+
+def with_sharding_constraint(x, shardings):
+    """jax.lax.with_sharding_constraint: podlet computes on one host device, where every
+    sharding is the trivial one: x unchanged (shardings are not checked)."""
+    return x
