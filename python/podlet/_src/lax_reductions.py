@@ -10,7 +10,7 @@ from .. import numpy as jnp
 from .. import tree_util
 from . import dtypes as _dtypes
 from .control_flow import associative_scan
-from .core import Array, Tracer, bind, to_array, vjp
+from .core import Tracer, bind, to_array, vjp
 from .custom_derivatives import custom_vjp
 
 __all__ = ["cumprod", "cummax", "cummin", "cumlogsumexp", "reduce", "reduce_and", "reduce_or", "reduce_xor",
