@@ -538,3 +538,17 @@ def test_custom_root():
     same(podlet.grad(_sqrt(pl))(a[0]), g, rtol=1e-6)
     same(podlet.vmap(podlet.grad(_sqrt(pl)))(a), vg, rtol=1e-6)
     same(podlet.jit(_sqrt(pl))(a[1]), val, rtol=1e-6)
+
+
+def test_collectives():
+    x = RNG.standard_normal((podlet.local_device_count(), 3)).astype(np.float32)
+    n = x.shape[0]
+    perm = list(RNG.permutation(n))
+    # jax.vmap with an axis name runs the same collectives over the mapped axis
+    ref = jax.vmap(lambda v: (jl.pshuffle(v, "i", perm), v * jl.axis_size("i")), axis_name="i")(x)
+    out = podlet.pmap(lambda v: (pl.pshuffle(v, "i", perm), v * pl.axis_size("i")), axis_name="i")(x)
+    for p, q in zip(out, ref):
+        same(p, q)
+    same(podlet.pmap(lambda v: pl.pbroadcast(v, "i", 2), axis_name="i")(x), np.broadcast_to(x[2], x.shape))
+    with pytest.raises(ValueError):
+        podlet.pmap(lambda v: pl.pshuffle(v, "i", [0] * n), axis_name="i")(x)
