@@ -550,5 +550,13 @@ def test_collectives():
     for p, q in zip(out, ref):
         same(p, q)
     same(podlet.pmap(lambda v: pl.pbroadcast(v, "i", 2), axis_name="i")(x), np.broadcast_to(x[2], x.shape))
+    y = RNG.standard_normal((n, n, 3, 2 * n)).astype(np.float32)
+    kws = [dict(split_axis=0, concat_axis=2), dict(split_axis=2, concat_axis=1, tiled=True)]
+
+    def colls(L, v):
+        return [L.all_to_all(v, "i", **kw) for kw in kws] + [L.pswapaxes(v, "i", 0)]
+    ref = jax.vmap(lambda v: colls(jl, v), axis_name="i")(y)
+    for p, q in zip(podlet.pmap(lambda v: colls(pl, v), axis_name="i")(y), ref):
+        same(p, q)
     with pytest.raises(ValueError):
         podlet.pmap(lambda v: pl.pshuffle(v, "i", [0] * n), axis_name="i")(x)

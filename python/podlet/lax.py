@@ -562,4 +562,4 @@ from ._src.lax_conv import (ConvGeneralDilatedDimensionNumbers, conv_dimension_n
 from ._src.lax_random import RandomAlgorithm, rng_bit_generator, rng_uniform  # noqa: E402
 from ._src.lax_solve import custom_root, custom_linear_solve  # noqa: E402
 from ._src.lax_zeta_beta import zeta, polygamma, betainc  # noqa: E402
-from ._src.lax_collectives import axis_size, pshuffle, pbroadcast  # noqa: E402
+from ._src.lax_collectives import axis_size, pshuffle, pbroadcast, all_to_all, pswapaxes  # noqa: E402
