@@ -3,16 +3,18 @@ the same keys, and the special functions behind it (python/podlet/_src/special.p
 against scipy.special.
 
 How close the draws are, and why:
-* gamma, t, generalized_normal, poisson, binomial, multinomial, geometric and triangular
-  equal jax's bit for bit: integer-valued results, or IEEE + - * / sqrt / pow on the
-  same normals and uniforms, in float32 and bfloat16 (gamma replays XLA:CPU's fused multiply-add in v = 1 + x c
-  and its rewrite of 1/3 / sqrt(d) into 1/3 * rsqrt(d)).
+* poisson, binomial, multinomial, geometric and triangular equal jax's bit for bit
+  (integer-valued results, or IEEE + - * / sqrt on the same uniforms).
 * the others agree to a few ulp (rtol 2e-5 in float32): they go through log, exp,
   log1p or tan, whose podlet kernels differ from XLA:CPU's in the last bit for a few
   percent of inputs (tan is sin / cos in podlet), or sum squares where XLA contracts
-  to FMAs (maxwell, ball). The rejection decisions agree: every element is within
-  tolerance, none is a different draw.
-XLA takes about 40 s to compile jax's rejection samplers here, so their draws (and
+  to FMAs (maxwell, ball); gamma replays XLA's FMA in v = 1 + x c and its rsqrt
+  rewrite of 1/3 / sqrt(d), but XLA:CPU's rsqrt is the hardware estimate plus a
+  Newton step (not correctly rounded, CPU-dependent), which podlet cannot reproduce:
+  about 95% of float32 gamma draws are jax's bits, the rest within 5 ulp. The
+  rejection decisions agree: every element is within tolerance, none is a different
+  draw.
+XLA takes about a minute to compile jax's rejection samplers here, so their draws (and
 jax.grad of gamma / loggamma) come from tests/data/random_tail_jax.npz, written by
 tests/random_tail_oracle.py with jax.random itself (recomputed live if the installed jax
 is not the version that wrote it); the closed-form samplers are compared live.
@@ -32,15 +34,13 @@ import random_tail_oracle as orc
 from random_tail_oracle import SEED, A, GRAD_A
 
 # bit for bit: integer-valued results, or only IEEE + - * / sqrt on the same uniforms
-EXACT = {"gamma", "gamma_bf16", "t", "t_bf16", "generalized_normal", "geometric", "triangular", "poisson", "poisson_scalar_lam", "binomial",
-         "binomial_nan", "multinomial"}
+EXACT = {"geometric", "triangular", "poisson", "poisson_scalar_lam", "binomial", "binomial_nan", "multinomial"}
 
 
 @pytest.fixture(scope="module")
 def jax_draws():
     out = orc.load_or_compute()
-    k = jax.random.PRNGKey(SEED)
-    out.update({n: np.asarray(v) for n, v in jax.jit(lambda k: orc.live_draws(jax.random, k))(k).items()})
+    out.update(orc.jax_live_draws())
     return out
 
 
@@ -59,6 +59,9 @@ def _compare(name, got, want):
         got, want = got.view(np.uint16), want.view(np.uint16)
     if name in EXACT:
         np.testing.assert_array_equal(got, want, err_msg=name)
+    elif name.endswith("_bf16"):
+        np.testing.assert_allclose(got.view(ml_dtypes.bfloat16).astype(np.float32),
+                                   want.view(ml_dtypes.bfloat16).astype(np.float32), rtol=1e-2, err_msg=name)
     else:
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6, err_msg=name)
 
@@ -108,7 +111,7 @@ def test_gamma_gradient_matches_jax(jax_draws):
     k = pr.PRNGKey(SEED)
     for name, fn in (("gamma", pr.gamma), ("loggamma", pr.loggamma)):
         got = podlet.grad(lambda a: fn(k, a).sum())(podlet.numpy.asarray(GRAD_A))
-        np.testing.assert_allclose(np.asarray(got), jax_draws[name + "_grad"], rtol=1e-4, atol=1e-6,
+        np.testing.assert_allclose(np.asarray(got), jax_draws[name + "_grad"], rtol=2e-5, atol=1e-30,
                                    err_msg=name)
 
 

@@ -17,10 +17,10 @@ The long tail (``gamma``, ``loggamma``, ``beta``, ``dirichlet``, ``chisquare``, 
 ``maxwell``, ``double_sided_maxwell``, ``weibull_min``, ``rayleigh``, ``wald``,
 ``triangular``, ``geometric``, ``generalized_normal``, ``ball``, ``random_gamma_p``,
 ``key_dtype``) lives in ``_src/random_dists.py``: jax's algorithms (key splits,
-rejection loops) on these samplers, so gamma / t / generalized_normal / poisson /
-binomial / multinomial / geometric / triangular draws equal jax's bit for bit and the
-others agree to a few ulp (the last bit of log / exp / log1p / tan); ``gamma`` is
-differentiable in ``a`` like jax's. With x64,
+rejection loops) on these samplers, so poisson / binomial / multinomial / geometric /
+triangular draws equal jax's bit for bit and the others agree to a few ulp (the last
+bits of log / exp / log1p / tan, and of XLA:CPU's approximate rsqrt in gamma);
+``gamma`` is differentiable in ``a`` like jax's. With x64,
 ``poisson`` and ``geometric`` still return int32.
 
     key = podlet.random.PRNGKey(0)

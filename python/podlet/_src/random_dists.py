@@ -2,16 +2,20 @@
 
 Each function replays jax 0.10.2's algorithm on podlet's threefry samplers: the same key
 splits in the same order, the same uniforms / normals, the same rejection loops, so a
-key gives the same draws as ``jax.random``. gamma, t, generalized_normal, poisson,
-binomial, multinomial, geometric and triangular are bit for bit jax's (float32, tested);
-the others differ in the last bit or few of log / exp / log1p / tan (podlet's kernels
-against XLA:CPU's; tan is sin / cos here) or of a sum of squares XLA contracts to FMAs.
+key gives the same draws as ``jax.random``. poisson, binomial, multinomial, geometric
+and triangular are bit for bit jax's (tested in float32); the others differ in the last
+bit or few of log / exp / log1p / tan (podlet's kernels against XLA:CPU's; tan is
+sin / cos here), of a sum of squares XLA contracts to FMAs, or of XLA:CPU's rsqrt.
 
 * ``gamma`` / ``loggamma``: Marsaglia-Tsang, one rejection ``while_loop`` per element
   under ``vmap``, the element keys from ``split(key, a.size)`` (jax's
-  ``random_gamma_p``), with XLA:CPU's FMA in ``v = 1 + x c`` and its ``rsqrt`` rewrite
-  of ``1/3 / sqrt(d)`` replayed, so the samples are jax's bits. Gradient w.r.t. ``a``
-  by implicit reparameterisation (``random_gamma_grad``), through a custom VJP.
+  ``random_gamma_p``). XLA:CPU's FMA in ``v = 1 + x c`` and its rewrite of
+  ``1/3 / sqrt(d)`` into ``1/3 * rsqrt(d)`` are replayed, but its rsqrt is a hardware
+  estimate refined by a Newton step, not correctly rounded: ~95% of float32 samples are
+  jax's bits, the rest a few ulp off (a flipped acceptance, which would give another
+  sample, was not seen in tests). Subnormal samples are flushed to zero as XLA:CPU
+  does. Gradient w.r.t. ``a`` by implicit reparameterisation (``random_gamma_grad``),
+  through a custom VJP.
 * ``beta``, ``dirichlet``, ``chisquare``, ``f``, ``t``, ``generalized_normal``,
   ``ball`` are built on them as in jax.
 * ``poisson`` (Knuth below lam = 10, Hormann's transformed rejection above),
@@ -124,9 +128,10 @@ def _gamma_one(key, alpha, log_space):
     alpha_orig = alpha
     alpha = lax.select(boost_mask, alpha, alpha + 1.0)
     d = alpha - 1.0 / 3.0
-    # XLA:CPU rewrites jax's 1/3 / sqrt(d) into 1/3 * rsqrt(d) and contracts 1 + x * c
-    # into an FMA in float32 (float64 too, where podlet has no exact FMA); in bfloat16
-    # it keeps the plain operations (each rounded to bfloat16)
+    # XLA:CPU rewrites jax's 1/3 / sqrt(d) into 1/3 * rsqrt(d) (its rsqrt is approximate:
+    # podlet's is 1 / sqrt, so c can differ in the last bit) and contracts 1 + x * c into
+    # an FMA in float32 (float64 too, where podlet has no exact FMA); bfloat16 draws
+    # agree best with the plain operations (each rounded to bfloat16)
     plain = d_type == dtypes.bfloat16
     c = (1.0 / 3.0) / jnp.sqrt(d) if plain else (1.0 / 3.0) * lax.rsqrt(d)
 
@@ -152,7 +157,9 @@ def _gamma_one(key, alpha, log_space):
         return (jnp.log(d) + jnp.log(V)) + log_boost
     samples = 1.0 - rnd.uniform(subkey, (), d_type)
     boost = lax.select(boost_mask, one, samples ** (1.0 / alpha_orig))
-    return (d * V) * boost
+    out = (d * V) * boost
+    # XLA:CPU flushes subnormal results to zero (a tiny alpha can underflow the boost)
+    return lax.select(out < float(rnd._finfo(d_type).tiny), zero, out)
 
 
 def _gamma_sample(key, a, log_space):
