@@ -41,13 +41,15 @@ FLOAT_FNS = ["acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", 
 
 def test_float_elementwise():
     vs = [DOMAIN.get(n, lambda t: t)(X).astype(np.float32) for n in FLOAT_FNS]
-    vbs = [v[:64].astype(jjnp.bfloat16) for v in vs]
+    bf = FLOAT_FNS[::3]  # bfloat16 (computed in float32) for a sample
+    vbs = [v[:64].astype(jjnp.bfloat16) for n, v in zip(FLOAT_FNS, vs) if n in bf]
     ref, refb = jax.jit(lambda vs, vbs: ([getattr(jl, n)(v) for n, v in zip(FLOAT_FNS, vs)],
-                                         [getattr(jl, n)(v) for n, v in zip(FLOAT_FNS, vbs)]))(vs, vbs)
-    for n, v, vb, r, rb in zip(FLOAT_FNS, vs, vbs, ref, refb):
+                                         [getattr(jl, n)(v) for n, v in zip(bf, vbs)]))(vs, vbs)
+    for n, vb, rb in zip(bf, vbs, refb):
+        same(getattr(pl, n)(vb), rb, rtol=1e-2, atol=1e-30)
+    for n, v, r in zip(FLOAT_FNS, vs, ref):
         # a few float32 ulps (formulas are XLA's; erfc / i1e Cephes fits agree to ~1e-6)
         same(getattr(pl, n)(v), r, rtol=4e-6, atol=1e-30)
-        same(getattr(pl, n)(vb), rb, rtol=1e-2, atol=1e-30)
         assert getattr(pl, n)(1.0).weak_type  # jax.lax keeps a Python scalar's weak type
         assert not getattr(pl, n)(np.float32(1.0)).weak_type
         with pytest.raises(TypeError):
@@ -71,7 +73,7 @@ def test_float_elementwise_jit_vmap():
 
 
 def test_zeta_polygamma_betainc():
-    n = 1000
+    n = 400
     x = (1 + RNG.random(n) * 8).astype(np.float32)
     q = (RNG.random(n) * 10 - 2).astype(np.float32)
     x[:6], q[:6] = [1, 0.5, 2, 3, 2.5, 4], [1, 1, -2, -2, -1.5, 0]  # XLA's domain rules and poles
@@ -96,7 +98,7 @@ def test_zeta_polygamma_betainc():
     same(pl.betainc(a, b, u), bi, rtol=2e-5, atol=1e-6)
     same(podlet.grad(lambda v: pl.polygamma(m[2:], v).sum())(t[2:]), gpg, rtol=2e-5, atol=1e-30)
     same(podlet.grad(lambda v: pl.betainc(a, b, v).sum())(u * 0.98 + 0.01), gbi, rtol=5e-5, atol=1e-6)
-    same(podlet.jit(pl.betainc)(a[:50], b[:50], u[:50]), bi[:50], rtol=2e-5, atol=1e-6)
+    same(podlet.vmap(pl.betainc)(a[:20], b[:20], u[:20]), bi[:20], rtol=2e-5, atol=1e-6)
     same(podlet.vmap(pl.zeta)(x[:50], q[:50]), z[:50], rtol=2e-6, atol=1e-30)
     same(pl.zeta(x[:8].astype(jjnp.bfloat16), q[:8].astype(jjnp.bfloat16)),
          jl.zeta(x[:8].astype(jjnp.bfloat16), q[:8].astype(jjnp.bfloat16)), rtol=1e-2)
@@ -169,8 +171,8 @@ def test_cumulative():
     vals = jax.jit(lambda v: [getattr(jl, n)(v, axis=a, reverse=r) for n, a, r in cases])(M)
     for (n, a, r), val in zip(cases, vals):
         same(getattr(pl, n)(M, axis=a, reverse=r), val, rtol=2e-6, atol=1e-6)
-        same(podlet.jit(lambda t: getattr(pl, n)(t, axis=a, reverse=r))(M), val, rtol=2e-6, atol=1e-6)
         if a == 1:
+            same(podlet.jit(lambda t: getattr(pl, n)(t, axis=a, reverse=r))(M), val, rtol=2e-6, atol=1e-6)
             same(podlet.vmap(lambda t: getattr(pl, n)(t, axis=0, reverse=r))(M), val, rtol=2e-6, atol=1e-6)
     # gradients: JAX's (compiling JAX's associative-scan JVPs is slow: small arrays, two ops)
     s_, w = M[1:5, :8], RNG.standard_normal((4, 8)).astype(np.float32)
@@ -237,19 +239,20 @@ def test_reduce_bitwise():
 
 
 def test_reduce_precision_bits():
-    bits = RNG.integers(0, 2**32, 100000, dtype=np.uint64).astype(np.uint32)
+    bits = RNG.integers(0, 2**32, 40000, dtype=np.uint64).astype(np.uint32)
     f = np.concatenate([bits.view(np.float32), (RNG.standard_normal(20000) * 1e3).astype(np.float32),
                         np.array([np.inf, -np.inf, np.nan, -np.nan, 0, -0.0, 1e-40, -1e-42, 65504, 65520, 6e-8,
                                   3.4e38, 1.1754942e-38], np.float32)])
     fmts = [(8, 7), (5, 10), (4, 3), (8, 23), (2, 0), (11, 52)]
-    ref = jax.jit(lambda v: [jl.reduce_precision(v, eb, mb) for eb, mb in fmts])(f)
+    fb = f[-2000:].astype(jjnp.bfloat16)
+    ref, rb, g = jax.jit(lambda v, vb, w: ([jl.reduce_precision(v, eb, mb) for eb, mb in fmts],
+                                           jl.reduce_precision(vb, 5, 4),
+                                           jax.grad(lambda t: (jl.reduce_precision(t, 5, 10) * t).sum())(w)))(f, fb, X[:100])
     for (eb, mb), r in zip(fmts, ref):
         same(np.asarray(pl.reduce_precision(f, eb, mb)).view(np.uint32), np.asarray(r).view(np.uint32))
-    fb = f[-2000:].astype(jjnp.bfloat16)
-    same(pl.reduce_precision(fb, 5, 4), jl.reduce_precision(fb, 5, 4))
-    same(podlet.jit(lambda v: pl.reduce_precision(v, 5, 10))(f[:1000]), jl.reduce_precision(f[:1000], 5, 10))
-    same(podlet.grad(lambda v: (pl.reduce_precision(v, 5, 10) * v).sum())(X[:100]),
-         jax.grad(lambda v: (jl.reduce_precision(v, 5, 10) * v).sum())(X[:100]))
+    same(pl.reduce_precision(fb, 5, 4), rb)
+    same(podlet.jit(lambda v: pl.reduce_precision(v, 5, 10))(f), ref[1])
+    same(podlet.grad(lambda v: (pl.reduce_precision(v, 5, 10) * v).sum())(X[:100]), g)
     with pytest.raises(TypeError):
         pl.reduce_precision(np.arange(3), 8, 7)
 
