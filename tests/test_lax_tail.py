@@ -178,7 +178,8 @@ def test_cumulative():
     s_, w = M[1:5, :8], RNG.standard_normal((4, 8)).astype(np.float32)
     gcases = [("cumprod", 1, True)]
     refs = jax.jit(lambda v: [jax.grad(lambda t: (getattr(jl, n)(t, axis=a, reverse=r) * w).sum())(v)
-                              for n, a, r in gcases])(s_)
+                              for n, a, r in gcases] + [jax.jvp(lambda t: jl.cumprod(t, axis=1), (v,), (w,))[1]])(s_)
+    same(podlet.jvp(lambda t: pl.cumprod(t, axis=1), (s_,), (w,))[1], refs.pop(), rtol=1e-5, atol=1e-5)  # forward mode
     for (n, a, r), g in zip(gcases, refs):  # cumprod through zeros too (JAX's associative-scan rule)
         same(podlet.grad(lambda t: (getattr(pl, n)(t, axis=a, reverse=r) * w).sum())(s_), g, rtol=1e-5, atol=1e-5)
     # cumlogsumexp: d/dx_j sum_i w_i lse_i = sum_{i >= j} w_i exp(x_j - lse_i), in float64

@@ -10,8 +10,9 @@ from .. import numpy as jnp
 from .. import tree_util
 from . import dtypes as _dtypes
 from .control_flow import associative_scan
-from .core import Tracer, bind, to_array, vjp
-from .custom_derivatives import custom_vjp
+from .core import Tracer, bind, to_array
+from .custom_derivatives import custom_jvp, custom_vjp
+from .forward import jvp
 
 __all__ = ["cumprod", "cummax", "cummin", "cumlogsumexp", "reduce", "reduce_and", "reduce_or", "reduce_xor",
            "reduce_precision"]
@@ -27,23 +28,21 @@ def _axis(operand, axis, name):
 
 
 # ---------------------------------------------------------------------------------
-# cumulative ops: the primitive's values, JAX's gradients (the VJP of the associative
-# scan of the binary op: exact where cumprod meets zeros, ties of cummax split like max)
+# cumulative ops: the primitive's values, JAX's derivatives (the JVP of the associative
+# scan of the binary op, transposed for reverse mode: exact where cumprod meets zeros)
 # ---------------------------------------------------------------------------------
 def _cumulative(name, prim, op):
     def call(x, axis, reverse):
         return bind(prim, x, axis=axis, reverse=int(reverse))
 
-    run = custom_vjp(call, nondiff_argnums=(1, 2))
+    run = custom_jvp(call, nondiff_argnums=(1, 2))
 
-    def fwd(x, axis, reverse):
-        return run(x, axis, reverse), x
+    def rule(axis, reverse, primals, tangents):
+        (x,), (t,) = primals, tangents
+        _, dt = jvp(lambda v: associative_scan(op, v, reverse=reverse, axis=axis), (x,), (t,))
+        return run(x, axis, reverse), dt
 
-    def bwd(axis, reverse, x, g):
-        _, pull = vjp(lambda v: associative_scan(op, v, reverse=reverse, axis=axis), x)
-        return pull(g)
-
-    run.defvjp(fwd, bwd)
+    run.defjvp(rule)
 
     def f(operand, axis=0, reverse=False):
         x = jnp.asarray(operand)
