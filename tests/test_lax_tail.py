@@ -252,6 +252,7 @@ def test_reduce_precision_bits():
     for (eb, mb), r in zip(fmts, ref):
         same(np.asarray(pl.reduce_precision(f, eb, mb)).view(np.uint32), np.asarray(r).view(np.uint32))
     same(pl.reduce_precision(fb, 5, 4), rb)
+    assert pl.reduce_precision(1.0, 5, 10).weak_type and jl.reduce_precision(1.0, 5, 10).weak_type
     same(podlet.jit(lambda v: pl.reduce_precision(v, 5, 10))(f), ref[1])
     same(podlet.grad(lambda v: (pl.reduce_precision(v, 5, 10) * v).sum())(X[:100]), g)
     with pytest.raises(TypeError):

@@ -283,4 +283,5 @@ def reduce_precision(operand, exponent_bits, mantissa_bits):
                          f"got exponent_bits={exponent_bits}, mantissa_bits={mantissa_bits}")
     if x.dtype == _dtypes.bfloat16 and eb >= 8 and mb >= 7:
         return x
-    return _reduce_precision_fn(_bi.min(eb, 8), _bi.min(mb, 23))(x)
+    out = _reduce_precision_fn(_bi.min(eb, 8), _bi.min(mb, 23))(x)
+    return jnp._weak_if(out, operand) if jnp._weak(operand) else out  # keeps a Python scalar's weak type
