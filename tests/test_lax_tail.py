@@ -287,7 +287,7 @@ def test_sort():
     same(podlet.jit(lambda a: pl.sort(a, dimension=1))(z), s1)
     with pytest.raises(ValueError):
         pl.sort((x, y), num_keys=3)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         pl.sort((x, y[:, :3]))
 
 
@@ -420,7 +420,7 @@ def test_shape_helpers():
     same(pl.composite(lambda t: t * 2, "my.double")(x), x * 2)
     with pytest.raises(ValueError):
         pl.split(x, (1, 2), axis=1)
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
         pl.tile(x, (2, 2))
     with pytest.raises(ValueError):
         pl.broadcast_shapes((3,), (4,))

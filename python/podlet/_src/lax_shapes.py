@@ -99,8 +99,8 @@ def tile(operand, reps):
     a = jnp.asarray(operand)
     reps = tuple(int(r) for r in reps)
     if len(reps) != a.ndim:
-        raise ValueError(f"len(reps) must be equal to the number of dimensions of operand ({a.ndim}), "
-                         f"got reps={reps}")
+        raise TypeError(f"reps length must be equal to the ndim of x, got len(reps)={len(reps)} and "
+                        f"x.ndim={a.ndim}.")
     if any(r < 0 for r in reps):
         raise ValueError(f"lax.tile: reps must be non-negative, got {reps}")
     return jnp.tile(a, reps)

@@ -39,7 +39,8 @@ def sort(operand, dimension=-1, is_stable=True, num_keys=1):
     shape = ops[0].shape
     for o in ops:
         if o.shape != shape:
-            raise ValueError(f"lax.sort: operands must have one shape, got {[tuple(x.shape) for x in ops]}")
+            raise TypeError(f"Arguments to sort must have equal shapes, got: "
+                            f"{' '.join(str(tuple(x.shape)) for x in ops)}")
     nd = len(shape)
     if nd == 0:
         raise ValueError("lax.sort: operands must have rank >= 1")
