@@ -226,3 +226,311 @@ def test_tree_transpose():
     o, i = ptu.tree_structure([0, (0, 0)]), ptu.tree_structure({"k": 0})
     assert str(o.compose(i)) == str(jtu.tree_structure([0, (0, 0)]).compose(
         jtu.tree_structure({"k": 0})))
+
+
+# ------------------------------------------------------------ debug.print / callback
+
+def _debug_program(lib, jnp_):
+    """Runs the same debug.print / callback program with one library; returns nothing
+    (the test reads stdout)."""
+    def f(x):
+        lib.debug.print("x={x} s={}", x.sum(), x=x)
+        lib.debug.callback(lambda a: print("cb", np.asarray(a)), x * 2)
+        return x + 1
+
+    print("eager")
+    f(jnp_.arange(3.0))
+    print("jit")
+    g = lib.jit(f)
+    g(jnp_.arange(3.0))
+    g(jnp_.arange(3.0) + 1)  # once per execution, this execution's values
+    print("nested jit")
+    lib.jit(lambda x: lib.jit(f)(x) * 2)(jnp_.arange(2.0))
+    print("vmap")
+    lib.vmap(f)(jnp_.arange(4.0).reshape(2, 2))
+    print("grad")
+    lib.grad(lambda x: f(x).sum())(jnp_.arange(2.0))
+    print("jit of value_and_grad")
+    lib.jit(lib.value_and_grad(lambda x: f(x).sum()))(jnp_.arange(2.0))
+    print("vjp")
+    lib.vjp(f, jnp_.arange(2.0))[1](jnp_.ones(2))
+    lib.debug.print("{a:.2f} {b} {c}", a=jnp_.float32(1.234), b=3, c="static")
+    lib.debug.print(ordered=True)("two-call {}", jnp_.arange(2))
+    lib.jit(lambda: lib.debug.print("const {}", 7))()
+
+
+def _sections(text):
+    """{section: sorted lines}: jax runs a jit's unordered callbacks in any order;
+    podlet runs them in program order (checked separately)."""
+    out, cur = {}, "start"
+    for line in text.splitlines():
+        if not line.startswith(("x=", "cb", "const", "two-call", "1.23")):
+            cur = line
+            out.setdefault(cur, [])
+        else:
+            out.setdefault(cur, []).append(line)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def test_debug_print_and_callback_match_jax(capsys):
+    _debug_program(jax, jnp)
+    want = capsys.readouterr().out
+    _debug_program(podlet, pnp)
+    got = capsys.readouterr().out
+    assert _sections(got) == _sections(want)
+    # podlet: program order within one execution, executions in call order
+    jit_part = got.split("jit\n", 1)[1].split("nested jit")[0].splitlines()
+    assert jit_part == ["x=[0. 1. 2.] s=3.0", "cb [0. 2. 4.]", "x=[1. 2. 3.] s=6.0", "cb [2. 4. 6.]"]
+
+
+def test_debug_print_runs_at_run_time_not_trace_time(capfd):
+    f = podlet.jit(lambda x: (podlet.debug.print("v={}", x), x * 2)[1])
+    f(pnp.float32(1.0))
+    f(pnp.float32(2.0))
+    f(pnp.float32(3.0))
+    assert f.trace_count == 1
+    assert capfd.readouterr().out.splitlines() == ["v=1.0", "v=2.0", "v=3.0"]
+
+
+def test_debug_print_errors():
+    for lib in (jax, podlet):
+        e = _err(lambda: lib.debug.print("{}", 1, 2))
+        assert e[0] is ValueError and "Unused positional arguments" in e[1]
+        e = _err(lambda: lib.debug.print("{x}", x=1, y=2))
+        assert e[0] is ValueError and "Unused keyword arguments" in e[1]
+        e = _err(lambda: lib.debug.print(ordered=True, extra=1))
+        assert e[0] is TypeError and "two-call form" in e[1]
+
+
+def test_debug_print_in_a_loop_body_warns():
+    def body(c, x):
+        podlet.debug.print("{}", x)
+        return c + x, c
+
+    with pytest.warns(UserWarning, match="podlet.debug callback"):
+        podlet.lax.scan(body, pnp.float32(0), pnp.arange(3.0))
+
+
+# ------------------------------------------------------------------ pure_callback
+
+def _callback_program(lib, jnp_, calls):
+    def cb(x, y):
+        calls.append(np.shape(x))
+        return (np.sin(np.asarray(x)) + np.asarray(y)).astype(np.float32)
+
+    sd = lib.ShapeDtypeStruct((3,), jnp_.float32)
+    f = lambda x, y=1.0: lib.pure_callback(cb, sd, x, y) * 2  # noqa: E731
+    jf = lib.jit(f)
+    out = [f(jnp_.arange(3.0)), jf(jnp_.arange(3.0)), jf(jnp_.arange(3.0) + 1)]
+    for m in ("sequential", "expand_dims"):
+        out.append(lib.vmap(lambda x: lib.pure_callback(cb, sd, x, 2.0, vmap_method=m))(
+            jnp_.arange(6.0).reshape(2, 3)))
+    tree = lib.pure_callback(lambda x: (x, {"a": x * 2}), (sd, {"a": sd}), jnp_.ones(3))
+    return [np.asarray(o) for o in out], tree
+
+
+def test_pure_callback_matches_jax():
+    jcalls, pcalls = [], []
+    jout, jtree = _callback_program(jax, jnp, jcalls)
+    pout, ptree = _callback_program(podlet, pnp, pcalls)
+    for a, b in zip(jout, pout):
+        np.testing.assert_allclose(b, a, rtol=1e-6)
+        assert a.dtype == b.dtype
+    assert str(jax.tree.structure(jtree)) == str(ptu.tree_structure(ptree))
+    # eager + one call per jit execution; vmap: jax passes the batch for expand_dims,
+    # podlet always calls per element
+    assert jcalls[:3] == pcalls[:3] == [(3,)] * 3
+    assert pcalls[3:] == [(3,)] * 4
+
+
+def test_pure_callback_errors():
+    sd = jax.ShapeDtypeStruct((3,), jnp.float32)
+    psd = podlet.ShapeDtypeStruct((3,), pnp.float32)
+    for bad in (lambda x: np.ones(4, np.float32), lambda x: np.ones(3, np.int32)):
+        j = _err(lambda: jax.pure_callback(bad, sd, jnp.ones(3)))
+        p = _err(lambda: podlet.pure_callback(bad, psd, pnp.ones(3)))
+        assert issubclass(j[0], RuntimeError) and issubclass(p[0], RuntimeError)
+        assert j[1].splitlines()[-1].endswith(p[1])
+    j = _err(lambda: jax.vmap(lambda x: jax.pure_callback(np.sin, sd, x))(jnp.ones((2, 3))))
+    p = _err(lambda: podlet.vmap(lambda x: podlet.pure_callback(np.sin, psd, x))(pnp.ones((2, 3))))
+    assert j == p and j[0] is NotImplementedError
+    one = lambda lib, jnp_: lib.grad(lambda x: lib.pure_callback(  # noqa: E731
+        lambda v: v, lib.ShapeDtypeStruct((), jnp_.float32), x))(1.0)
+    assert issubclass(_err(lambda: one(jax, jnp))[0], ValueError)
+    assert issubclass(_err(lambda: one(podlet, pnp))[0], ValueError)
+
+
+# ------------------------------------------------------------ config contexts
+
+def test_debug_nans_and_infs():
+    for lib, jnp_ in ((jax, jnp), (podlet, pnp)):
+        f = lib.jit(lambda x: jnp_.log(x) - 1)
+        assert np.isnan(np.asarray(f(-1.0)))  # off: no check
+        for flag, bad, kind in (("debug_nans", -1.0, "nan"), ("debug_infs", 0.0, "inf")):
+            with getattr(lib, flag)(True):
+                for call in (lambda: f(bad), lambda: jnp_.log(jnp_.float32(bad)) - 1):
+                    e = _err(call)
+                    assert e == (FloatingPointError, f"invalid value ({kind}) encountered in log"), (lib, e)
+                assert float(f(2.0)) == pytest.approx(np.log(2.0) - 1)
+            assert np.isfinite(np.asarray(jnp_.log(jnp_.float32(2.0))))
+        assert not getattr(lib.config, "jax_debug_nans")
+
+
+def test_disable_jit_and_log_compiles(caplog):
+    seen = []
+
+    @podlet.jit
+    def f(x):
+        seen.append(type(x).__name__)
+        return x * 2
+
+    f(pnp.float32(1))
+    with podlet.disable_jit():
+        assert float(f(pnp.float32(2))) == 4.0
+        f(pnp.float32(3))
+    assert seen[0] == "Tracer" and len(seen) == 3 and "Tracer" not in seen[1:]
+    with podlet.log_compiles(True), caplog.at_level("WARNING", logger="podlet.jit"):
+        podlet.jit(lambda x: x + 1)(pnp.float32(1))
+    assert "Finished tracing + transforming" in caplog.text
+    # decorator form, as jax's contexts
+    assert podlet.disable_jit()(lambda: podlet.config.disable_jit)() is True
+    assert podlet.config.disable_jit is False
+
+
+def test_numpy_rank_and_dtype_promotion():
+    for lib, jnp_ in ((jax, jnp), (podlet, pnp)):
+        with lib.numpy_rank_promotion("raise"):
+            e = _err(lambda: jnp_.ones(3) + jnp_.ones((2, 3)))
+            assert e[0] is ValueError and e[1].startswith(
+                "Operands could not be broadcast together for add on shapes (3,) (2, 3) and with "
+                "the config option jax_numpy_rank_promotion='raise'.")
+            assert (jnp_.ones(3) + 1.0).shape == (jnp_.ones(3) + jnp_.float32(2)).shape == (3,)
+        with lib.numpy_rank_promotion("warn"), pytest.warns(UserWarning, match="rank_promotion"):
+            jnp_.ones(3) * jnp_.ones((2, 3))
+        with lib.numpy_dtype_promotion("strict"):
+            assert (jnp_.ones(3) + 1).dtype == np.float32
+            for a, b in ((jnp_.ones(3, jnp_.int32), jnp_.ones(3)), (jnp_.ones(3, jnp_.int32), 1.0)):
+                e = _err(lambda: a + b)
+                assert issubclass(e[0], (TypeError, ValueError)) and "jax_numpy_dtype_promotion=strict" in e[1]
+        assert (jnp_.ones(3, jnp_.int32) + jnp_.ones(3)).dtype == np.float32
+
+
+def test_flag_contexts_round_trip():
+    for name, value in (("checking_leaks", True), ("check_tracer_leaks", True),
+                        ("transfer_guard", "disallow"), ("transfer_guard_host_to_device", "log"),
+                        ("transfer_guard_device_to_host", "disallow"),
+                        ("transfer_guard_device_to_device", "log"), ("default_device", "cpu")):
+        key = "check_tracer_leaks" if name == "checking_leaks" else name
+        before = getattr(podlet.config, key)
+        with getattr(podlet, name)(value):
+            assert getattr(podlet.config, key) == value
+        assert getattr(podlet.config, key) == before
+    with podlet.enable_x64(True):
+        assert podlet.config.enable_x64 and pnp.array([1.5]).dtype == np.float64
+    assert not podlet.config.enable_x64 and pnp.array([1.5]).dtype == np.float32
+    assert _err(lambda: podlet.transfer_guard("sometimes").__enter__())[0] is ValueError
+    with podlet.ensure_compile_time_eval():
+        assert float(pnp.float32(2) * 3) == 6.0
+
+
+# ------------------------------------------------------------------ misc names
+
+def test_make_jaxpr_and_typeof():
+    def f(x, y):
+        return pnp.sum(pnp.sin(x) * 2, axis=0), x.T @ y
+
+    cj = podlet.make_jaxpr(f)(pnp.ones((3, 2)), pnp.ones(3))
+    text = str(cj)
+    assert text.startswith("{ lambda ") and "a:f32[3,2] b:f32[3]. let" in text
+    assert "= sin a" in text and "reduce_sum[axes=[0]]" in text and text.endswith("}")
+    jcj = jax.make_jaxpr(lambda x: x * 2)(jnp.ones(3))
+    pcj = podlet.make_jaxpr(lambda x: x * 2)(pnp.ones(3))
+    assert repr(jcj.in_avals) == repr(pcj.in_avals) and repr(jcj.out_avals) == repr(pcj.out_avals)
+    assert len(jcj.eqns) == len(pcj.eqns) == 1
+    _, shapes = podlet.make_jaxpr(lambda x: {"y": x * 2}, return_shape=True)(pnp.ones(3))
+    assert repr(shapes) == repr(jax.make_jaxpr(lambda x: {"y": x * 2}, return_shape=True)(jnp.ones(3))[1])
+    podlet.make_jaxpr(lambda x, n: x * n, static_argnums=1)(pnp.ones(2), 3)
+    for jx, px in ((jnp.ones((2, 3), jnp.int32), pnp.ones((2, 3), pnp.int32)), (jnp.ones(2), pnp.ones(2)),
+                   (1.0, 1.0), (True, True)):
+        assert str(jax.typeof(jx)) == str(podlet.typeof(px))
+        assert repr(jax.typeof(jx)) == repr(podlet.typeof(px))
+    seen = []
+    podlet.jit(lambda x: seen.append(str(podlet.typeof(x))) or x)(pnp.ones((4,)))
+    assert seen == ["float32[4]"]
+
+
+def test_named_scope_and_call():
+    from podlet._src.scopes import current_scope
+    for lib in (jax, podlet):
+        assert _err(lambda: lib.named_scope(3).__enter__()) == (
+            TypeError, "named_scope name argument must be a string.")
+        assert lib.named_call(lambda x: x + 1, name="bar")(1) == 2
+    seen = []
+    with podlet.named_scope("outer"):
+        podlet.named_call(lambda: seen.append(current_scope()), name="inner")()
+    assert seen == ["outer/inner"] and current_scope() == ""
+
+
+def test_custom_gradient():
+    def defs(lib, jnp_):
+        @lib.custom_gradient
+        def f(x):
+            return x ** 2, lambda g: (g * 3.0,)
+
+        @lib.custom_gradient
+        def h(x, y):
+            return x * y, lambda g: (g * y * 10, g * x)
+
+        @lib.custom_gradient
+        def k(x):
+            return jnp_.sin(x), lambda g: g * jnp_.cos(x) * 2
+
+        return [f(2.0), lib.grad(f)(2.0), lib.jit(lib.grad(f))(2.0),
+                *lib.grad(h, argnums=(0, 1))(2.0, 3.0), lib.grad(k)(2.0),
+                lib.vmap(lib.grad(k))(jnp_.arange(3.0))]
+
+    for a, b in zip(defs(jax, jnp), defs(podlet, pnp)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6)
+
+
+def test_closure_convert():
+    def run(lib, jnp_):
+        counts = []
+
+        def outer(w):
+            fn = lambda x: x * w + 1.0  # noqa: E731
+            g, consts = lib.closure_convert(fn, jnp_.ones(2))
+            counts.append([tuple(c.shape) for c in consts])
+            return g(jnp_.arange(2.0), *consts).sum()
+
+        return outer(jnp_.ones(2)), lib.grad(outer)(jnp_.full(2, 3.0)), counts
+
+    j, p = run(jax, jnp), run(podlet, pnp)
+    assert float(j[0]) == float(p[0]) and j[2] == p[2] == [[], [(2,)]]
+    np.testing.assert_array_equal(np.asarray(p[1]), np.asarray(j[1]))
+    c = np.ones(2, np.float32)
+    assert podlet.closure_convert(lambda x: x * c, pnp.ones(2))[1] == []
+
+
+def test_environment_and_devices(capsys):
+    podlet.print_environment_info()
+    out = capsys.readouterr().out
+    assert out.startswith("podlet: ") and "python:" in out and "device info:" in out
+    assert podlet.print_environment_info(return_string=True) == out[:-1]
+    with pytest.warns(UserWarning, match="renamed"):
+        got = (podlet.host_count(), podlet.host_id(), podlet.host_ids())
+    with pytest.warns(UserWarning, match="renamed"):
+        assert got == (jax.host_count(), jax.host_id(), jax.host_ids()) == (1, 0, [0])
+    for x in (np.ones(2, np.float32), 1.0, 3, {"a": np.arange(3)}):
+        j, p = jax.device_put(x), podlet.device_put(x)
+        assert str(jax.tree.structure(j)) == str(ptu.tree_structure(p))
+        for a, b in zip(jax.tree.leaves(j), ptu.tree_leaves(p)):
+            assert isinstance(b, podlet.Array) and a.dtype == b.dtype
+            assert a.weak_type == b.weak_type
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert podlet.float0 == jax.float0
+    f = podlet.jit(lambda x: x + 1)
+    f(pnp.float32(1))
+    assert podlet.clear_caches() is None and f._cache == {}
+    f(pnp.float32(1))
+    assert f.trace_count == 2

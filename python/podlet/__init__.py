@@ -65,5 +65,18 @@ def cpu_info():
 from ._src.pmap import (pmap, devices, local_devices, device_count, local_device_count,  # noqa: E402
                         process_count, process_index, Device, ReplicatedArray)
 from . import jax_utils  # noqa: E402
+from . import debug  # noqa: E402
+from ._src.callback import pure_callback  # noqa: E402
+from ._src.scopes import named_scope, named_call  # noqa: E402
+from ._src.jaxpr import make_jaxpr, typeof  # noqa: E402
+from ._src.environment import (print_environment_info, host_count, host_id, host_ids,  # noqa: E402
+                               device_put, clear_caches)
+from ._src.custom_gradient import custom_gradient, closure_convert  # noqa: E402
+from ._src.forward import float0  # noqa: E402
+from ._src.config_contexts import (disable_jit, ensure_compile_time_eval, debug_nans, debug_infs,  # noqa: E402
+                                   log_compiles, checking_leaks, check_tracer_leaks, enable_x64,
+                                   numpy_rank_promotion, numpy_dtype_promotion, default_device,
+                                   transfer_guard, transfer_guard_host_to_device,
+                                   transfer_guard_device_to_host, transfer_guard_device_to_device)
 from . import distributed  # noqa: E402
 from .jax_utils import shard, device_put_replicated, device_put_sharded  # noqa: E402

@@ -12,6 +12,8 @@ from . import lax
 from . import tree_util as _tu
 from ._src import dtypes as _dtypes
 from ._src.core import Array, Tracer, bind, bind_like, to_array
+from ._src import config_contexts as _config_contexts
+from ._src.config import flags as _flags
 from ._src.errors import ShapeError as _ShapeError, NonConcreteBooleanIndexError, ConcretizationError
 
 ndarray = Array
@@ -274,6 +276,8 @@ def _promote_float(*args):
 # ---------------------------------------------------------------------------------
 def _binary(prim, bool_prim=None):
     def f(x1, x2):
+        if _flags["numpy_rank_promotion"] != "allow" or _flags["numpy_dtype_promotion"] != "standard":
+            _config_contexts.check_binary(prim, x1, x2)
         a, b = _promote(x1, x2)
         # jnp.add / multiply of bools are logical or / and (NumPy's rule), as in JAX
         out = bind(bool_prim if bool_prim and a.dtype == bool_ else prim, a, b)

@@ -15,7 +15,7 @@ from .. import tree_util
 from . import fusion
 from . import pmap as _pmap
 from .core import (Array, Tracer, _Traced, _abstractify_all, _top_trace, _trace_stack, bind, call_graph,
-                   _reraise_with_location)
+                   _reraise_with_location, replay_effects, HostCallbackError)
 from .errors import PodletError
 
 
@@ -31,6 +31,37 @@ def _moveaxis(x, src, dst):
 def _broadcast_front(x, size):
     shape = (size,) + tuple(x.shape)
     return bind("broadcast_in_dim", x, shape=list(shape), broadcast_dimensions=list(range(1, len(shape))))
+
+
+def _sequential(fun, moved, bdims, in_tree, size, out_axes):
+    """vmap of a function that calls Python on its values (pure_callback): the function
+    runs op by op once per element and the results are stacked along out_axes."""
+    from .. import numpy as pnp
+    outs = []
+    for i in range(size):
+        leaves = [x if b < 0 else x[i] for x, b in zip(moved, bdims)]
+        a, k = tree_util.tree_unflatten(in_tree, leaves)
+        outs.append(fun(*a, **k))
+    flat = [tree_util.tree_leaves(o) for o in outs]
+    out_tree = tree_util.tree_structure(outs[0])
+    oaxes = _pmap._axes_per_leaf(out_axes, outs[0], "vmap out_axes", "outputs")
+    res = []
+    for j, oa in enumerate(oaxes):
+        col = [f[j] for f in flat]
+        res.append(col[0] if oa is None else pnp.stack(col, axis=oa))
+    return tree_util.tree_unflatten(out_tree, res)
+
+
+def _replay_per_element(effects, values, bds, size):
+    """podlet.debug callbacks under vmap: each one over the batch elements in turn, as
+    jax's batching rule of debug_callback does."""
+    from .. import numpy as pnp
+    k = 0
+    for cb, vals in effects:
+        vs, bs = values[k:k + len(vals)], bds[k:k + len(vals)]
+        k += len(vals)
+        for i in range(size):
+            replay_effects([(cb, vals)], [v if b < 0 else pnp.take(v, i, axis=b) for v, b in zip(vs, bs)])
 
 
 class _GraphEntry:
@@ -98,9 +129,19 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         name = axis_name if axis_name is not None else object()  # an unnamed axis no collective can name
         _pmap._axis_env.append((name, size, len(_trace_stack)))
         try:
-            entry = _Traced(lambda a, k: fun(*a, **k), elem_sig, in_tree)
+            entry = _Traced(lambda a, k: fun(*a, **k), elem_sig, in_tree, effects=True)
+        except HostCallbackError as e:
+            if _trace_stack:  # inside another transformation: it decides
+                raise
+            if e.vmap_method is None:
+                raise NotImplementedError(
+                    "vmap is only supported for the pure_callback primitive when vmap_method is one of "
+                    "'sequential', 'sequential_unrolled', 'expand_dims', 'broadcast_all', or "
+                    "'legacy_vectorized'. Got vmap_method=None.") from None
+            return _sequential(fun, moved, bdims, in_tree, size, out_axes)
         finally:
             _pmap._axis_env.pop()
+        entry.graph.outputs = entry.out_vids + entry.effect_vids  # podlet.debug callbacks' values
         bdims = bdims + [-1] * len(entry.captures)
         try:
             batched, out_bd = entry.graph.batch(bdims, size, str(axis_name) if axis_name is not None else "")
@@ -110,6 +151,10 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         args_all = moved + list(entry.captures)
         graph = batched if _top_trace(args_all) else fusion.executable_graph(_GraphEntry(batched))
         outs = call_graph(graph, args_all)
+        if entry.effects:
+            n = len(entry.out_vids)
+            _replay_per_element(entry.effects, outs[n:], out_bd[n:], size)
+            outs, out_bd = outs[:n], out_bd[:n]
         for o, w in zip(outs, entry.out_weak):
             if w:
                 o.weak_type = True

@@ -4,6 +4,18 @@ import os
 from .. import _core
 from . import dtypes
 
+# Flags read on hot paths (bind, jit's __call__), shared by reference with core.py; set
+# them through config.update or the context managers of podlet (_src/config_contexts.py).
+flags = {"disable_jit": False, "debug_nans": False, "debug_infs": False, "log_compiles": False,
+         "check_tracer_leaks": False, "numpy_dtype_promotion": "standard",
+         "numpy_rank_promotion": "allow", "default_device": None, "transfer_guard": "allow",
+         "transfer_guard_host_to_device": "allow", "transfer_guard_device_to_host": "allow",
+         "transfer_guard_device_to_device": "allow"}
+_CHOICES = {"numpy_dtype_promotion": ("standard", "strict"),
+            "numpy_rank_promotion": ("allow", "warn", "raise"),
+            **{k: ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
+               for k in flags if k.startswith("transfer_guard")}}
+
 
 class _Config:
     def __init__(self):
@@ -37,8 +49,15 @@ class _Config:
         elif key == "conv_winograd":
             value = bool(value)
             _core.set_conv_winograd(value)
+        elif key in flags:
+            if key in _CHOICES and value not in _CHOICES[key]:
+                raise ValueError(f"{name} must be one of {list(_CHOICES[key])}, got {value!r}")
+            if key not in _CHOICES and key != "default_device":
+                value = bool(value)
+            flags[key] = value
+            return
         elif key not in self._values:
-            raise ValueError(f"unknown config option {name!r}; known: {sorted(self._values)}")
+            raise ValueError(f"unknown config option {name!r}; known: {sorted([*self._values, *flags])}")
         self._values[key] = value
 
     def __getattr__(self, name):
@@ -46,6 +65,8 @@ class _Config:
         if key == "num_devices":
             from . import pmap
             return pmap.local_device_count()
+        if key in flags:
+            return flags[key]
         try:
             return self._values[key]
         except KeyError:

@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import sys
+import warnings
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from .. import _core
 from .. import tree_util
 from . import dtypes
 from . import fusion  # [perf] elementwise fusion of executed graphs
+from .config import flags as _flags
 from .errors import PodletError, ShapeError, DTypeError, ConcretizationError, UnexpectedTracerError
 
 Array = _core.Array
@@ -140,6 +142,7 @@ class Trace:
         self.keepalive = []
         self.captures = []       # outer tracers, in the order they became inputs
         self.capture_ids = {}    # id(outer tracer) -> value id
+        self.effects = []        # host callbacks (podlet.debug): [(callback, values)], in program order
 
     def new_input(self, dtype_name, shape, weak_type=False):
         vid = self.graph.add_input(dtype_name, list(shape))
@@ -169,6 +172,32 @@ class Trace:
 
 
 _trace_stack = []
+
+
+def record_effect(callback, values):
+    """A host callback on ``values`` (a list of arrays): called now when nothing is
+    being traced, else recorded on the innermost trace to run with that graph."""
+    if _trace_stack:
+        _trace_stack[-1].effects.append((callback, list(values)))
+    else:
+        callback(list(values))
+
+
+def replay_effects(effects, values):
+    """Hands a graph run's effect outputs (``values``, in the order of ``effects``) to
+    their callbacks: now if concrete, else to the enclosing trace."""
+    it = iter(values)
+    for callback, vals in effects:
+        record_effect(callback, [next(it) for _ in vals])
+
+
+class HostCallbackError(PodletError, TypeError):
+    """A Python callback whose result feeds the computation (pure_callback) met traced
+    values: podlet's graphs cannot call Python. jit catches it and runs op by op."""
+
+    def __init__(self, message, vmap_method=None):
+        super().__init__(message)
+        self.vmap_method = vmap_method
 
 
 def _top_trace(args):
@@ -214,6 +243,8 @@ def bind(prim, *args, **attrs):
     try:
         if trace is None:
             outs = _core.apply(prim, [to_array(a) for a in args], attrs)
+            if _flags["debug_nans"] or _flags["debug_infs"]:
+                check_floats(prim, outs)
         else:
             vids = [trace.value_of(a) for a in args]
             res = trace.graph.add(prim, vids, attrs)
@@ -273,9 +304,16 @@ def _abstractify_all(leaves):
 
 class _Traced:
     """A function traced into a Graph: graph inputs are the flattened leaves followed by
-    any outer-trace values the function closed over."""
+    any outer-trace values the function closed over.
 
-    def __init__(self, fun, leaves_sig, in_tree, out_postprocess=None):
+    ``effects``: the host callbacks (podlet.debug.print / callback) the function made,
+    with ``effect_vids`` the values they read. A transformation that runs the graph
+    (jit, vmap, grad) passes ``effects=True``, adds ``effect_vids`` to the graph's
+    outputs and hands their values to :func:`replay_effects`; anywhere else they are
+    dropped with a warning (eval_shape and make_jaxpr, which run nothing, drop them
+    silently as jax does)."""
+
+    def __init__(self, fun, leaves_sig, in_tree, out_postprocess=None, effects=False):
         trace = Trace()
         _trace_stack.append(trace)
         try:
@@ -285,9 +323,17 @@ class _Traced:
             out_leaves, self.out_tree = tree_util.tree_flatten(out)
             self.out_vids = [trace.value_of(_leaf_value(o)) for o in out_leaves]
             self.out_weak = [isinstance(o, Tracer) and o.weak_type for o in out_leaves]
+            self.effects = trace.effects
+            self.effect_vids = [trace.value_of(v) for _, vals in trace.effects for v in vals]
         finally:
             trace.active = False
             _trace_stack.pop()
+        if self.effects and not effects:
+            warnings.warn(f"podlet: {len(self.effects)} podlet.debug callback(s) inside "
+                          f"{getattr(fun, '__qualname__', 'a traced function')} are dropped: "
+                          "podlet runs host callbacks from eager code, jit, vmap and grad, not "
+                          "from the bodies of scan / while_loop / cond / remat / custom rules "
+                          "(its C++ graphs cannot call Python)", stacklevel=3)
         trace.graph.outputs = self.out_vids
         self.graph = trace.graph
         self.captures = trace.captures
@@ -369,7 +415,21 @@ class JittedFunction:
                 kw.update({k: kwargs[k] for k in self._static_argnames if k in kwargs})
                 return self._fun(*a, **kw)
 
-            entry = _Traced(lambda d, k: fun(d, k), sig, in_tree)
+            if _flags["log_compiles"]:
+                log.warning("Finished tracing + transforming %s for jit",
+                            getattr(self._fun, "__qualname__", repr(self._fun)))
+            try:
+                entry = _Traced(lambda d, k: fun(d, k), sig, in_tree, effects=True)
+            except HostCallbackError:
+                if _trace_stack:  # inside another transformation: it decides
+                    raise
+                # pure_callback met tracers: this signature runs op by op (same bits)
+                log.info("podlet.jit: %s calls Python at run time (pure_callback); running it op by op",
+                         getattr(self._fun, "__qualname__", repr(self._fun)))
+                self._cache[key] = _OP_BY_OP
+                self._last_key = key
+                return _OP_BY_OP, conv
+            entry.graph.outputs = entry.out_vids + entry.effect_vids
             entry.graph.dce()
             self.trace_count += 1
             if not entry.captures:  # a closure over outer tracers is traced per call
@@ -406,15 +466,55 @@ class JittedFunction:
             return tree_util.keystr(path)
 
     def __call__(self, *args, **kwargs):
+        if _flags["disable_jit"]:
+            return self._fun(*args, **kwargs)
         entry, conv = self._get(args, kwargs)
+        if entry is _OP_BY_OP:
+            return self._fun(*args, **kwargs)
         # [perf] concrete calls run the graph with elementwise chains fused (_src/fusion.py;
         # PODLET_FUSION=0 disables); a trace inlines the unfused graph.
-        graph = entry.graph if _top_trace(conv + list(entry.captures)) else fusion.executable_graph(entry)
+        traced = _top_trace(conv + list(entry.captures))
+        graph = entry.graph if traced else fusion.executable_graph(entry)
         outs = call_graph(graph, conv + list(entry.captures))
+        if entry.effects:
+            n = len(entry.out_vids)
+            outs, effect_values = outs[:n], outs[n:]
+            replay_effects(entry.effects, effect_values)
         for o, w in zip(outs, entry.out_weak):
             if w:  # Python-scalar-derived outputs stay weakly typed, as in JAX
                 o.weak_type = True
+        if not traced and (_flags["debug_nans"] or _flags["debug_infs"]):
+            self._check_floats(outs, args, kwargs)
         return tree_util.tree_unflatten(entry.out_tree, outs)
+
+    def _check_floats(self, outs, args, kwargs):
+        """debug_nans / debug_infs: a NaN (inf) output makes jit run the function op by
+        op, where the first primitive to produce one raises FloatingPointError."""
+        bad = [k for k, on in (("nan", _flags["debug_nans"]), ("inf", _flags["debug_infs"])) if on
+               and any(dtypes.is_float(o._dtype_name) and _has_bad(o, k) for o in outs)]
+        if bad:
+            log.warning("Invalid %s value encountered in the output of a podlet.jit function. "
+                        "Calling the de-optimized version.", bad[0])
+            self._fun(*args, **kwargs)
+            raise FloatingPointError(f"invalid value ({bad[0]}) encountered in jit("
+                                     f"{getattr(self._fun, '__name__', 'fun')})")
+
+
+_OP_BY_OP = object()  # cache marker: this signature runs the Python function op by op
+
+
+def _has_bad(a, kind):
+    x = np.asarray(a)
+    return bool(np.isnan(x).any()) if kind == "nan" else bool(np.isinf(x).any())
+
+
+def check_floats(prim, outs):
+    """Eager debug_nans / debug_infs: the first primitive whose output holds a NaN (inf)
+    raises FloatingPointError naming it, as jax does."""
+    for kind in ("nan", "inf"):
+        if _flags["debug_" + kind + "s"] and any(dtypes.is_float(o._dtype_name) and _has_bad(o, kind)
+                                                 for o in outs):
+            raise FloatingPointError(f"invalid value ({kind}) encountered in {prim}")
 
 
 def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), **unused):
@@ -429,9 +529,12 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), *
 # autodiff
 # ---------------------------------------------------------------------------------
 def _trace_for_diff(fun, args, kwargs):
+    """Traces for grad / vjp; podlet.debug callbacks' values become extra outputs after
+    the function's own (the backward graph returns them with the primal outputs)."""
     leaves, in_tree = tree_util.tree_flatten((tuple(args), kwargs))
     conv, sig = _abstractify_all(leaves)
-    entry = _Traced(lambda a, k: fun(*a, **k), sig, in_tree)
+    entry = _Traced(lambda a, k: fun(*a, **k), sig, in_tree, effects=True)
+    entry.graph.outputs = entry.out_vids + entry.effect_vids
     return entry, conv, in_tree
 
 
@@ -491,9 +594,10 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
             _reraise_with_location(e)
         seed = Array.from_numpy(np.ones((), dtypes.SUPPORTED[d]), copy=True)  # exact dtype, even float64
         outs = call_graph(bwd, conv + list(entry.captures) + [seed])
-        n_out = len(out_leaves)
+        n_out, n_eff = len(out_leaves), len(entry.effect_vids)
+        replay_effects(entry.effects, outs[n_out:n_out + n_eff])
         primal = tree_util.tree_unflatten(entry.out_tree, outs[:n_out])
-        grads_flat = outs[n_out:]
+        grads_flat = outs[n_out + n_eff:]
         grads, k = [], 0
         for i in nums:
             n = len(ranges[i])
@@ -529,7 +633,8 @@ def vjp(fun, *primals, has_aux=False):
     else:
         n_main = len(out_leaves)
     outs = call_graph(entry.graph, conv + list(entry.captures))
-    primal_out = tree_util.tree_unflatten(entry.out_tree, outs)
+    replay_effects(entry.effects, outs[len(out_leaves):])
+    primal_out = tree_util.tree_unflatten(entry.out_tree, outs[:len(out_leaves)])
     float_inputs = [j for j in range(len(conv)) if dtypes.is_float(entry.graph.aval(entry.graph.inputs[j])[0])]
     bwd = entry.graph.vjp(float_inputs, list(range(n_main)))
     captures = list(entry.captures)
@@ -541,7 +646,7 @@ def vjp(fun, *primals, has_aux=False):
             raise ValueError(f"vjp: cotangent structure {ct_tree} does not match the output structure "
                              f"{tree_util.tree_structure(main)}")
         res = call_graph(bwd, conv + captures + ct_leaves)
-        grads = res[len(out_leaves):]
+        grads = res[len(out_leaves) + len(entry.effect_vids):]
         full, k = [], 0
         for j in range(len(conv)):
             if j in float_inputs:
@@ -612,7 +717,7 @@ def eval_shape(fun, *args, **kwargs):
             sig.append((sp[1], sp[2], False))
         else:
             sig.append(_abstractify(leaf)[1])
-    entry = _Traced(lambda a, k: fun(*a, **k), sig, in_tree)
+    entry = _Traced(lambda a, k: fun(*a, **k), sig, in_tree, effects=True)  # runs nothing: no callbacks
     outs = [ShapeDtypeStruct(entry.graph.aval(v)[1], entry.graph.aval(v)[0], w)
             for v, w in zip(entry.out_vids, entry.out_weak)]
     return tree_util.tree_unflatten(entry.out_tree, outs)
@@ -621,5 +726,6 @@ def eval_shape(fun, *args, **kwargs):
 def make_graph(fun, *args, **kwargs):
     """The traced Graph of fun at these arguments (like jax.make_jaxpr)."""
     entry, _, _ = _trace_for_diff(fun, args, kwargs)
+    entry.graph.outputs = entry.out_vids  # no podlet.debug callbacks: nothing runs
     entry.graph.dce()
     return entry.graph
