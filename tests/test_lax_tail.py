@@ -370,11 +370,16 @@ def test_gather_scatter_vmap_and_errors():
     same(podlet.jit(lambda v, i: pl.scatter_apply(v, i, lambda t: t + 1, pl.ScatterDimensionNumbers(**sk),
                                                   update_shape=(3, 7)))(x[0], idx[0]),
          jl.scatter_apply(x[0], idx[0], lambda t: t + 1, jl.ScatterDimensionNumbers(**sk), update_shape=(3, 7)))
-    with pytest.raises(ValueError):
+    # JAX's kinds: shape-rule errors are TypeErrors, float indices a ValueError
+    with pytest.raises(TypeError):
         pl.gather(x[0], idx[0], pl.GatherDimensionNumbers(**gk), (2, 7))  # collapsed dim of slice size 2
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError):
+        pl.gather(x[0], idx[0], pl.GatherDimensionNumbers(**gk), (1, 8))
+    with pytest.raises(TypeError):
         pl.scatter_add(x[0], idx[0], u[0, :2], pl.ScatterDimensionNumbers(**sk))
     with pytest.raises(TypeError):
+        pl.scatter_add(x[0], idx[0], u[0].astype(np.int32), pl.ScatterDimensionNumbers(**sk))
+    with pytest.raises(ValueError):
         pl.gather(x[0], idx[0].astype(np.float32), pl.GatherDimensionNumbers(**gk), (1, 7))
     with pytest.raises(ValueError):
         pl.GatherScatterMode.from_any("wrap")

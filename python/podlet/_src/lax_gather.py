@@ -73,7 +73,7 @@ def _i32(v):
 def _indices(idx, what):
     idx = jnp.asarray(idx)
     if idx.dtype.kind not in "iu":
-        raise TypeError(f"lax.{what}: indices must have an integer type, got {idx.dtype}")
+        raise ValueError(f"lax.{what}: indices must have an integer type, got {idx.dtype}")
     if idx.ndim == 0:
         raise ValueError(f"lax.{what}: indices must have rank >= 1 (the last dimension is the index vector)")
     return lax.convert_element_type(idx, _np.int32) if idx.dtype != _dtypes.int32 else idx
@@ -124,7 +124,7 @@ def _positions(x_shape, out_shape, batch_pos, idx, index_map, window, batching, 
 def _sorted_unique(name, dims, bound, what):
     dims = tuple(int(d) for d in dims)
     if list(dims) != sorted(set(dims)) or any(not 0 <= d < bound for d in dims):
-        raise ValueError(f"lax.{what}: {name} must be sorted, unique and in [0, {bound}), got {dims}")
+        raise TypeError(f"lax.{what}: {name} must be sorted, unique and in [0, {bound}), got {dims}")
     return dims
 
 
@@ -153,29 +153,29 @@ def gather(operand, start_indices, dimension_numbers, slice_sizes, *, unique_ind
     r = x.ndim
     slice_sizes = tuple(int(s) for s in slice_sizes)
     if len(slice_sizes) != r:
-        raise ValueError(f"lax.gather: slice_sizes must have one entry per operand dimension ({r}), got {slice_sizes}")
+        raise TypeError(f"lax.gather: slice_sizes must have one entry per operand dimension ({r}), got {slice_sizes}")
     for d, (s, n) in enumerate(zip(slice_sizes, x.shape)):
         if not 0 <= s <= n:
-            raise ValueError(f"lax.gather: slice_sizes[{d}]={s} must be in [0, {n}] (operand shape {tuple(x.shape)})")
+            raise TypeError(f"lax.gather: slice_sizes[{d}]={s} must be in [0, {n}] (operand shape {tuple(x.shape)})")
     collapsed = _sorted_unique("collapsed_slice_dims", dn.collapsed_slice_dims, r, "gather")
     obatch = _sorted_unique("operand_batching_dims", dn.operand_batching_dims, r, "gather")
     if set(collapsed) & set(obatch):
-        raise ValueError(f"lax.gather: collapsed_slice_dims {collapsed} and operand_batching_dims {obatch} "
+        raise TypeError(f"lax.gather: collapsed_slice_dims {collapsed} and operand_batching_dims {obatch} "
                          "must be disjoint")
     for d in collapsed + obatch:
         if slice_sizes[d] != 1:
-            raise ValueError(f"lax.gather: slice_sizes[{d}] must be 1 for a collapsed or batching dimension, "
+            raise TypeError(f"lax.gather: slice_sizes[{d}] must be 1 for a collapsed or batching dimension, "
                              f"got {slice_sizes[d]}")
     index_map = tuple(int(d) for d in dn.start_index_map)
     if idx.shape[-1] != len(index_map):
-        raise ValueError(f"lax.gather: start_index_map {index_map} must have one entry per index in the last "
+        raise TypeError(f"lax.gather: start_index_map {index_map} must have one entry per index in the last "
                          f"dimension of start_indices (shape {tuple(idx.shape)})")
     batch_shape = tuple(idx.shape[:-1])
     offset_operand = [d for d in range(r) if d not in collapsed and d not in obatch]
     offset_dims = tuple(int(d) for d in dn.offset_dims)
     out_rank = len(batch_shape) + len(offset_operand)
     if len(offset_dims) != len(offset_operand) or _sorted_unique("offset_dims", offset_dims, out_rank, "gather") != offset_dims:
-        raise ValueError(f"lax.gather: offset_dims {offset_dims} must name {len(offset_operand)} output dimensions")
+        raise TypeError(f"lax.gather: offset_dims {offset_dims} must name {len(offset_operand)} output dimensions")
     batch_pos = [p for p in range(out_rank) if p not in offset_dims]
     out_shape = [0] * out_rank
     for p, d in zip(offset_dims, offset_operand):
@@ -211,23 +211,23 @@ def _scatter_positions(x, idx, upd, dn, mode, what):
     obatch = _sorted_unique("operand_batching_dims", dn.operand_batching_dims, r, what)
     window_dims = _sorted_unique("update_window_dims", dn.update_window_dims, upd.ndim, what)
     if set(inserted) & set(obatch):
-        raise ValueError(f"lax.{what}: inserted_window_dims {inserted} and operand_batching_dims {obatch} "
+        raise TypeError(f"lax.{what}: inserted_window_dims {inserted} and operand_batching_dims {obatch} "
                          "must be disjoint")
     window_operand = [d for d in range(r) if d not in inserted and d not in obatch]
     if len(window_dims) != len(window_operand):
-        raise ValueError(f"lax.{what}: update_window_dims {window_dims} must name {len(window_operand)} update "
+        raise TypeError(f"lax.{what}: update_window_dims {window_dims} must name {len(window_operand)} update "
                          f"dimensions (operand rank {r} minus inserted and batching dimensions)")
     index_map = tuple(int(d) for d in dn.scatter_dims_to_operand_dims)
     if idx.shape[-1] != len(index_map):
-        raise ValueError(f"lax.{what}: scatter_dims_to_operand_dims {index_map} must have one entry per index in "
+        raise TypeError(f"lax.{what}: scatter_dims_to_operand_dims {index_map} must have one entry per index in "
                          f"the last dimension of scatter_indices (shape {tuple(idx.shape)})")
     batch_pos = [p for p in range(upd.ndim) if p not in window_dims]
     if [upd.shape[p] for p in batch_pos] != list(idx.shape[:-1]):
-        raise ValueError(f"lax.{what}: updates shape {tuple(upd.shape)} does not match scatter_indices shape "
+        raise TypeError(f"lax.{what}: updates shape {tuple(upd.shape)} does not match scatter_indices shape "
                          f"{tuple(idx.shape)} outside update_window_dims {window_dims}")
     for p, d in zip(window_dims, window_operand):
         if upd.shape[p] > x.shape[d]:
-            raise ValueError(f"lax.{what}: update window dimension {p} of size {upd.shape[p]} exceeds operand "
+            raise TypeError(f"lax.{what}: update window dimension {p} of size {upd.shape[p]} exceeds operand "
                              f"dimension {d} of size {x.shape[d]}")
     window = {d: p for p, d in zip(window_dims, window_operand)}
     batching = {d: int(j) for d, j in zip(obatch, dn.scatter_indices_batching_dims)}
