@@ -534,3 +534,65 @@ def test_environment_and_devices(capsys):
     assert podlet.clear_caches() is None and f._cache == {}
     f(pnp.float32(1))
     assert f.trace_count == 2
+
+
+# ------------------------------------------------------------------ flax.jax_utils
+
+def test_scan_in_dim():
+    from flax import jax_utils as fju
+    from podlet import jax_utils as pju
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+
+    def body(c, v):
+        return c + v["a"].sum(), {"a": v["a"] * 2 + c}
+
+    for axis, keepdims, unroll in ((0, False, 1), (1, False, 1), ((2, 0), False, 2), ((1,), True, (1,)),
+                                   ((0, 2), True, 1)):
+        jc, jy = fju.scan_in_dim(body, jnp.float32(0), {"a": jnp.asarray(x)}, axis=axis,
+                                 keepdims=keepdims, unroll=unroll)
+        pc, py = pju.scan_in_dim(body, pnp.float32(0), {"a": pnp.asarray(x)}, axis=axis,
+                                 keepdims=keepdims, unroll=unroll)
+        assert float(jc) == float(pc)
+        np.testing.assert_array_equal(np.asarray(py["a"]), np.asarray(jy["a"]))
+
+
+def test_partial_eval_by_shape_and_pmean():
+    from flax import jax_utils as fju
+    from podlet import jax_utils as pju
+
+    def fn(lib):
+        return lambda x, y, scale: {"known": lib.ones(3) * scale, "shape": x @ y, "n": 3}
+
+    j = fju.partial_eval_by_shape(fn(jnp), [(2, 3), ((3, 5), jnp.int32)], 2.0)
+    p = pju.partial_eval_by_shape(fn(pnp), [(2, 3), ((3, 5), pnp.int32)], 2.0)
+    assert repr(j["shape"]) == repr(p["shape"])
+    np.testing.assert_array_equal(np.asarray(p["known"]), np.asarray(j["known"]))
+    assert j["n"] == p["n"] == 3
+    with pytest.warns(DeprecationWarning, match="use jax.lax.pmean instead"):
+        out = podlet.vmap(lambda v: pju.pmean(v, "i"), axis_name="i")(pnp.arange(4.0))
+    np.testing.assert_array_equal(np.asarray(out), np.full(4, 1.5, np.float32))
+
+
+def test_pad_shard_unpad():
+    from flax import jax_utils as fju
+    from podlet import jax_utils as pju
+
+    def run(lib, ju):
+        @ju.pad_shard_unpad
+        @lib.pmap
+        def fwd(params, x, y):
+            return {"out": x * params["w"] + y.sum(-1)}
+
+        params = ju.replicate({"w": np.float32(2.0)})
+        x = np.arange(5, dtype=np.float32)
+        y = np.ones((5, 2), np.float32)
+        res = [fwd(params, x, y)["out"], fwd(params, x, y, min_device_batch=4)["out"]]
+        static = ju.pad_shard_unpad(lambda p, x: x.shape, static_return=True)
+        return [np.asarray(r) for r in res], static(None, x)
+
+    (jr, js), (pr, ps) = run(jax, fju), run(podlet, pju)
+    for lib, shape in ((jax, js), (podlet, ps)):  # jax's test host may have more devices
+        d = lib.local_device_count()
+        assert shape == (d, -(-5 // d))
+    for a, b in zip(jr, pr):
+        np.testing.assert_array_equal(b, a)
