@@ -370,6 +370,17 @@ def test_gather_scatter_vmap_and_errors():
     same(podlet.jit(lambda v, i: pl.scatter_apply(v, i, lambda t: t + 1, pl.ScatterDimensionNumbers(**sk),
                                                   update_shape=(3, 7)))(x[0], idx[0]),
          jl.scatter_apply(x[0], idx[0], lambda t: t + 1, jl.ScatterDimensionNumbers(**sk), update_shape=(3, 7)))
+    # gradients of every scatter, unique indices (JAX differentiates scatter_mul only then)
+    xu, iu, uu = x[0, :, :5], np.array([[4], [0], [2]], np.int32), u[0, :, :5]
+    names = ["scatter", "scatter_mul", "scatter_min", "scatter_max", "scatter_sub"]
+    refs = jax.jit(lambda a, b: [jax.grad(lambda p, q: (getattr(jl, n)(p, iu, q, jl.ScatterDimensionNumbers(**sk),
+                                                                         unique_indices=True) ** 2).sum(),
+                                          argnums=(0, 1))(a, b) for n in names])(xu, uu)
+    for n, g in zip(names, refs):
+        gp = podlet.grad(lambda p, q: (getattr(pl, n)(p, iu, q, pl.ScatterDimensionNumbers(**sk)) ** 2).sum(),
+                         argnums=(0, 1))(xu, uu)
+        for p, q in zip(gp, g):
+            same(p, q, rtol=1e-6, atol=1e-6)
     # JAX's kinds: shape-rule errors are TypeErrors, float indices a ValueError
     with pytest.raises(TypeError):
         pl.gather(x[0], idx[0], pl.GatherDimensionNumbers(**gk), (2, 7))  # collapsed dim of slice size 2
