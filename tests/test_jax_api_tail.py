@@ -596,3 +596,22 @@ def test_pad_shard_unpad():
         assert shape == (d, -(-5 // d))
     for a, b in zip(jr, pr):
         np.testing.assert_array_equal(b, a)
+
+
+def test_no_tracing_and_no_execution():
+    for lib, jnp_ in ((jax, jnp), (podlet, pnp)):
+        f = lib.jit(lambda x: x * 2)
+        with lib.no_tracing(True):
+            e = _err(lambda: f(jnp_.float32(1)))
+            assert e[0] is RuntimeError and e[1].startswith("re-tracing function ")
+            assert e[1].endswith("for `jit`, but 'no_tracing' is set")
+        f(jnp_.float32(1))
+        three, two = jnp_.asarray(np.float32(3)), jnp_.ones(2)
+        with lib.no_execution(True):
+            for call in (lambda: f(three), lambda: jnp_.sin(three)):
+                e = _err(call)
+                assert e[0] is RuntimeError and e[1].endswith("but the no_execution config option is set")
+            assert len(lib.make_jaxpr(lambda x: x + 1)(two).eqns) == 1
+        assert float(f(jnp_.float32(3))) == 6.0
+    with podlet.explain_cache_misses(True):
+        assert podlet.config.explain_cache_misses is True

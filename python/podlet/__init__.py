@@ -77,6 +77,7 @@ from ._src.config_contexts import (disable_jit, ensure_compile_time_eval, debug_
                                    log_compiles, checking_leaks, check_tracer_leaks, enable_x64,
                                    numpy_rank_promotion, numpy_dtype_promotion, default_device,
                                    transfer_guard, transfer_guard_host_to_device,
-                                   transfer_guard_device_to_host, transfer_guard_device_to_device)
+                                   transfer_guard_device_to_host, transfer_guard_device_to_device,
+                                   no_tracing, no_execution, explain_cache_misses)
 from . import distributed  # noqa: E402
 from .jax_utils import shard, device_put_replicated, device_put_sharded  # noqa: E402

@@ -7,7 +7,8 @@ from . import dtypes
 # Flags read on hot paths (bind, jit's __call__), shared by reference with core.py; set
 # them through config.update or the context managers of podlet (_src/config_contexts.py).
 flags = {"disable_jit": False, "debug_nans": False, "debug_infs": False, "log_compiles": False,
-         "check_tracer_leaks": False, "numpy_dtype_promotion": "standard",
+         "check_tracer_leaks": False, "no_tracing": False, "no_execution": False,
+         "explain_cache_misses": False, "numpy_dtype_promotion": "standard",
          "numpy_rank_promotion": "allow", "default_device": None, "transfer_guard": "allow",
          "transfer_guard_host_to_device": "allow", "transfer_guard_device_to_host": "allow",
          "transfer_guard_device_to_device": "allow"}

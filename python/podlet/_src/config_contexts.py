@@ -7,6 +7,11 @@ decorator, like jax's). What each flag does in podlet:
   raises ``FloatingPointError("invalid value (nan) encountered in <primitive>")``; a
   jitted function with such an output re-runs op by op to name the primitive.
 * ``log_compiles``: jit logs each trace (podlet compiles by tracing).
+* ``no_tracing``: a jit cache miss (a trace) raises RuntimeError, jax's message.
+* ``no_execution``: running anything (an eager primitive, a jitted, vmapped or
+  differentiated graph) raises RuntimeError; tracing (make_jaxpr, eval_shape) works.
+* ``explain_cache_misses``: recorded; podlet's jit explains every retrace anyway
+  (a warning on the 'podlet.jit' logger naming the argument that changed).
 * ``numpy_rank_promotion`` ('allow' | 'warn' | 'raise') and ``numpy_dtype_promotion``
   ('standard' | 'strict'): checked, with jax's messages, by the binary functions that
   podlet.numpy builds in one place (``_binary``: add, subtract, multiply, maximum,
@@ -73,6 +78,10 @@ log_compiles = _flag("log_compiles", doc="Log (warning level, 'podlet.jit') ever
 checking_leaks = _flag("check_tracer_leaks", doc="Record jax_check_tracer_leaks (podlet always "
                                                  "reports a leaked tracer when it is used).")
 check_tracer_leaks = _flag("check_tracer_leaks", doc=checking_leaks.__doc__)
+no_tracing = _flag("no_tracing", doc="Raise RuntimeError when jit would trace.")
+no_execution = _flag("no_execution", doc="Raise RuntimeError when anything would run.")
+explain_cache_misses = _flag("explain_cache_misses", doc="Recorded: podlet's jit always logs why "
+                                                         "it retraces.")
 enable_x64 = _flag("enable_x64", doc="64-bit default dtypes inside the block.")
 numpy_rank_promotion = _flag("numpy_rank_promotion", "allow")
 numpy_dtype_promotion = _flag("numpy_dtype_promotion", "standard")

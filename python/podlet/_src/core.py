@@ -231,6 +231,10 @@ def _reraise_with_location(e):
     raise type(e)(msg).with_traceback(None) from None
 
 
+def _refuse_execution(what):
+    raise RuntimeError(f"podlet tried to execute {what}, but the no_execution config option is set")
+
+
 def bind(prim, *args, **attrs):
     """Applies primitive `prim`: eagerly on concrete values, or appended to the graph of
     the innermost trace that owns one of the arguments. Python scalars take the dtype of
@@ -242,6 +246,8 @@ def bind(prim, *args, **attrs):
     trace = _top_trace(args)
     try:
         if trace is None:
+            if _flags["no_execution"]:
+                _refuse_execution(prim)
             outs = _core.apply(prim, [to_array(a) for a in args], attrs)
             if _flags["debug_nans"] or _flags["debug_infs"]:
                 check_floats(prim, outs)
@@ -274,6 +280,8 @@ def call_graph(graph, args):
     """Runs a traced graph on `args`, or inlines it into the trace that owns them."""
     trace = _top_trace(args)
     if trace is None:
+        if _flags["no_execution"]:
+            _refuse_execution("a traced graph")
         return list(graph.run([to_array(a) for a in args]))
     vids = [trace.value_of(a) for a in args]
     return [Tracer(trace, vid, d, s) for vid, d, s in trace.graph.inline(graph, vids)]
@@ -415,6 +423,11 @@ class JittedFunction:
                 kw.update({k: kwargs[k] for k in self._static_argnames if k in kwargs})
                 return self._fun(*a, **kw)
 
+            if _flags["no_tracing"]:
+                code = getattr(self._fun, "__code__", None)
+                where = f" at {code.co_filename}:{code.co_firstlineno}" if code else ""
+                raise RuntimeError(f"re-tracing function {getattr(self._fun, '__qualname__', self._fun)}"
+                                   f"{where} for `jit`, but 'no_tracing' is set")
             if _flags["log_compiles"]:
                 log.warning("Finished tracing + transforming %s for jit",
                             getattr(self._fun, "__qualname__", repr(self._fun)))
