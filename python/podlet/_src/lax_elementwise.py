@@ -9,8 +9,19 @@ import numpy as _np
 from .. import lax
 from .. import numpy as jnp
 from . import dtypes as _dtypes
-from . import numpy_ufuncs as _uf
 from .core import bind
+
+
+class _Ufuncs:
+    """_src/numpy_ufuncs.py, imported on first use (podlet.numpy imports it at its end,
+    after podlet.lax)."""
+
+    def __getattr__(self, name):
+        from . import numpy_ufuncs
+        return getattr(numpy_ufuncs, name)
+
+
+_uf = _Ufuncs()
 
 __all__ = ["acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "tan", "cbrt", "exp2", "erfc",
            "reciprocal", "nextafter", "population_count", "clz", "mulhi", "bessel_i0e", "bessel_i1e"]
@@ -43,26 +54,26 @@ def _same(name, kinds, what, *xs):
     return jnp.broadcast_arrays(*out) if any(o.shape != out[0].shape for o in out) else out
 
 
-def _float_fn(name, jfn):
+def _float_fn(name, jname):
     def f(x):
         _operand(x, "a floating-point operand", _FLOATS, name)
-        return jfn(x)
+        return getattr(_uf, jname)(x)
     f.__name__ = f.__qualname__ = name
-    f.__doc__ = f"jax.lax.{name}: elementwise, floating operands only (jnp.{jfn.__name__}'s formula)."
+    f.__doc__ = f"jax.lax.{name}: elementwise, floating operands only (jnp.{jname}'s formula)."
     return f
 
 
-acos = _float_fn("acos", _uf.arccos)
-acosh = _float_fn("acosh", _uf.arccosh)
-asin = _float_fn("asin", _uf.arcsin)
-asinh = _float_fn("asinh", _uf.arcsinh)
-atan = _float_fn("atan", _uf.arctan)
-atanh = _float_fn("atanh", _uf.arctanh)
-cosh = _float_fn("cosh", _uf.cosh)
-sinh = _float_fn("sinh", _uf.sinh)
-tan = _float_fn("tan", _uf.tan)
-cbrt = _float_fn("cbrt", _uf.cbrt)
-exp2 = _float_fn("exp2", _uf.exp2)
+acos = _float_fn("acos", "arccos")
+acosh = _float_fn("acosh", "arccosh")
+asin = _float_fn("asin", "arcsin")
+asinh = _float_fn("asinh", "arcsinh")
+atan = _float_fn("atan", "arctan")
+atanh = _float_fn("atanh", "arctanh")
+cosh = _float_fn("cosh", "cosh")
+sinh = _float_fn("sinh", "sinh")
+tan = _float_fn("tan", "tan")
+cbrt = _float_fn("cbrt", "cbrt")
+exp2 = _float_fn("exp2", "exp2")
 
 
 def reciprocal(x):

@@ -11,8 +11,12 @@ import numpy as _np
 
 from .. import lax
 from .. import numpy as jnp
-from .. import random as _random
 from . import dtypes as _dtypes
+
+
+def _rnd():
+    from .. import random  # at call time: podlet.random imports podlet.numpy / lax itself
+    return random
 
 __all__ = ["RandomAlgorithm", "rng_bit_generator", "rng_uniform"]
 
@@ -29,6 +33,7 @@ def _base_key(key, algorithm):
     k = jnp.asarray(key)
     if k.dtype != _dtypes.uint32 or tuple(k.shape) != (4,):
         raise TypeError(f"rng_bit_generator: key must be a uint32 array of shape (4,), got {k.dtype}{tuple(k.shape)}")
+    _random = _rnd()
     base = lax.slice(k, [0], [2])
     for i in (2, 3):
         base = _random.fold_in(base, lax.reshape(lax.slice(k, [i], [i + 1]), ()))
@@ -45,6 +50,7 @@ def rng_bit_generator(key, shape, dtype=_np.uint32, algorithm=RandomAlgorithm.RN
     if d.itemsize not in (1, 4):
         raise TypeError(f"rng_bit_generator: podlet supports uint8 and uint32 bits, got {d}")
     shape = tuple(int(s) for s in shape)
+    _random = _rnd()
     base = _base_key(key, algorithm)
     k_bits, k_next = _random.fold_in(base, 0), _random.fold_in(base, 1)
     return _random.bits(k_next, (4,), _np.uint32), _random.bits(k_bits, shape, d)
@@ -65,5 +71,6 @@ def rng_uniform(a, b, shape):
         raise TypeError(f"rng_uniform: a and b must have one dtype, got {x.dtype} and {y.dtype}")
     if x.dtype.kind != "f" and x.dtype != _dtypes.bfloat16:
         raise TypeError(f"rng_uniform: podlet draws floating values, got {x.dtype}")
+    _random = _rnd()
     k = _random.fold_in(_random.PRNGKey(0x5EED), next(_calls) & 0xFFFFFFFF)
     return _random.uniform(k, tuple(int(s) for s in shape), x.dtype, x, y)

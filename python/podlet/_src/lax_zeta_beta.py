@@ -15,11 +15,21 @@ polygamma w.r.t. m and of betainc w.r.t. a and b; podlet gives none there (zeta
 differentiates its formula; the others treat m, a, b as constants)."""
 import numpy as _np
 
-from . import special as _sp
 from .control_flow import while_loop
 from .custom_derivatives import custom_vjp
 
 __all__ = ["zeta", "polygamma", "betainc"]
+
+
+class _Special:
+    """_src/special.py, imported on first use (it is imported after podlet.numpy)."""
+
+    def __getattr__(self, name):
+        from . import special
+        return getattr(special, name)
+
+
+_sp = _Special()
 
 # (2k)! / B_2k, the Euler-Maclaurin coefficients, in reverse (XLA's kZetaCoeffs)
 _ZETA_COEFFS = (-7.1661652561756670113e18, 1.8152105401943546773e17, -4.5979787224074726105e15,
