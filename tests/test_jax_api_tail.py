@@ -615,3 +615,103 @@ def test_no_tracing_and_no_execution():
         assert float(f(jnp_.float32(3))) == 6.0
     with podlet.explain_cache_misses(True):
         assert podlet.config.explain_cache_misses is True
+
+
+# ------------------------------------------------------------------ flax.linen
+
+def _name_scope_models(nn):
+    class Foo(nn.Module):
+        @nn.compact_name_scope
+        def up(self, x):
+            return nn.Dense(3)(x)
+
+        @nn.compact_name_scope
+        def down(self, x):
+            return nn.Dense(3, name="d")(x)
+
+        def __call__(self, x):
+            return self.up(x) + self.down(x)
+
+    class Outer(nn.Module):  # flax attaches Foo's scopes to the module running its setup
+        @nn.compact
+        def __call__(self, x):
+            return Foo()(x) + nn.Dense(3)(x)
+
+    return Foo, Outer
+
+
+def test_compact_name_scope():
+    import flax.linen as fnn
+    import podlet.nn as pnn
+    x = np.ones((1, 2), np.float32)
+    for jm, pm in zip(_name_scope_models(fnn), _name_scope_models(pnn)):
+        jv = jm().init(jax.random.PRNGKey(0), jnp.asarray(x))
+        pv = pm().init(podlet.random.PRNGKey(0), pnp.asarray(x))
+        assert str(jax.tree.map(np.shape, jv)) == str(ptu.tree_map(np.shape, pv))
+        for a, b in zip(jax.tree.leaves(jv), ptu.tree_leaves(pv)):
+            np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+        np.testing.assert_allclose(np.asarray(pm().apply(pv, pnp.asarray(x))),
+                                   np.asarray(jm().apply(jv, jnp.asarray(x))), rtol=1e-6)
+    jfoo, pfoo = _name_scope_models(fnn)[0], _name_scope_models(pnn)[0]
+    jv = jfoo().init(jax.random.PRNGKey(0), jnp.asarray(x))
+    pv = pfoo().init(podlet.random.PRNGKey(0), pnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(pfoo().apply(pv, pnp.asarray(x), method="down")),
+                               np.asarray(jfoo().apply(jv, jnp.asarray(x), method="down")), rtol=1e-6)
+    j, p = _err(lambda: jfoo().up(jnp.asarray(x))), _err(lambda: pfoo().up(pnp.asarray(x)))
+    assert j[0] is ValueError and issubclass(p[0], ValueError) and j[1] == p[1]
+
+
+def _share_scope_models(nn):
+    class DenseLoRA(nn.Module):
+        base: nn.Dense
+        rank: int
+
+        def setup(self):
+            nn.share_scope(self, self.base)
+
+        @nn.compact
+        def __call__(self, x):
+            a = self.param("A", nn.initializers.ones, (x.shape[-1], self.rank))
+            b = self.param("B", nn.initializers.ones, (self.rank, self.base.features))
+            return self.base(x) + x @ a @ b
+
+    class Model(nn.Module):  # other's scope is independent: module moves into it
+        @nn.compact
+        def __call__(self, x):
+            return DenseLoRA(nn.Dense(4), rank=2)(x)
+
+    class DenseLoRA2(nn.Module):
+        features: int
+
+        def setup(self):
+            self.child = nn.Dense(self.features)
+            nn.share_scope(self, self.child)
+
+        @nn.compact
+        def __call__(self, x):
+            return self.child(x) + (x @ self.param("A", nn.initializers.ones, (x.shape[-1], 2))).sum()
+
+    class Model2(nn.Module):  # other is a child: it moves into module's scope
+        @nn.compact
+        def __call__(self, x):
+            return DenseLoRA2(4)(x)
+
+    return Model, Model2
+
+
+def test_share_scope():
+    import flax.linen as fnn
+    import podlet.nn as pnn
+    x = np.ones((1, 5), np.float32)
+    for jm, pm in zip(_share_scope_models(fnn), _share_scope_models(pnn)):
+        jv = jm().init(jax.random.PRNGKey(0), jnp.asarray(x))
+        pv = pm().init(podlet.random.PRNGKey(0), pnp.asarray(x))
+        assert str(jax.tree.map(np.shape, jv)) == str(ptu.tree_map(np.shape, pv))
+        for a, b in zip(jax.tree.leaves(jv), ptu.tree_leaves(pv)):
+            np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+        np.testing.assert_allclose(np.asarray(pm().apply(pv, pnp.asarray(x))),
+                                   np.asarray(jm().apply(jv, jnp.asarray(x))), rtol=1e-6)
+    j = _err(lambda: fnn.share_scope(fnn.Dense(2), fnn.Dense(3)))
+    p = _err(lambda: pnn.share_scope(pnn.Dense(2), pnn.Dense(3)))
+    assert j[0].__name__ == p[0].__name__ == "CallShareScopeOnUnboundModuleError"
+    assert j[1].split(" (")[0] == p[1].split(" (")[0]

@@ -13,7 +13,7 @@ from .activations import (relu, relu6, gelu, silu, swish, sigmoid, log_sigmoid, 
                           sparse_sigmoid, squareplus, log1mexp, logmeanexp, normalize, PReLU)
 from . import initializers
 from .initializers import ones, ones_init, zeros, zeros_init
-from .module import (Module, compact, nowrap, merge_param, Variable, Scope, DenyList, apply, init,
+from .module import (Module, compact, compact_name_scope, share_scope, nowrap, merge_param, Variable, Scope, DenyList, apply, init,
                      init_with_output, tabulate, errors, FlaxError, intercept_methods, enable_named_call,
                      disable_named_call, override_named_call, named_call)
 from .linear import Dense, DenseGeneral, Conv, ConvLocal, ConvTranspose, canonicalize_dtype, promote_dtype

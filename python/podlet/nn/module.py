@@ -84,7 +84,7 @@ T = TypeVar("T")
 M = TypeVar("M", bound="Module")
 
 __all__ = [
-    "Module", "compact", "nowrap", "Variable", "Scope", "DenyList", "merge_param", "apply", "init",
+    "Module", "compact", "compact_name_scope", "share_scope", "nowrap", "Variable", "Scope", "DenyList", "merge_param", "apply", "init",
     "init_with_output", "tabulate", "FlaxError", "intercept_methods", "enable_named_call", "disable_named_call",
     "override_named_call", "named_call",
 ]
@@ -194,6 +194,11 @@ class ReservedModuleAttributeError(FlaxError):
 class ApplyModuleInvalidMethodError(FlaxError):
     def __init__(self, method):
         super().__init__(f"Cannot call apply(): {method} is not a valid function for apply().")
+
+
+class CallShareScopeOnUnboundModuleError(FlaxError):
+    def __init__(self):
+        super().__init__("Can't call `share_scope` on unbound modules")
 
 
 class CallCompactUnboundModuleError(FlaxError):
@@ -865,6 +870,41 @@ def compact(fun):
     return fun
 
 
+def compact_name_scope(fun):
+    """Marks a Module method whose submodules and variables live in a child scope named
+    after the method (``self.up(x)`` puts ``Dense_0`` under ``up/``), as flax's
+    ``nn.compact_name_scope``; callable from inside init / apply and through
+    ``method='up'``."""
+    @functools.wraps(fun)
+    def compact_name_scope_wrapper(self, *args, **kwargs):
+        name = fun.__name__
+        if "_compact_name_scope_modules" not in self.__dict__:
+            self._try_setup()
+        if "_compact_name_scope_modules" not in self.__dict__:
+            raise ValueError(
+                f"Cannot call compact_name_scope method {name!r} on a Module that has not been "
+                f"setup. This is likely because you are calling {name!r} "
+                "from outside of init or apply.")
+        return self.__dict__["_compact_name_scope_modules"][name](*args, **kwargs)
+
+    compact_name_scope_wrapper.compact_name_scope = True
+    compact_name_scope_wrapper.inner_fun = fun
+    compact_name_scope_wrapper.nowrap = True
+    return compact_name_scope_wrapper
+
+
+_compact_name_scope_cache: dict = {}
+
+
+def _compact_name_scope_methods(cls):
+    """The names of cls's compact_name_scope methods (found once per class)."""
+    found = _compact_name_scope_cache.get(cls)
+    if found is None:
+        found = _compact_name_scope_cache[cls] = tuple(
+            n for n in dir(cls) if hasattr(getattr(cls, n, None), "compact_name_scope"))
+    return found
+
+
 def nowrap(fun):
     """Marks a helper method that needs no module state handling (callable on unbound
     modules, e.g. to build submodules)."""
@@ -1281,6 +1321,17 @@ class Module:
                         self._register_submodules(field.name, getattr(self, field.name))
                 if not shallow:
                     self.setup()
+                    # one child per compact_name_scope method, named after it. As in flax, its
+                    # parent is the module running when setup happens (this one at the top
+                    # level; the caller's module when setup is triggered from its compact
+                    # method, so `up/` then sits beside this module's own scope)
+                    methods = _compact_name_scope_methods(type(self))
+                    if methods:
+                        owner = _context.module_stack[-1] or self
+                        self._compact_name_scope_modules = {
+                            name: CompactNameScope(getattr(type(self), name).inner_fun, lambda: self,
+                                                   parent=owner, name=name)
+                            for name in methods}
             finally:
                 self._state.in_setup = False
                 if not shallow:
@@ -1715,3 +1766,44 @@ def _render_table(title, header, rows):
                                          for i in range(ncol)) + " |")
         out.append(sep)
     return "\n".join(out)
+
+
+class CompactNameScope(Module):
+    """The child module behind a ``compact_name_scope`` method: calls the method's
+    function on the parent module inside this child's (compact) scope."""
+    fn: Callable
+    module_fn: Callable
+
+    @compact
+    def __call__(self, *args, **kwargs):
+        return self.fn(self.module_fn(), *args, **kwargs)
+
+
+def share_scope(module: Module, other: Module, /):
+    """Makes two bound modules share one scope (flax's ``nn.share_scope``): when
+    ``other``'s scope descends from ``module``'s, ``other`` moves into ``module``'s scope;
+    otherwise ``module`` uses ``other``'s. Children already created follow the module
+    that moves. Typical use, in ``setup``: a LoRA wrapper whose extra parameters sit
+    beside the wrapped Dense's ``kernel`` and ``bias``."""
+    if module.scope is None or other.scope is None:
+        raise CallShareScopeOnUnboundModuleError()
+
+    def is_child_scope(scope, other_scope):
+        target = other_scope
+        while target is not None:
+            if target is scope:
+                return True
+            target = target.parent
+        return False
+
+    if is_child_scope(module.scope, other.scope):
+        module_to_update, new_scope = other, module.scope
+    else:
+        module_to_update, new_scope = module, other.scope
+    old_scope = module_to_update.scope
+    object.__setattr__(module_to_update, "scope", new_scope)
+    for m in module_to_update._state.children.values():
+        if isinstance(m, Module) and m.scope is not None and m.scope.parent is old_scope:
+            if isinstance(m.scope.name, str):
+                new_scope.reserve(m.scope.name)
+            m.scope.parent = new_scope
