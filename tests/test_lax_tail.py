@@ -13,6 +13,17 @@ import podlet.lax as pl
 import podlet.numpy as pnp
 
 RNG = np.random.default_rng(26)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _quick_jax_compiles():
+    """The JAX references' XLA compiles are most of this file's time: compile them without
+    XLA's optimisation passes (same semantics; every comparison below still holds), and
+    restore the setting for the other test files."""
+    before = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", before)
 X = (RNG.standard_normal(4000) * 4).astype(np.float32)
 
 
