@@ -339,16 +339,24 @@ class PmappedFunction:
         except PodletError as e:
             raise type(e)(str(e)).with_traceback(None) from None
         res = []
-        for o, r, w in zip(outs, reps, entry.out_weak):
+        skeleton = tree_util.tree_unflatten(entry.out_tree, [0] * len(outs))
+        axes = _axes_per_leaf(self._out_axes, skeleton, "pmap out_axes", "outputs")
+        paths = [tree_util.keystr(p) for p, _ in tree_util.tree_flatten_with_path(skeleton)[0]]
+        for o, r, w, ax, where in zip(outs, reps, entry.out_weak, axes, paths):
             if w:
                 o.weak_type = True
-            if self._out_axes is None:
+            if ax is None:
                 if not r:
-                    raise ValueError("pmap out_axes=None needs outputs that are equal on every device "
-                                     "(e.g. results of psum/pmean)")
+                    raise ValueError(f"pmap out_axes=None for output {where or '(the result)'} needs a value that "
+                                     "is equal on every device (e.g. a result of psum/pmean, or computed only "
+                                     "from in_axes=None arguments)")
                 res.append(o)
-            else:
+            elif ax == 0:
                 res.append(ReplicatedArray(o, n) if r else o)
+            else:
+                from .. import numpy as jnp  # the per-device axis moved to position ax
+                o = jnp.broadcast_to(o, (n,) + tuple(o.shape)) if r else o
+                res.append(jnp.moveaxis(o, 0, ax))
         return tree_util.tree_unflatten(entry.out_tree, res)
 
     def _trace(self, args, sig, in_tree, static_pos, n):
@@ -379,6 +387,4 @@ def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_
         return functools.partial(pmap, axis_name=axis_name, in_axes=in_axes, out_axes=out_axes,
                                  static_broadcasted_argnums=static_broadcasted_argnums,
                                  donate_argnums=donate_argnums)
-    if out_axes not in (0, None):
-        raise NotImplementedError(f"pmap out_axes must be 0 or None, got {out_axes!r}")
     return PmappedFunction(fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, donate_argnums)

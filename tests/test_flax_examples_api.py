@@ -1,0 +1,319 @@
+"""The API patterns of Flax's linen examples (imagenet, vae, sst2, seq2seq, lm1b), each
+written here in our own small code and run on podlet and on JAX/Flax/Optax from the same
+params and inputs (issue 26). `bench/flax_examples.py` runs the examples themselves."""
+import functools
+
+import numpy as np
+import pytest
+
+import flax.linen as fnn
+import jax
+import jax.numpy as jjnp
+import optax
+from flax.training import common_utils as f_common_utils
+from flax.training import train_state as f_train_state
+
+import podlet
+import podlet.numpy as pjnp
+import podlet.optim as poptax
+from podlet import lax as plax
+from podlet import nn as pnn
+from podlet.training import common_utils as p_common_utils
+from podlet.training import train_state as p_train_state
+
+
+def to_podlet(tree):
+    return jax.tree_util.tree_map(lambda x: pjnp.asarray(np.asarray(x)), tree)
+
+
+def close(a, b, rtol=1e-5, atol=1e-6):
+    la, lb = jax.tree_util.tree_leaves(a), podlet.tree_util.tree_leaves(b)
+    assert len(la) == len(lb)
+    for x, y in zip(la, lb):
+        np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=rtol, atol=atol)
+
+
+@pytest.fixture
+def one_device():
+    """JAX's CPU has one device: run podlet's pmap on one as well (BatchNorm's batch
+    statistics are per device)."""
+    old = podlet.local_device_count()
+    podlet.config.update("num_devices", 1)
+    yield
+    podlet.config.update("num_devices", old)
+
+
+# ---------------------------------------------------------------------------------
+# imagenet: BatchNorm ResNet, TrainState subclass with batch_stats, sgd+nesterov on a
+# warmup + cosine schedule, common_utils.onehot / shard, pmap(in_axes=(None, 0),
+# out_axes=(None, 0)) with lax.pmean of grads, batch stats and a metrics dict.
+
+def _resnet_twin(nn):
+    class Block(nn.Module):
+        filters: int
+
+        @nn.compact
+        def __call__(self, x):
+            conv = functools.partial(nn.Conv, use_bias=False, dtype=jjnp.float32)
+            norm = functools.partial(nn.BatchNorm, use_running_average=False, momentum=0.9, epsilon=1e-5)
+            y = nn.relu(norm()(conv(self.filters, (3, 3))(x)))
+            y = norm(scale_init=nn.initializers.zeros_init())(conv(self.filters, (3, 3))(y))
+            r = norm(name="norm_proj")(conv(self.filters, (1, 1), name="conv_proj")(x))
+            return nn.relu(r + y)
+
+    class Net(nn.Module):
+        num_classes: int = 10
+
+        @nn.compact
+        def __call__(self, x, train: bool = True):
+            x = nn.Conv(4, (3, 3), (2, 2), padding=[(1, 1), (1, 1)], use_bias=False, name="conv_init")(x)
+            x = nn.relu(nn.BatchNorm(use_running_average=not train, name="bn_init")(x))
+            x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+            x = Block(4)(x)
+            x = jjnp.mean(x, axis=(1, 2)) if nn is fnn else pjnp.mean(x, axis=(1, 2))
+            return nn.Dense(self.num_classes)(x)
+
+    return Net()
+
+
+def _imagenet_step(jax_, jnp, nn, optax_, common_utils, train_state, lax):
+    class TrainState(train_state.TrainState):
+        batch_stats: object
+        dynamic_scale: object
+
+    lr_fn = optax_.join_schedules(
+        schedules=[optax_.linear_schedule(init_value=0.0, end_value=0.1, transition_steps=2),
+                   optax_.cosine_decay_schedule(init_value=0.1, decay_steps=4)],
+        boundaries=[2])
+
+    def train_step(state, batch):
+        def loss_fn(params):
+            logits, new_model_state = state.apply_fn(
+                {"params": params, "batch_stats": state.batch_stats}, batch["image"], mutable=["batch_stats"])
+            one_hot = common_utils.onehot(batch["label"], num_classes=10)
+            loss = jnp.mean(optax_.softmax_cross_entropy(logits=logits, labels=one_hot))
+            l2 = sum(jnp.sum(x ** 2) for x in jax_.tree_util.tree_leaves(params) if x.ndim > 1)
+            return loss + 1e-4 * 0.5 * l2, (new_model_state, logits)
+
+        aux, grads = jax_.value_and_grad(loss_fn, has_aux=True)(state.params)
+        grads = lax.pmean(grads, axis_name="batch")
+        new_model_state, logits = aux[1]
+        metrics = lax.pmean({"loss": aux[0], "accuracy": jnp.mean(jnp.argmax(logits, -1) == batch["label"])},
+                            axis_name="batch")
+        metrics["learning_rate"] = lr_fn(state.step)
+        new_state = state.apply_gradients(grads=grads,
+                                          batch_stats=lax.pmean(new_model_state["batch_stats"], "batch"))
+        return new_state, metrics
+
+    return TrainState, lr_fn, jax_.pmap(train_step, in_axes=(None, 0), out_axes=(None, 0), axis_name="batch")
+
+
+def test_imagenet_pattern(one_device):
+    rs = np.random.RandomState(0)
+    image = rs.normal(size=(4, 16, 16, 3)).astype(np.float32)
+    label = rs.randint(0, 10, size=(4,)).astype(np.int32)
+    fm, pm = _resnet_twin(fnn), _resnet_twin(pnn)
+    variables = jax.jit(fm.init)(jax.random.key(0), jjnp.ones((1, 16, 16, 3)))
+    results = []
+    for jax_, jnp, nn, optax_, cu, ts, lax, m, v in (
+            (jax, jjnp, fnn, optax, f_common_utils, f_train_state, jax.lax, fm, variables),
+            (podlet, pjnp, pnn, poptax, p_common_utils, p_train_state, plax, pm, to_podlet(variables))):
+        TrainState, lr_fn, step = _imagenet_step(jax_, jnp, nn, optax_, cu, ts, lax)
+        state = TrainState.create(apply_fn=m.apply, params=v["params"], batch_stats=v["batch_stats"],
+                                  dynamic_scale=None, tx=optax_.sgd(learning_rate=lr_fn, momentum=0.9, nesterov=True))
+        batch = cu.shard({"image": image, "label": label})
+        assert batch["image"].shape == (1, 4, 16, 16, 3)
+        out = []
+        for _ in range(3):
+            state, metrics = step(state, batch)
+            out.append({k: float(np.asarray(x)[0]) for k, x in cu.get_metrics([metrics]).items()})
+        results.append((out, state.params, state.batch_stats, int(state.step)))
+    (fo, fp, fb, fs), (po, pp, pb, ps) = results
+    assert fs == ps == 3
+    for a, b in zip(fo, po):
+        assert a.keys() == b.keys()
+        for k in a:
+            np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6)
+    assert fo[2]["learning_rate"] == pytest.approx(0.1)
+    close(fp, pp, rtol=1e-4, atol=1e-5)
+    close(fb, pb, rtol=1e-4, atol=1e-5)
+
+
+def test_pmap_out_axes_prefix():
+    n = podlet.local_device_count()
+    x = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+    f = podlet.pmap(lambda s, v: ({"s": s * 2.0, "m": plax.pmean(v, "i")}, v + s),
+                    in_axes=(None, 0), out_axes=({"s": None, "m": None}, 0), axis_name="i")
+    (d, y) = f(pjnp.float32(1.5), x)
+    assert np.asarray(d["s"]).shape == () and float(d["s"]) == 3.0
+    np.testing.assert_allclose(np.asarray(d["m"]), x.mean(0), rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(y), x + 1.5)
+    g = podlet.pmap(lambda v: v * 2.0, out_axes=1, axis_name="i")
+    np.testing.assert_array_equal(np.asarray(g(np.ones((n, 2), np.float32))), np.full((2, n), 2.0))
+    bad = podlet.pmap(lambda v: (v, v), out_axes=(None, 0), axis_name="i")
+    with pytest.raises(ValueError, match=r"out_axes=None for output \[0\]"):
+        bad(x)
+
+
+# ---------------------------------------------------------------------------------
+# vae: setup() submodules, a method called through nn.apply, reparameterisation with
+# random.normal, vmap'd KL and Bernoulli log-likelihood (log_sigmoid, expm1), adam.
+
+def _vae_twin(nn, jnp, random):
+    class Encoder(nn.Module):
+        latents: int
+
+        @nn.compact
+        def __call__(self, x):
+            x = nn.relu(nn.Dense(12, name="fc1")(x))
+            return nn.Dense(self.latents, name="fc2_mean")(x), nn.Dense(self.latents, name="fc2_logvar")(x)
+
+    class Decoder(nn.Module):
+        @nn.compact
+        def __call__(self, z):
+            return nn.Dense(20, name="fc2")(nn.relu(nn.Dense(12, name="fc1")(z)))
+
+    class VAE(nn.Module):
+        latents: int = 3
+
+        def setup(self):
+            self.encoder = Encoder(self.latents)
+            self.decoder = Decoder()
+
+        def __call__(self, x, z_rng):
+            mean, logvar = self.encoder(x)
+            z = mean + random.normal(z_rng, logvar.shape) * jnp.exp(0.5 * logvar)
+            return self.decoder(z), mean, logvar
+
+        def generate(self, z):
+            return nn.sigmoid(self.decoder(z))
+
+    return VAE()
+
+
+def _vae_losses(jax_, jnp, nn):
+    @jax_.vmap
+    def kl(mean, logvar):
+        return -0.5 * jnp.sum(1 + logvar - jnp.square(mean) - jnp.exp(logvar))
+
+    @jax_.vmap
+    def bce(logits, labels):
+        logits = nn.log_sigmoid(logits)
+        return -jnp.sum(labels * logits + (1.0 - labels) * jnp.log(-jnp.expm1(logits)))
+
+    return kl, bce
+
+
+def test_vae_pattern():
+    rs = np.random.RandomState(1)
+    batch = (rs.rand(5, 20) > 0.5).astype(np.float32)
+    z = rs.normal(size=(4, 3)).astype(np.float32)
+    res = []
+    for side in ("jax", "podlet"):
+        jax_, jnp, nn, optax_, ts = ((jax, jjnp, fnn, optax, f_train_state) if side == "jax"
+                                     else (podlet, pjnp, pnn, poptax, p_train_state))
+        m = _vae_twin(nn, jnp, jax_.random)
+        kl, bce = _vae_losses(jax_, jnp, nn)
+        rng, key = jax_.random.split(jax_.random.key(0))
+        params = m.init(key, jnp.ones((5, 20)), rng)["params"]
+        if side == "jax":
+            p0 = params
+        else:
+            close(p0, params, rtol=0, atol=0)  # the same init for the same key
+        state = ts.TrainState.create(apply_fn=m.apply, params=params, tx=optax_.adam(1e-2))
+        out = []
+        for _ in range(2):
+            rng, key = jax_.random.split(rng)
+
+            def loss_fn(params):
+                recon, mean, logvar = m.apply({"params": params}, batch, key)
+                return bce(recon, batch).mean() + kl(mean, logvar).mean()
+
+            loss, grads = jax_.value_and_grad(loss_fn)(state.params)
+            state = state.apply_gradients(grads=grads)
+            out.append(float(loss))
+        gen = nn.apply(lambda vae: vae.generate(z), m)({"params": state.params})
+        res.append((out, gen, state.params))
+    close(*[r[0] for r in res], rtol=1e-5)
+    close(res[0][1], res[1][1], rtol=1e-5, atol=1e-6)
+    close(res[0][2], res[1][2], rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------
+# seq2seq: nn.RNN(LSTMCell, return_carry=True) with seq_lengths; a custom RNNCellBase
+# decoder drawing from make_rng('lstm') (random.categorical, nn.one_hot) under
+# nn.RNN(split_rngs=...), with a tuple initial_carry; a jit'd value_and_grad step.
+
+def _seq2seq_twin(nn, jax_, jnp, teacher_force):
+    class DecoderCell(nn.RNNCellBase):
+        features: int
+        teacher_force: bool
+        vocab_size: int
+
+        @nn.compact
+        def __call__(self, carry, x):
+            lstm_state, last_prediction = carry
+            if not self.teacher_force:
+                x = last_prediction
+            lstm_state, y = nn.LSTMCell(self.features)(lstm_state, x)
+            logits = nn.Dense(features=self.vocab_size)(y)
+            token = jax_.random.categorical(self.make_rng("lstm"), logits)
+            prediction = jax_.nn.one_hot(token, self.vocab_size, dtype=jnp.float32)
+            return (lstm_state, prediction), (logits, prediction)
+
+        @property
+        def num_feature_axes(self):
+            return 1
+
+    class Seq2seq(nn.Module):
+        @nn.compact
+        def __call__(self, enc_in, dec_in):
+            encoder = nn.RNN(nn.LSTMCell(6), return_carry=True, name="encoder")
+            decoder = nn.RNN(DecoderCell(dec_in.shape[-1], teacher_force, 5),
+                             split_rngs={"params": False, "lstm": True}, name="decoder")
+            lengths = jnp.argmax(jnp.argmax(enc_in, axis=-1) == 1, axis=-1)
+            state, _ = encoder(enc_in, seq_lengths=lengths)
+            return decoder(dec_in[:, :-1], initial_carry=(state, dec_in[:, 0]))
+
+    return Seq2seq()
+
+
+def test_seq2seq_pattern():
+    rs = np.random.RandomState(2)
+    enc = np.eye(5, dtype=np.float32)[rs.randint(2, 5, size=(3, 4))]
+    enc[:, 2] = np.eye(5)[1]  # eos
+    dec = np.eye(5, dtype=np.float32)[rs.randint(0, 5, size=(3, 4))]
+    res = []
+    for side in ("jax", "podlet"):
+        jax_, jnp, nn, optax_, ts = ((jax, jjnp, fnn, optax, f_train_state) if side == "jax"
+                                     else (podlet, pjnp, pnn, poptax, p_train_state))
+        m = _seq2seq_twin(nn, jax_, jnp, teacher_force=True)
+        r1, r2 = jax_.random.split(jax_.random.key(0))
+        params = m.init({"params": r1, "lstm": r2}, jnp.ones((3, 4, 5)), jnp.ones((3, 4, 5)))["params"]
+        if side == "jax":
+            p0 = params
+        else:
+            params = to_podlet(p0)
+        state = ts.TrainState.create(apply_fn=m.apply, params=params, tx=optax_.adam(0.01))
+
+        @jax_.jit
+        def step(state, batch, rng):
+            key = jax_.random.fold_in(rng, state.step)
+
+            def loss_fn(params):
+                logits, _ = state.apply_fn({"params": params}, batch["q"], batch["a"], rngs={"lstm": key})
+                return -jnp.mean(jnp.sum(nn.log_softmax(logits) * batch["a"][:, 1:], -1)), logits
+
+            (loss, logits), grads = jax_.value_and_grad(loss_fn, has_aux=True)(state.params)
+            return state.apply_gradients(grads=grads), loss
+
+        out = []
+        for _ in range(2):
+            state, loss = step(state, {"q": enc, "a": dec}, jax_.random.key(1))
+            out.append(float(loss))
+        sampler = _seq2seq_twin(nn, jax_, jnp, teacher_force=False)
+        _, pred = jax_.jit(sampler.apply)({"params": state.params}, enc, dec, rngs={"lstm": jax_.random.key(3)})
+        res.append((out, state.params, pred))
+    close(res[0][0], res[1][0], rtol=1e-5)
+    close(res[0][1], res[1][1], rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(res[1][2]), np.asarray(res[0][2]))
