@@ -128,11 +128,13 @@ def test_bit_functions(dtype):
     a = RNG.integers(-2**31, 2**31 - 1, 3000, dtype=np.int64).astype(dtype)
     b = RNG.integers(-2**31, 2**31 - 1, 3000, dtype=np.int64).astype(dtype)
     a[:4] = np.array([0, 1, -1, 2**31 - 1]).astype(dtype)
-    same(pl.population_count(a), jl.population_count(a))
-    same(pl.clz(a), jl.clz(a))
-    same(pl.mulhi(a, b), jl.mulhi(a, b))
-    same(podlet.jit(pl.mulhi)(a, b), jl.mulhi(a, b))
-    same(podlet.vmap(pl.clz)(a.reshape(30, 100)), jl.clz(a.reshape(30, 100)))
+    pc, cz, mh, cz2 = jax.jit(lambda a, b: (jl.population_count(a), jl.clz(a), jl.mulhi(a, b),
+                                            jl.clz(a.reshape(30, 100))))(a, b)
+    same(pl.population_count(a), pc)
+    same(pl.clz(a), cz)
+    same(pl.mulhi(a, b), mh)
+    same(podlet.jit(pl.mulhi)(a, b), mh)
+    same(podlet.vmap(pl.clz)(a.reshape(30, 100)), cz2)
     with pytest.raises(TypeError):
         pl.population_count(X)
 
@@ -215,26 +217,27 @@ def test_cumulative():
 
 
 def test_reduce():
-    for comp in ("add", "mul", "max", "min"):
-        same(pl.reduce(M, np.float32({"mul": 1}.get(comp, 0) if comp in ("add", "mul") else
-                                      (-np.inf if comp == "max" else np.inf)), getattr(pl, comp), (1,)),
-             jl.reduce(M, np.float32({"mul": 1}.get(comp, 0) if comp in ("add", "mul") else
-                                     (-np.inf if comp == "max" else np.inf)), getattr(jl, comp), (1,)),
-             rtol=2e-6, atol=1e-6)
-    b = M > 0
-    same(pl.reduce(b, True, pl.bitwise_and, (0,)), jl.reduce(b, True, jl.bitwise_and, (0,)))
-    # a generic computation on a pytree of operands: (sum, max) at once
+    inits = {"add": 0, "mul": 1, "max": -np.inf, "min": np.inf}
     fp = lambda a, c: (a[0] + c[0], pnp.maximum(a[1], c[1]))  # noqa: E731
     fj = lambda a, c: (a[0] + c[0], jjnp.maximum(a[1], c[1]))  # noqa: E731
-    for dims in [(0,), (0, 1), (1,)]:
-        rp = pl.reduce((M, M), (np.float32(0), np.float32(-np.inf)), fp, dims)
-        rj = jl.reduce((M, M), (np.float32(0), np.float32(-np.inf)), fj, dims)
-        for p, q in zip(rp, rj):
+    dimss = [(0,), (0, 1), (1,)]
+    b = M > 0
+
+    def ref(m, b):
+        return ([jl.reduce(m, np.float32(i), getattr(jl, c), (1,)) for c, i in inits.items()],
+                jl.reduce(b, True, jl.bitwise_and, (0,)),
+                # a generic computation on a pytree of operands: (sum, max) at once
+                [jl.reduce((m, m), (np.float32(0), np.float32(-np.inf)), fj, d) for d in dimss])
+    mono, band, generic = jax.jit(ref)(M, b)
+    for (c, i), r in zip(inits.items(), mono):
+        same(pl.reduce(M, np.float32(i), getattr(pl, c), (1,)), r, rtol=2e-6, atol=1e-6)
+    same(podlet.jit(lambda v: pl.reduce(v, np.float32(0), pl.add, (1,)))(M), mono[0], rtol=2e-6, atol=1e-6)
+    same(pl.reduce(b, True, pl.bitwise_and, (0,)), band)
+    for d, r in zip(dimss, generic):
+        for p, q in zip(pl.reduce((M, M), (np.float32(0), np.float32(-np.inf)), fp, d), r):
             same(p, q, rtol=1e-5, atol=1e-5)
     g = podlet.grad(lambda v: pl.reduce(v, np.float32(0), lambda a, c: a + c * 1, (0, 1)))(M)
     same(g, np.ones_like(M))
-    same(podlet.jit(lambda v: pl.reduce(v, np.float32(0), pl.add, (0,)))(M), jl.reduce(M, np.float32(0), jl.add, (0,)),
-         rtol=2e-6, atol=1e-6)
     with pytest.raises(ValueError):
         pl.reduce(M, np.float32(0), pl.add, (2,))
 
