@@ -54,7 +54,14 @@ __all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "vmap", "jvp", "line
            "jacobian", "hessian", "linear_transpose", "custom_vjp", "custom_jvp", "checkpoint", "remat",
            "checkpoint_policies", "device_get", "block_until_ready", "pmap",
            "devices", "local_devices", "device_count", "local_device_count", "process_count", "process_index",
-           "tree_util", "numpy", "lax", "random", "nn", "config", "PodletError", "ShapeError", "DTypeError"]
+           "tree_util", "numpy", "lax", "random", "nn", "config", "PodletError", "ShapeError", "DTypeError",
+           "debug", "pure_callback", "named_scope", "named_call", "make_jaxpr", "typeof", "device_put",
+           "clear_caches", "float0", "print_environment_info", "host_count", "host_id", "host_ids",
+           "custom_gradient", "closure_convert", "disable_jit", "ensure_compile_time_eval", "debug_nans",
+           "debug_infs", "log_compiles", "checking_leaks", "check_tracer_leaks", "enable_x64",
+           "numpy_rank_promotion", "numpy_dtype_promotion", "default_device", "transfer_guard",
+           "transfer_guard_host_to_device", "transfer_guard_device_to_host", "transfer_guard_device_to_device",
+           "no_tracing", "no_execution", "explain_cache_misses"]
 
 
 def cpu_info():

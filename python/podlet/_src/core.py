@@ -339,9 +339,9 @@ class _Traced:
         if self.effects and not effects:
             warnings.warn(f"podlet: {len(self.effects)} podlet.debug callback(s) inside "
                           f"{getattr(fun, '__qualname__', 'a traced function')} are dropped: "
-                          "podlet runs host callbacks from eager code, jit, vmap and grad, not "
-                          "from the bodies of scan / while_loop / cond / remat / custom rules "
-                          "(its C++ graphs cannot call Python)", stacklevel=3)
+                          "podlet runs host callbacks from eager code, jit, vmap, grad and vjp, "
+                          "not from pmap, jvp or the bodies of scan / while_loop / cond / remat / "
+                          "custom rules (its C++ graphs cannot call Python)", stacklevel=3)
         trace.graph.outputs = self.out_vids
         self.graph = trace.graph
         self.captures = trace.captures

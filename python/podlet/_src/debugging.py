@@ -11,8 +11,9 @@ graph makes those values extra outputs and calls back when the graph has run:
   the elements in turn).
 * ``grad`` / ``value_and_grad`` / ``vjp``: once, on the forward (primal) values.
 
-Bodies of scan / while_loop / cond / remat and custom-derivative rules run inside the
-C++ engine, which cannot call Python: their callbacks are dropped with a warning.
+pmap, jvp and the bodies of scan / while_loop / cond / remat and custom-derivative
+rules run inside the C++ engine, which cannot call Python (podlet has no host-callback
+primitive): their callbacks are dropped with a warning.
 """
 import functools
 import string
