@@ -376,15 +376,16 @@ def test_gather_scatter_vmap_and_errors():
     x = OP[:4]
     idx = RNG.integers(0, 6, (4, 3, 1)).astype(np.int32)
     gk = dict(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
-    same(podlet.vmap(lambda v, i: pl.gather(v, i, pl.GatherDimensionNumbers(**gk), (1, 7)))(x, idx),
-         jax.vmap(lambda v, i: jl.gather(v, i, jl.GatherDimensionNumbers(**gk), (1, 7)))(x, idx))
+    # vmap and jit against podlet's own eager results (themselves checked against JAX above)
+    g1 = lambda v, i: pl.gather(v, i, pl.GatherDimensionNumbers(**gk), (1, 7))  # noqa: E731
+    same(podlet.vmap(g1)(x, idx), np.stack([g1(x[k], idx[k]) for k in range(4)]))
     sk = dict(update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,))
     u = RNG.standard_normal((4, 3, 7)).astype(np.float32)
-    same(podlet.vmap(lambda v, i, w: pl.scatter_add(v, i, w, pl.ScatterDimensionNumbers(**sk)))(x, idx, u),
-         jax.vmap(lambda v, i, w: jl.scatter_add(v, i, w, jl.ScatterDimensionNumbers(**sk)))(x, idx, u), rtol=1e-6)
-    same(podlet.jit(lambda v, i: pl.scatter_apply(v, i, lambda t: t + 1, pl.ScatterDimensionNumbers(**sk),
-                                                  update_shape=(3, 7)))(x[0], idx[0]),
-         jl.scatter_apply(x[0], idx[0], lambda t: t + 1, jl.ScatterDimensionNumbers(**sk), update_shape=(3, 7)))
+    s1 = lambda v, i, w: pl.scatter_add(v, i, w, pl.ScatterDimensionNumbers(**sk))  # noqa: E731
+    same(podlet.vmap(s1)(x, idx, u), np.stack([s1(x[k], idx[k], u[k]) for k in range(4)]))
+    a1 = lambda v, i: pl.scatter_apply(v, i, lambda t: t + 1, pl.ScatterDimensionNumbers(**sk),  # noqa: E731
+                                       update_shape=(3, 7))
+    same(podlet.jit(a1)(x[0], idx[0]), a1(x[0], idx[0]))
     # gradients of every scatter, unique indices (JAX differentiates scatter_mul only then)
     xu, iu, uu = x[0, :, :5], np.array([[4], [0], [2]], np.int32), u[0, :, :5]
     names = ["scatter", "scatter_mul", "scatter_min", "scatter_max", "scatter_sub"]
@@ -541,10 +542,9 @@ def test_custom_linear_solve():
         out = []
         for sym, a in ((False, A), (True, As)):
             fj = _linsolve(jl, jjnp, sym)
-            out.append((fj(a, b), jax.grad(lambda a, c: (fj(a, c) ** 2).sum(), argnums=(0, 1))(a, b),
-                        None if sym else jax.vmap(lambda t: fj(a, t))(bs)))
+            out.append((fj(a, b), jax.grad(lambda a, c: (fj(a, c) ** 2).sum(), argnums=(0, 1))(a, b)))
         return out
-    for (sym, a), (val, g, vm) in zip(((False, A), (True, As)), jax.jit(ref)(A, As, b, bs)):
+    for (sym, a), (val, g) in zip(((False, A), (True, As)), jax.jit(ref)(A, As, b, bs)):
         fp = _linsolve(pl, pnp, sym)
         same(fp(a, b), val, rtol=1e-6, atol=1e-6)
         gp = podlet.grad(lambda a, c: (fp(a, c) ** 2).sum(), argnums=(0, 1))(a, b)
@@ -552,7 +552,7 @@ def test_custom_linear_solve():
             same(p, q, rtol=1e-5, atol=1e-6)
         if not sym:
             same(podlet.jit(fp)(a, b), val, rtol=1e-6, atol=1e-6)
-            same(podlet.vmap(lambda c: fp(a, c))(bs), vm, rtol=1e-6, atol=1e-6)
+            same(podlet.vmap(lambda c: fp(a, c))(bs), np.stack([fp(a, c) for c in bs]), rtol=1e-6, atol=1e-6)
     with pytest.raises(TypeError):  # no transpose_solve, not symmetric: no reverse mode (as in JAX)
         podlet.grad(lambda c: pl.custom_linear_solve(lambda x: A @ x, c, lambda mv, r: r).sum())(b)
 
@@ -561,7 +561,7 @@ def _sqrt(L):
     def sqrt(a):
         def solve(f, x0):
             x = x0
-            for _ in range(30):
+            for _ in range(10):
                 x = x - f(x) / (2 * x)
             return x
         return L.custom_root(lambda x: x ** 2 - a, 1.0 + a * 0, solve, lambda g, y: y / g(1.0))
@@ -570,11 +570,11 @@ def _sqrt(L):
 
 def test_custom_root():
     a = np.array([2., 5., 7., 0.5], np.float32)
-    val, g, vg = jax.jit(lambda t: (_sqrt(jl)(t[1]), jax.grad(_sqrt(jl))(t[0]), jax.vmap(jax.grad(_sqrt(jl)))(t)))(a)
-    same(_sqrt(pl)(a[1]), val, rtol=1e-7)
-    same(podlet.grad(_sqrt(pl))(a[0]), g, rtol=1e-6)
+    val, vg = jax.jit(lambda t: (jax.vmap(_sqrt(jl))(t), jax.vmap(jax.grad(_sqrt(jl)))(t)))(a)
+    same(_sqrt(pl)(a), val, rtol=1e-7)
+    same(podlet.grad(_sqrt(pl))(a[0]), vg[0], rtol=1e-6)
     same(podlet.vmap(podlet.grad(_sqrt(pl)))(a), vg, rtol=1e-6)
-    same(podlet.jit(_sqrt(pl))(a[1]), val, rtol=1e-6)
+    same(podlet.jit(_sqrt(pl))(a[1]), val[1], rtol=1e-6)
 
 
 def test_collectives():
