@@ -716,3 +716,41 @@ def test_share_scope():
     p = _err(lambda: pnn.share_scope(pnn.Dense(2), pnn.Dense(3)))
     assert j[0].__name__ == p[0].__name__ == "CallShareScopeOnUnboundModuleError"
     assert j[1].split(" (")[0] == p[1].split(" (")[0]
+
+
+def test_threefry_partitionable_and_user_context():
+    for flag in (False, True):
+        with jax.threefry_partitionable(flag):
+            want = np.asarray(jax.random.uniform(jax.random.PRNGKey(3), (5,)))
+        with podlet.threefry_partitionable(flag):
+            got = np.asarray(podlet.random.uniform(podlet.random.PRNGKey(3), (5,)))
+        np.testing.assert_array_equal(got, want)
+    assert podlet.config.threefry_partitionable is True
+    ctx = podlet.make_user_context(default_value=None)
+    f = podlet.jit(lambda x: x * 2)
+    f(pnp.float32(1))
+    with ctx(1):
+        f(pnp.float32(1))
+        f(pnp.float32(2))
+        assert ctx.value == 1
+    with ctx(2):
+        f(pnp.float32(1))
+    f(pnp.float32(1))
+    assert f.trace_count == 3 and ctx.value is None
+
+
+def test_fwd_and_bwd():
+    def fun(np_):
+        return lambda x, w: np_.sum(np_.tanh(x @ w))
+
+    x, w = np.ones((2, 3), np.float32), np.arange(6, dtype=np.float32).reshape(3, 2) / 10
+    for argnums in (1, (0, 1)):
+        jf, jb = jax.fwd_and_bwd(fun(jnp), argnums)
+        pf, pb = podlet.fwd_and_bwd(fun(pnp), argnums)
+        jy, jv = jf(jnp.asarray(x), jnp.asarray(w))
+        py, pv = pf(pnp.asarray(x), pnp.asarray(w))
+        np.testing.assert_allclose(float(py), float(jy), rtol=1e-6)
+        jg, pg = jb(jv, jnp.float32(1)), pb(pv, pnp.float32(1))
+        for a, b in zip(jax.tree.leaves(jg), ptu.tree_leaves(pg)):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5)
+        assert str(jax.tree.structure(jg)) == str(ptu.tree_structure(pg))

@@ -61,7 +61,8 @@ __all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "vmap", "jvp", "line
            "debug_infs", "log_compiles", "checking_leaks", "check_tracer_leaks", "enable_x64",
            "numpy_rank_promotion", "numpy_dtype_promotion", "default_device", "transfer_guard",
            "transfer_guard_host_to_device", "transfer_guard_device_to_host", "transfer_guard_device_to_device",
-           "no_tracing", "no_execution", "explain_cache_misses"]
+           "no_tracing", "no_execution", "explain_cache_misses", "threefry_partitionable", "make_user_context",
+           "fwd_and_bwd"]
 
 
 def cpu_info():
@@ -85,6 +86,8 @@ from ._src.config_contexts import (disable_jit, ensure_compile_time_eval, debug_
                                    numpy_rank_promotion, numpy_dtype_promotion, default_device,
                                    transfer_guard, transfer_guard_host_to_device,
                                    transfer_guard_device_to_host, transfer_guard_device_to_device,
-                                   no_tracing, no_execution, explain_cache_misses)
+                                   no_tracing, no_execution, explain_cache_misses, threefry_partitionable,
+                                   make_user_context)
+from ._src.fwd_and_bwd import fwd_and_bwd  # noqa: E402
 from . import distributed  # noqa: E402
 from .jax_utils import shard, device_put_replicated, device_put_sharded  # noqa: E402

@@ -23,6 +23,9 @@ decorator, like jax's). What each flag does in podlet:
   is recorded and validated, nothing is logged or refused.
 * ``default_device``: recorded; every array lives on the one CPU device.
 * ``enable_x64``: podlet's x64 mode (64-bit default dtypes), like ``config.enable_x64``.
+* ``threefry_partitionable``: which of jax's threefry schemes podlet.random reproduces.
+* ``make_user_context(default)``: a context whose value is part of every jit cache
+  key, so a change of value retraces.
 """
 import contextlib
 import functools
@@ -82,6 +85,9 @@ no_tracing = _flag("no_tracing", doc="Raise RuntimeError when jit would trace.")
 no_execution = _flag("no_execution", doc="Raise RuntimeError when anything would run.")
 explain_cache_misses = _flag("explain_cache_misses", doc="Recorded: podlet's jit always logs why "
                                                          "it retraces.")
+threefry_partitionable = _flag("threefry_partitionable", doc="jax's partitionable threefry "
+                                                             "scheme (default) or, with False, its legacy one; "
+                                                             "podlet.random follows it bit for bit.")
 enable_x64 = _flag("enable_x64", doc="64-bit default dtypes inside the block.")
 numpy_rank_promotion = _flag("numpy_rank_promotion", "allow")
 numpy_dtype_promotion = _flag("numpy_dtype_promotion", "standard")
@@ -150,3 +156,26 @@ def _check_strict(x1, x2):
             f"Input dtypes {tuple(sorted(names))} have no available implicit dtype promotion "
             "path when jax_numpy_dtype_promotion=strict. Try explicitly casting inputs to the "
             "desired output type, or set jax_numpy_dtype_promotion=standard.")
+
+
+class UserContext:
+    """A value jit's cache depends on (jax.make_user_context): ``with ctx(v): f(x)``
+    traces ``f`` again for each new ``v``; ``ctx.value`` reads it."""
+
+    def __init__(self, default_value=None):
+        self.value = default_value
+
+    @contextlib.contextmanager
+    def __call__(self, new_value):
+        old, self.value = self.value, new_value
+        try:
+            yield
+        finally:
+            self.value = old
+
+
+def make_user_context(default_value=None):
+    from . import core
+    ctx = UserContext(default_value)
+    core.user_contexts.append(ctx)
+    return ctx

@@ -411,6 +411,8 @@ class JittedFunction:
         leaves, in_tree = tree_util.tree_flatten((dyn_args, dyn_kwargs))
         conv, sig = _abstractify_all(leaves)
         key = (in_tree, tuple(sig), statics)
+        if user_contexts:  # jax.make_user_context: their values are part of the key
+            key += (tuple(c.value for c in user_contexts),)
         entry = self._cache.get(key)
         if entry is None:
             if self._last_key is not None:
@@ -513,6 +515,7 @@ class JittedFunction:
                                      f"{getattr(self._fun, '__name__', 'fun')})")
 
 
+user_contexts = []  # podlet.make_user_context's contexts (_src/config_contexts.py)
 _OP_BY_OP = object()  # cache marker: this signature runs the Python function op by op
 
 
