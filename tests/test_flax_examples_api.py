@@ -26,6 +26,11 @@ def to_podlet(tree):
     return jax.tree_util.tree_map(lambda x: pjnp.asarray(np.asarray(x)), tree)
 
 
+def to_jax(tree):
+    """podlet's init (cheap) handed to Flax: JAX's apply fails on any name or shape that differs."""
+    return podlet.tree_util.tree_map(lambda x: jjnp.asarray(np.asarray(x)), tree)
+
+
 def close(a, b, rtol=1e-5, atol=1e-6):
     la, lb = jax.tree_util.tree_leaves(a), podlet.tree_util.tree_leaves(b)
     assert len(la) == len(lb)
@@ -113,14 +118,15 @@ def test_imagenet_pattern(one_device):
     image = rs.normal(size=(4, 16, 16, 3)).astype(np.float32)
     label = rs.randint(0, 10, size=(4,)).astype(np.int32)
     fm, pm = _resnet_twin(fnn), _resnet_twin(pnn)
-    variables = jax.jit(fm.init)(jax.random.key(0), jjnp.ones((1, 16, 16, 3)))
+    variables = to_jax(podlet.jit(pm.init)(podlet.random.key(0), pjnp.ones((1, 16, 16, 3))))
     results = []
     for jax_, jnp, nn, optax_, cu, ts, lax, m, v in (
             (jax, jjnp, fnn, optax, f_common_utils, f_train_state, jax.lax, fm, variables),
             (podlet, pjnp, pnn, poptax, p_common_utils, p_train_state, plax, pm, to_podlet(variables))):
         TrainState, lr_fn, step = _imagenet_step(jax_, jnp, nn, optax_, cu, ts, lax)
-        state = TrainState.create(apply_fn=m.apply, params=v["params"], batch_stats=v["batch_stats"],
-                                  dynamic_scale=None, tx=optax_.sgd(learning_rate=lr_fn, momentum=0.9, nesterov=True))
+        tx = optax_.sgd(learning_rate=lr_fn, momentum=0.9, nesterov=True)
+        state = jax_.jit(lambda v: TrainState.create(apply_fn=m.apply, params=v["params"], tx=tx,
+                                                     batch_stats=v["batch_stats"], dynamic_scale=None))(v)
         batch = cu.shard({"image": image, "label": label})
         assert batch["image"].shape == (1, 4, 16, 16, 3)
         out = []
@@ -215,24 +221,33 @@ def test_vae_pattern():
         m = _vae_twin(nn, jnp, jax_.random)
         kl, bce = _vae_losses(jax_, jnp, nn)
         rng, key = jax_.random.split(jax_.random.key(0))
-        params = m.init(key, jnp.ones((5, 20)), rng)["params"]
-        if side == "jax":
-            p0 = params
-        else:
-            close(p0, params, rtol=0, atol=0)  # the same init for the same key
-        state = ts.TrainState.create(apply_fn=m.apply, params=params, tx=optax_.adam(1e-2))
-        out = []
-        for _ in range(2):
-            rng, key = jax_.random.split(rng)
 
+        @jax_.jit
+        def create(key, rng):
+            params = m.init(key, jnp.ones((5, 20)), rng)["params"]
+            return ts.TrainState.create(apply_fn=m.apply, params=params, tx=optax_.adam(1e-2))
+
+        state = create(key, rng)
+        if side == "jax":
+            p0 = state.params
+        else:
+            close(p0, state.params, rtol=0, atol=0)  # the same init for the same key
+
+        @jax_.jit
+        def step(state, key):
             def loss_fn(params):
                 recon, mean, logvar = m.apply({"params": params}, batch, key)
                 return bce(recon, batch).mean() + kl(mean, logvar).mean()
 
             loss, grads = jax_.value_and_grad(loss_fn)(state.params)
-            state = state.apply_gradients(grads=grads)
+            return state.apply_gradients(grads=grads), loss
+
+        out = []
+        for _ in range(2):
+            rng, key = jax_.random.split(rng)
+            state, loss = step(state, key)
             out.append(float(loss))
-        gen = nn.apply(lambda vae: vae.generate(z), m)({"params": state.params})
+        gen = jax_.jit(lambda p: nn.apply(lambda vae: vae.generate(z), m)({"params": p}))(state.params)
         res.append((out, gen, state.params))
     close(*[r[0] for r in res], rtol=1e-5)
     close(res[0][1], res[1][1], rtol=1e-5, atol=1e-6)
@@ -288,13 +303,13 @@ def test_seq2seq_pattern():
         jax_, jnp, nn, optax_, ts = ((jax, jjnp, fnn, optax, f_train_state) if side == "jax"
                                      else (podlet, pjnp, pnn, poptax, p_train_state))
         m = _seq2seq_twin(nn, jax_, jnp, teacher_force=True)
-        r1, r2 = jax_.random.split(jax_.random.key(0))
-        params = m.init({"params": r1, "lstm": r2}, jnp.ones((3, 4, 5)), jnp.ones((3, 4, 5)))["params"]
         if side == "jax":
-            p0 = params
+            r1, r2 = podlet.random.split(podlet.random.key(0))
+            p0 = podlet.jit(_seq2seq_twin(pnn, podlet, pjnp, True).init)({"params": r1, "lstm": r2}, enc, dec)
+            params = to_jax(p0["params"])
         else:
-            params = to_podlet(p0)
-        state = ts.TrainState.create(apply_fn=m.apply, params=params, tx=optax_.adam(0.01))
+            params = p0["params"]
+        state = jax_.jit(lambda p: ts.TrainState.create(apply_fn=m.apply, params=p, tx=optax_.adam(0.01)))(params)
 
         @jax_.jit
         def step(state, batch, rng):
@@ -317,3 +332,144 @@ def test_seq2seq_pattern():
     close(res[0][0], res[1][0], rtol=1e-5)
     close(res[0][1], res[1][1], rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(res[1][2]), np.asarray(res[0][2]))
+
+
+# ---------------------------------------------------------------------------------
+# sst2: an Embed-like param made in setup(), word dropout through make_rng('dropout') and
+# nn.module.merge_param, nn.Dropout, a bidirectional LSTM built from
+# nn.transforms.scan(OptimizedLSTMCell, variable_broadcast='params', in_axes=1,
+# out_axes=1) with vmap'd per-row sequence flips, a struct.PyTreeNode of metrics with a
+# plain int field, optax.chain(sgd(momentum), add_decayed_weights), jit'd step with fold_in.
+
+def _sst2_twin(nn, jax_, jnp):
+    @jax_.vmap
+    def flip(inputs, lengths):
+        return jnp.flip(jnp.roll(inputs, inputs.shape[0] - lengths, axis=0), axis=0)
+
+    class WordDropout(nn.Module):
+        rate: float
+        deterministic: bool | None = None
+
+        @nn.compact
+        def __call__(self, ids, deterministic=None):
+            deterministic = nn.module.merge_param("deterministic", self.deterministic, deterministic)
+            if deterministic:
+                return ids
+            mask = jax_.random.bernoulli(self.make_rng("dropout"), p=self.rate, shape=ids.shape)
+            return jnp.where(mask, jnp.array([1]), ids)
+
+    class LSTM(nn.Module):
+        hidden: int
+
+        @functools.partial(nn.transforms.scan, variable_broadcast="params", in_axes=1, out_axes=1,
+                           split_rngs={"params": False})
+        @nn.compact
+        def __call__(self, carry, x):
+            return nn.OptimizedLSTMCell(self.hidden)(carry, x)
+
+        def initialize_carry(self, shape):
+            return nn.OptimizedLSTMCell(self.hidden, parent=None).initialize_carry(jax_.random.key(0), shape)
+
+    class Classifier(nn.Module):
+        def setup(self):
+            self.embedding = self.param("embedding", nn.initializers.normal(stddev=0.1), (12, 5), jnp.float32)
+            self.word_dropout = WordDropout(0.2)
+            self.dropout = nn.Dropout(rate=0.5)
+            self.fwd, self.bwd = LSTM(4), LSTM(4)
+            self.out = nn.Dense(1, use_bias=False)
+
+        def __call__(self, ids, lengths, deterministic=None):
+            x = self.embedding[self.word_dropout(ids, deterministic=deterministic)]
+            x = self.dropout(x, deterministic=deterministic)
+            _, f = self.fwd(self.fwd.initialize_carry(x[:, 0].shape), x)
+            _, b = self.bwd(self.bwd.initialize_carry(x[:, 0].shape), flip(x, lengths))
+            h = jnp.concatenate([f, flip(b, lengths)], -1)
+            h = h[jnp.arange(h.shape[0]), lengths - 1]
+            return self.out(nn.tanh(h))
+
+    return Classifier()
+
+
+def test_sst2_pattern():
+    rs = np.random.RandomState(3)
+    batch = {"ids": rs.randint(2, 12, size=(3, 6)).astype(np.int32),
+             "length": np.array([6, 2, 4], np.int32), "label": np.array([1, 0, 1], np.int32)}
+    p0 = podlet.jit(functools.partial(_sst2_twin(pnn, podlet, pjnp).init, deterministic=True))(
+        podlet.random.key(0), pjnp.ones((2, 3), pjnp.int32), pjnp.ones((2,), pjnp.int32))["params"]
+    assert set(p0) == {"embedding", "fwd", "bwd", "out"} and "OptimizedLSTMCell_0" in p0["fwd"]
+    res = []
+    for side in ("jax", "podlet"):
+        jax_, jnp, nn, optax_, ts, struct = ((jax, jjnp, fnn, optax, f_train_state, __import__("flax").struct)
+                                             if side == "jax" else
+                                             (podlet, pjnp, pnn, poptax, p_train_state, podlet.struct))
+        m = _sst2_twin(nn, jax_, jnp)
+
+        class Metrics(struct.PyTreeNode):
+            loss: object
+            count: int | None = None
+
+        tx = optax_.chain(optax_.sgd(learning_rate=0.1, momentum=0.9), optax_.add_decayed_weights(1e-3))
+        state = jax_.jit(lambda p: ts.TrainState.create(apply_fn=m.apply, params=p, tx=tx))(
+            to_jax(p0) if side == "jax" else p0)
+
+        @jax_.jit
+        def step(state, batch, rngs):
+            rngs = {k: jax_.random.fold_in(r, state.step) for k, r in rngs.items()}
+
+            def loss_fn(params):
+                logits = state.apply_fn({"params": params}, batch["ids"], batch["length"], deterministic=False,
+                                        rngs=rngs)
+                return jnp.mean(optax_.sigmoid_binary_cross_entropy(logits[:, 0], batch["label"])), logits
+
+            (loss, logits), grads = jax_.value_and_grad(loss_fn, has_aux=True)(state.params)
+            return state.apply_gradients(grads=grads), Metrics(loss=loss, count=logits.shape[0])
+
+        out = []
+        for _ in range(2):
+            state, metrics = step(state, batch, {"dropout": jax_.random.key(1)})
+            assert metrics.count == 3
+            out.append(float(metrics.loss))
+        res.append((out, state.params))
+    close(res[0][0], res[1][0], rtol=1e-5)
+    close(res[0][1], res[1][1], rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------
+# sst2 / imagenet log through flax.metrics.tensorboard: podlet.metrics.tensorboard writes
+# the same TFRecord-framed event files without TensorFlow.
+
+def _crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    crc ^= 0xFFFFFFFF
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_tensorboard_summary_writer(tmp_path):
+    import struct as st
+    from podlet.metrics import tensorboard
+    w = tensorboard.SummaryWriter(str(tmp_path))
+    w.scalar("train_loss", np.float32(0.25), 7)
+    w.text("note", "hello", 1)
+    w.hparams({"lr": 0.1, "model": {"depth": 2}})
+    w.close()
+    with pytest.raises(ValueError, match="closed"):
+        w.scalar("x", 1.0, 0)
+    (path,) = list(tmp_path.iterdir())
+    assert path.name.startswith("events.out.tfevents.")
+    raw, records = path.read_bytes(), []
+    while raw:
+        (n,) = st.unpack("<Q", raw[:8])
+        assert st.unpack("<I", raw[8:12])[0] == _crc32c(raw[:8])
+        data = raw[12:12 + n]
+        assert st.unpack("<I", raw[12 + n:16 + n])[0] == _crc32c(data)
+        records.append(data)
+        raw = raw[16 + n:]
+    assert len(records) == 4 and b"brain.Event:2" in records[0]
+    # Event{step: 7 (field 2), summary (5){value (1){tag (1): "train_loss", simple_value (2): 0.25}}}
+    assert b"\x10\x07" in records[1] and b"\x0a\x0atrain_loss\x15" + st.pack("<f", 0.25) in records[1]
+    assert b"hello" in records[2] and b"text" in records[2]
+    assert b"| model.depth | 2 |" in records[3] and b"| lr | 0.1 |" in records[3]

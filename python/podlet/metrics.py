@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._src import tensorboard  # flax.metrics.tensorboard: `from podlet.metrics import tensorboard`
+
 __all__ = ["confusion_matrix", "accuracy", "balanced_accuracy", "precision_recall_f1", "macro_f1",
            "roc_auc_ovr", "binary_roc_auc", "classification_metrics"]
 
