@@ -473,3 +473,96 @@ def test_tensorboard_summary_writer(tmp_path):
     assert b"\x10\x07" in records[1] and b"\x0a\x0atrain_loss\x15" + st.pack("<f", 0.25) in records[1]
     assert b"hello" in records[2] and b"text" in records[2]
     assert b"| model.depth | 2 |" in records[3] and b"| lr | 0.1 |" in records[3]
+
+
+# ---------------------------------------------------------------------------------
+# lm1b: nn.Embed shared for input and output (attend), MultiHeadDotProductAttention with
+# combine_masks(make_attention_mask, make_causal_mask) in training and with the
+# autoregressive cache (decode=True, mutable=['cache']) in sampling, a temperature /
+# top-k sampler in lax.while_loop (top_k, categorical, take_along_axis,
+# dynamic_update_slice), label smoothing through common_utils.onehot(on_value,
+# off_value), adamw on join_schedules(linear warmup, rsqrt decay).
+
+def _lm_twin(nn, jnp, decode):
+    class LM(nn.Module):
+        @nn.compact
+        def __call__(self, ids, train: bool = False):
+            emb = nn.Embed(11, 8, embedding_init=nn.initializers.normal(stddev=1.0), name="embed")
+            x = emb(ids.astype(jnp.int32))
+            mask = None if decode else nn.combine_masks(nn.make_attention_mask(ids > 0, ids > 0),
+                                                        nn.make_causal_mask(ids))
+            y = nn.MultiHeadDotProductAttention(
+                num_heads=2, qkv_features=8, kernel_init=nn.initializers.xavier_uniform(),
+                bias_init=nn.initializers.normal(stddev=1e-6), use_bias=False, broadcast_dropout=False, dropout_rate=0.1,
+                deterministic=not train, decode=decode)(nn.LayerNorm()(x), mask=mask)
+            x = x + nn.Dropout(rate=0.1)(y, deterministic=not train)
+            return emb.attend(nn.LayerNorm()(x))
+
+    return LM()
+
+
+def _lm_sample(jax_, jnp, lax, model, params, cache, prompt, key):
+    steps = prompt.shape[1]
+
+    def body(s):
+        i, seqs, cache, tok, rng = s
+        rng, sub = jax_.random.split(rng)
+        logits, new_vars = model.apply({"params": params, "cache": cache}, tok, mutable=["cache"])
+        vals, idxs = lax.top_k(logits[:, 0], 3)
+        pick = jax_.random.categorical(sub, vals / 0.7).astype(jnp.int32)[:, None]
+        nxt = jnp.take_along_axis(idxs, pick, axis=-1)[:, 0]
+        nxt = jnp.where(seqs[:, i + 1] == 0, nxt, seqs[:, i + 1])
+        return i + 1, lax.dynamic_update_slice(seqs, nxt[:, None], (0, i + 1)), new_vars["cache"], nxt[:, None], rng
+
+    init = (jnp.array(0), prompt, cache, prompt[:, :1], key)
+    return lax.while_loop(lambda s: s[0] < steps - 1, body, init)[1]
+
+
+def test_lm1b_pattern():
+    rs = np.random.RandomState(4)
+    ids = np.concatenate([rs.randint(1, 11, size=(2, 5)), np.zeros((2, 2))], 1).astype(np.int32)
+    prompt = ids.copy()
+    prompt[:, 2:] = 0
+    pm = _lm_twin(pnn, pjnp, decode=False)
+    p0 = podlet.jit(pm.init)(podlet.random.key(0), pjnp.ones((2, 7), pjnp.int32))["params"]
+    res = []
+    for side in ("jax", "podlet"):
+        jax_, jnp, nn, optax_, ts, cu, lax = ((jax, jjnp, fnn, optax, f_train_state, f_common_utils, jax.lax)
+                                              if side == "jax" else
+                                              (podlet, pjnp, pnn, poptax, p_train_state, p_common_utils, plax))
+        m, dm = _lm_twin(nn, jnp, False), _lm_twin(nn, jnp, True)
+        lr = optax_.join_schedules([optax_.linear_schedule(0.0, 0.01, 2), lambda c: 0.01 * (c + 2) ** -0.5 * 2 ** 0.5],
+                                   [2])
+        tx = optax_.adamw(lr, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.1)
+        state = jax_.jit(lambda p: ts.TrainState.create(apply_fn=m.apply, params=p, tx=tx))(
+            to_jax(p0) if side == "jax" else p0)
+
+        @jax_.jit
+        def step(state, inputs, rng):
+            rng = jax_.random.fold_in(rng, state.step)
+            weights = jnp.where(inputs > 0, 1, 0).astype(jnp.float32)
+
+            def loss_fn(params):
+                logits = m.apply({"params": params}, inputs, train=True, rngs={"dropout": rng})
+                targets = cu.onehot(inputs, 11, on_value=0.9, off_value=0.01)
+                loss = -jnp.sum(targets * nn.log_softmax(logits), axis=-1)
+                return (loss * weights).sum() / weights.sum()
+
+            loss, grads = jax_.value_and_grad(loss_fn)(state.params)
+            return state.apply_gradients(grads=grads), loss
+
+        out = []
+        for _ in range(2):
+            state, loss = step(state, ids, jax_.random.key(1))
+            out.append(float(loss))
+
+        @jax_.jit
+        def predict(params, prompt, key):
+            cache = dm.init(jax_.random.key(0), jnp.ones(prompt.shape, jnp.int32))["cache"]
+            return _lm_sample(jax_, jnp, lax, dm, params, cache, prompt, key)
+
+        res.append((out, state.params, predict(state.params, prompt, jax_.random.key(5))))
+    close(res[0][0], res[1][0], rtol=1e-5)
+    close(res[0][1], res[1][1], rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(res[1][2]), np.asarray(res[0][2]))
+    assert (np.asarray(res[1][2])[:, :2] == ids[:, :2]).all()

@@ -13,6 +13,7 @@ import inspect
 import warnings
 from typing import Any, Callable
 
+from .. import lax
 from .. import numpy as jnp
 from .. import random
 from . import initializers
@@ -168,8 +169,6 @@ class MultiHeadDotProductAttention(Module):
         `inputs_v` None the values are `inputs_k`. `mask` is boolean,
         ``[batch..., num_heads, q_length, kv_length]`` (broadcastable).
         """
-        if self.decode:
-            raise NotImplementedError("MultiHeadDotProductAttention(decode=True) is not supported by podlet")
         if inputs_kv is not None:
             if inputs_k is not None or inputs_v is not None:
                 raise ValueError("If either `inputs_k` or `inputs_v` is not None, `inputs_kv` must be None. If "
@@ -200,6 +199,31 @@ class MultiHeadDotProductAttention(Module):
         if self.normalize_qk:
             query = LayerNorm(name="query_ln", use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype)(query)
             key = LayerNorm(name="key_ln", use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype)(key)
+
+        if self.decode:
+            # The autoregressive cache (flax's 'cache' collection): `init` on a full-length input makes
+            # zero-filled cached_key / cached_value and cache_index 0; each later call with a single
+            # position writes its key and value at cache_index and attends to positions <= it.
+            is_initialized = self.has_variable("cache", "cached_key")
+            cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+            cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+            cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
+            if is_initialized:
+                *batch_dims, max_length, num_heads, depth_per_head = cached_key.value.shape
+                expected_shape = tuple(batch_dims) + (1, num_heads, depth_per_head)
+                if expected_shape != tuple(query.shape):
+                    raise ValueError(f"Autoregressive cache shape error, expected query shape {expected_shape} "
+                                     f"instead got {tuple(query.shape)}.")
+                cur_index = cache_index.value
+                zero = jnp.array(0, dtype=cur_index.dtype)
+                indices = (zero,) * len(batch_dims) + (cur_index, zero, zero)
+                key = lax.dynamic_update_slice(cached_key.value, key, indices)
+                value = lax.dynamic_update_slice(cached_value.value, value, indices)
+                cached_key.value = key
+                cached_value.value = value
+                cache_index.value = cache_index.value + 1
+                mask = combine_masks(mask, jnp.broadcast_to(jnp.arange(max_length) <= cur_index,
+                                                            tuple(batch_dims) + (1, 1, max_length)))
 
         if self.dropout_rate > 0.0:  # `deterministic` is required only with dropout
             m_deterministic = merge_param("deterministic", self.deterministic, deterministic)
