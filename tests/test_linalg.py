@@ -123,8 +123,8 @@ def test_primitives_refuse_bad_dtypes_and_shapes():
 
 def test_bad_values_give_nans_like_jax():
     not_pd = np.array([[1.0, 2.0], [2.0, 1.0]], np.float32)
-    assert np.isnan(np.asarray(la.cholesky(not_pd))).all()
-    assert np.isnan(np.asarray(jnp_jax.linalg.cholesky(not_pd))).all()
+    np.testing.assert_array_equal(np.asarray(la.cholesky(not_pd)), np.asarray(jnp_jax.linalg.cholesky(not_pd)))
+    assert np.isnan(np.asarray(la.cholesky(not_pd))[1, 1])
     nan = np.full((3, 3), np.nan, np.float32)
     for f in (la.eigvalsh, la.svdvals, lambda x: la.qr(x).R):
         assert np.isnan(np.asarray(f(nan))).all()
@@ -219,7 +219,8 @@ def test_norms_and_products_match_jax():
         la.norm(x, "bad", axis=(0, 1))
     y = rand(2, 4, 3)
     close(la.matmul(x, y), jnp_jax.linalg.matmul(x, y))
-    close(la.tensordot(x, y, axes=1), jnp_jax.linalg.tensordot(x, y, axes=1))
+    z = rand(4, 5)
+    close(la.tensordot(x, z, axes=1), jnp_jax.linalg.tensordot(x, z, axes=1))
     close(la.matrix_transpose(x), jnp_jax.linalg.matrix_transpose(x))
     close(la.diagonal(x, offset=1), jnp_jax.linalg.diagonal(x, offset=1))
     close(la.trace(x), jnp_jax.linalg.trace(x))

@@ -90,7 +90,9 @@ def triangular_solve(a, b, left_side=False, lower=False, transpose_a=False, conj
 
 @custom_jvp
 def _cholesky(a):
-    return bind("cholesky", a)
+    # tril: a matrix that is not positive definite gives NaN below the diagonal and 0
+    # above, as JAX's jnp.tril(cholesky_p.bind(x)).
+    return jnp.tril(bind("cholesky", a))
 
 
 @_cholesky.defjvp
@@ -132,10 +134,16 @@ def _lu_solve(lu_, perm, b):
     return _ts(lu_, y, lower=False)
 
 
-@custom_jvp
-def _solve(a, b):
+def _solve_raw(a, b):
+    """a^-1 b through lu and two triangular solves: linear in b, differentiable in b only
+    (the custom_jvp rules below use it for tangents)."""
     lu_, _, perm = _lu_raw(a)
     return _lu_solve(lu_, perm, b)
+
+
+@custom_jvp
+def _solve(a, b):
+    return _solve_raw(a, b)
 
 
 @_solve.defjvp

@@ -13,8 +13,8 @@ import numpy as _np
 from .. import numpy as jnp
 from .custom_derivatives import custom_jvp
 from . import lax_linalg as _ll
-from .lax_linalg import (_T, _bcast_batch, _eye_like, _inexact, _lu_raw, _lu_solve, _solve, _square,
-                         _svd_thin)
+from .lax_linalg import (_T, _bcast_batch, _eye_like, _inexact, _lu_raw, _lu_solve, _solve, _solve_raw,
+                         _square, _svd_thin)
 
 __all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul",
            "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv",
@@ -110,7 +110,7 @@ def _slogdet_lu(a):
 def _slogdet_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
     sign, ans = _slogdet_raw(a)
-    ans_dot = jnp.trace(_solve(a, da), axis1=-1, axis2=-2)
+    ans_dot = jnp.trace(_solve_raw(a, da), axis1=-1, axis2=-2)
     return (sign, ans), (jnp.zeros_like(sign), ans_dot)
 
 
@@ -147,7 +147,7 @@ def _det_jvp(primals, tangents):
     # d det = det tr(a^-1 da) (JAX uses a cofactor solve that also covers singular a).
     (a,), (da,) = primals, tangents
     y = _det(a)
-    return y, y * jnp.trace(_solve(a, da), axis1=-1, axis2=-2)
+    return y, y * jnp.trace(_solve_raw(a, da), axis1=-1, axis2=-2)
 
 
 def det(a):
