@@ -358,3 +358,30 @@ def test_submodules_and_names():
     r = la.svd(rand(3, 2))
     assert (r.U.shape, r.S.shape, r.Vh.shape) == ((3, 3), (2,), (2, 2))
     assert la.solve(np.eye(2, dtype=np.int32), np.ones(2, np.int32)).dtype == np.float32
+
+
+def test_bits_do_not_depend_on_thread_count():
+    a = spd(6, n=5)
+    m = rand(6, 5, 3)
+    n0 = podlet.config.num_threads
+    outs = []
+    try:
+        for threads in (1, 2):
+            podlet.config.update("num_threads", threads)
+            outs.append([np.asarray(o) for o in (la.cholesky(a), *la.eigh(a), *la.svd(m), *la.qr(m), la.inv(a),
+                                                 lla.triangular_solve(a, m, left_side=True, lower=True))])
+    finally:
+        podlet.config.update("num_threads", n0)
+    for x, y in zip(*outs):
+        assert x.tobytes() == y.tobytes()
+
+
+def test_second_derivatives_through_a_factorisation_are_a_named_error():
+    # The factorisations are differentiated by custom_jvp rules evaluated on the bare
+    # primitives, which have no VJP of their own: an error naming one, never a zero.
+    a = spd(n=3)
+    with pytest.raises(podlet.PodletError, match="'cholesky'"):
+        podlet.grad(lambda x: jnp.sum(podlet.grad(lambda y: jnp.sum(la.cholesky(y)))(x)))(a)
+    with pytest.raises(podlet.PodletError, match="'lu'"):
+        podlet.grad(lambda x: jnp.sum(lla.lu(x)[0]))(a)
+    assert podlet.jacfwd(la.eigvalsh)(a).shape == (3, 3, 3)
