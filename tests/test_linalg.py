@@ -385,3 +385,16 @@ def test_second_derivatives_through_a_factorisation_are_a_named_error():
     with pytest.raises(podlet.PodletError, match="'lu'"):
         podlet.grad(lambda x: jnp.sum(lla.lu(x)[0]))(a)
     assert podlet.jacfwd(la.eigvalsh)(a).shape == (3, 3, 3)
+
+
+def test_empty_matrices_like_jax():
+    z = lambda *s: np.zeros(s, np.float32)
+    assert la.cholesky(z(0, 0)).shape == (0, 0)
+    assert [x.shape for x in la.svd(z(3, 0))] == [(3, 3), (0,), (0, 0)]
+    assert la.svd(z(2, 3, 0), compute_uv=False).shape == (2, 0)
+    assert [x.shape for x in la.qr(z(0, 3))] == [(0, 0), (0, 3)]
+    assert la.inv(z(2, 0, 0)).shape == (2, 0, 0)
+    assert [x.shape for x in la.eigh(z(0, 0))] == [(0,), (0, 0)]
+    assert float(la.det(z(0, 0))) == 1.0 and [float(x) for x in la.slogdet(z(0, 0))] == [1.0, 0.0]
+    assert la.solve(z(0, 0), z(0, 2)).shape == (0, 2)
+    assert la.pinv(z(0, 3)).shape == (3, 0)
