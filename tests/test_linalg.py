@@ -277,8 +277,9 @@ def jax_grads(request):
     """Every reference gradient from one jitted JAX program (one compile, not dozens of
     eager ones), kept in JAX's persistent compilation cache under .pytest_cache (as
     tests/test_numpy_api.py does): repeated runs skip the compile."""
-    if not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", str(request.config.cache.mkdir("jax_oracle_xla_cache")))
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider
+    if cache is not None and not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(cache.mkdir("jax_oracle_xla_cache")))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     names = list(GRAD_CASES)
     f = jax.jit(lambda *xs: [jax.grad(GRAD_CASES[n][0](jnp_jax, jnp_jax.linalg))(x) for n, x in zip(names, xs)])
