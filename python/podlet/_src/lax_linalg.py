@@ -183,19 +183,19 @@ def eigh(x, *, lower=True, symmetrize_input=True, sort_eigenvalues=True, subset_
     return _eigh(_sym(x) if symmetrize_input else x, bool(lower))
 
 
-@custom_jvp
-def _qr(a):
-    q, r = bind("qr", a, full_matrices=0)
+@functools.partial(custom_jvp, nondiff_argnums=(1,))
+def _qr(a, full_matrices):
+    q, r = bind("qr", a, full_matrices=_i(full_matrices))
     return q, r
 
 
 @_qr.defjvp
-def _qr_jvp(primals, tangents):
+def _qr_jvp(full_matrices, primals, tangents):
     # jax qr_jvp_rule (j-towns.github.io/papers/qr-derivative.pdf).
     (a,), (da,) = primals, tangents
-    q, r = _qr(a)
+    q, r = _qr(a, full_matrices)
     m, n = a.shape[-2:]
-    if m < n:
+    if m < n or (full_matrices and m != n):
         raise NotImplementedError("Unimplemented case of QR decomposition derivative")
     dx_rinv = _T(_ts(r, _T(da), lower=False, transpose_a=True))  # da r^-1
     qt_dx_rinv = jnp.matmul(_T(q), dx_rinv)
@@ -206,21 +206,6 @@ def _qr_jvp(primals, tangents):
     return (q, r), (dq, dr)
 
 
-@custom_jvp
-def _qr_full(a):
-    q, r = bind("qr", a, full_matrices=1)
-    return q, r
-
-
-@_qr_full.defjvp
-def _qr_full_jvp(primals, tangents):
-    (a,), _ = primals, tangents
-    m, n = a.shape[-2:]
-    if m != n:
-        raise NotImplementedError("Unimplemented case of QR decomposition derivative")
-    return _qr_jvp((a,), tangents)
-
-
 def qr(x, *, pivoting=False, full_matrices=True):
     """jax.lax.linalg.qr: (q, r)."""
     if pivoting:
@@ -228,7 +213,7 @@ def qr(x, *, pivoting=False, full_matrices=True):
     x = _inexact(x)
     if x.ndim < 2:
         raise ValueError(f"qr: argument must have shape [..., m, n], got {tuple(x.shape)}")
-    return _qr_full(x) if full_matrices else _qr(x)
+    return _qr(x, bool(full_matrices))
 
 
 @custom_jvp
