@@ -2120,3 +2120,4 @@ from ._src.numpy_reductions import *  # noqa: E402,F401,F403
 from ._src.numpy_manip import *  # noqa: E402,F401,F403
 from ._src.numpy_misc import *  # noqa: E402,F401,F403  (jnp.bool: this module says _bi.bool for the builtin)
 from ._src.numpy_ufunc import *  # noqa: E402,F401,F403
+from ._src import linalg  # noqa: E402  (podlet.numpy.linalg; also registers podlet.lax.linalg)
