@@ -292,8 +292,9 @@ def run_lm1b(side, init, steps):
     import numpy as np
     import jax_or_podlet as jax
     import models
-    import temperature_sampler
+    import temperature_sampler  # noqa: F401  (predict_step's sampler)
     import train
+    from jax_or_podlet_training import train_state
     jnp = jax.numpy
     cfg = models.TransformerConfig(vocab_size=40, output_vocab_size=40, logits_via_embedding=False,
                                    dtype=jnp.float32, emb_dim=16, num_heads=2, num_layers=2,
@@ -305,10 +306,14 @@ def run_lm1b(side, init, steps):
     pred_cfg = eval_cfg.replace(decode=True)
     m = models.TransformerLM(eval_cfg)
     params = jax.jit(m.init)(jax.random.key(0), jnp.ones((2, 16), jnp.int32))["params"]
-    params = init.sync("params", params, jnp)
     lr_fn = train.create_learning_rate_schedule(learning_rate=0.01, warmup_steps=2)
     tx = train.optax.adamw(lr_fn, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.1)
-    state = train.train_state.TrainState.create(apply_fn=m.apply, params=params, tx=tx)
+    # train.py builds the state through utils.setup_initial_state (a sharded jit over a
+    # Mesh, then unbox); one device here: the same TrainState, unboxed.
+    params = jax.tree_util.tree_map(lambda x: x.unbox() if hasattr(x, "unbox") else x, params,
+                                    is_leaf=lambda x: hasattr(x, "unbox"))
+    params = init.sync("params", params, jnp)
+    state = train_state.TrainState.create(apply_fn=m.apply, params=params, tx=tx)
     rs = np.random.RandomState(0)
     inputs = init.data("inputs", lambda: np.concatenate(
         [rs.randint(1, 40, size=(4, 12)), np.zeros((4, 4))], 1).astype(np.int32))
@@ -320,10 +325,15 @@ def run_lm1b(side, init, steps):
         out.append({k: _f(v) for k, v in metrics.items()})
     ev = jax.jit(functools.partial(train.eval_step, config=eval_cfg))(state.params, batch)
     out[-1].update({"eval_" + k: _f(v) for k, v in ev.items()})
-    # predict_step: the decode cache and the temperature sampler's while_loop
-    prompt = jnp.asarray(inputs[:, :16]).at[:, 4:].set(0)
-    pred = jax.jit(functools.partial(train.predict_step, config=pred_cfg, temperature=1e-3, top_k=1),
-                   static_argnums=(4,))(prompt, state.params, jax.random.key(3), 2, 16)
+    # predict_step as train.py calls it: jit(vmap(...)) over a leading device axis, one
+    # prompt per device (the decode cache and the temperature sampler's while_loop)
+    pred_step = jax.jit(jax.vmap(train.predict_step, in_axes=(
+        0, jax.tree_util.tree_map(lambda x: None, state.params), 0, None, None,
+        jax.tree_util.tree_map(lambda x: None, pred_cfg), None, None)), static_argnums=(3, 4, 5, 6, 7))
+    prompt = np.zeros((1, 1, 16), np.int32)
+    prompt[0, 0, :4] = inputs[0, :4]
+    pred = pred_step(jnp.asarray(prompt), state.params, jax.random.split(jax.random.key(3), 1), 2, 16,
+                     pred_cfg, 1e-3, 1)
     out[-1]["predict_sum"] = _f(jnp.sum(pred))
     return out
 
@@ -339,17 +349,19 @@ def side_main(side, example, pkl, steps, stubs):
     if side == "jax":
         import flax.io  # noqa: F401  (before the stand-ins: flax.io picks gfile by whether tensorflow exists)
         import jax
-        from flax.training import common_utils
+        from flax.training import common_utils, train_state
         sys.modules["jax_or_podlet"] = jax
         pkg = types.ModuleType("jax_or_podlet_training")
         pkg.common_utils = common_utils
+        pkg.train_state = train_state
         sys.modules["jax_or_podlet_training"] = pkg
     else:
         import podlet
-        from podlet.training import common_utils
+        from podlet.training import common_utils, train_state
         sys.modules["jax_or_podlet"] = podlet
         pkg = types.ModuleType("jax_or_podlet_training")
         pkg.common_utils = common_utils
+        pkg.train_state = train_state
         sys.modules["jax_or_podlet_training"] = pkg
     sys.path.append(stubs)
     importlib.invalidate_caches()
