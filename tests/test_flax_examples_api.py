@@ -565,3 +565,14 @@ def test_lm1b_pattern():
     close(res[0][1], res[1][1], rtol=1e-4, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(res[1][2]), np.asarray(res[0][2]))
     assert (np.asarray(res[1][2])[:, :2] == ids[:, :2]).all()
+    # the cache collection: flax's names, shapes and dtypes; one position per call
+    dm = _lm_twin(pnn, pjnp, True)
+    cache = dm.init(podlet.random.key(0), pjnp.ones((2, 7), pjnp.int32))["cache"]
+    want = jax.eval_shape(_lm_twin(fnn, jjnp, True).init, jax.random.key(0), jjnp.ones((2, 7), jjnp.int32))["cache"]
+    def spec(tree):
+        return [(jax.tree_util.keystr(p), tuple(x.shape), str(x.dtype))
+                for p, x in jax.tree_util.tree_leaves_with_path(tree)]
+
+    assert spec(want) == spec(to_jax(cache))
+    with pytest.raises(ValueError, match=r"Autoregressive cache shape error, expected query shape \(2, 1, 2, 4\)"):
+        dm.apply({"params": res[1][1], "cache": cache}, pjnp.ones((2, 2), pjnp.int32), mutable=["cache"])
