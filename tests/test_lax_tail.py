@@ -118,6 +118,19 @@ def test_zeta_polygamma_betainc():
         pl.zeta(x, q.astype(jjnp.bfloat16))
 
 
+def test_gamma_family_reexported():
+    # lgamma / digamma / igamma* / random_gamma_grad live in _src/special.py (tested with
+    # podlet.random's gamma); here: that podlet.lax exposes them with jax.lax's values
+    rng = np.random.default_rng(8)
+    a, x = (rng.random(300) * 5 + 0.1).astype(np.float32), (rng.random(300) * 6 + 0.01).astype(np.float32)
+    t = (rng.standard_normal(300) * 5).astype(np.float32)
+    cases = [("lgamma", (t,)), ("digamma", (t,)), ("igamma", (a, x)), ("igammac", (a, x)),
+             ("igamma_grad_a", (a, x)), ("random_gamma_grad", (a, x))]
+    refs = jax.jit(lambda cs: [getattr(jl, n)(*args) for (n, _), args in zip(cases, cs)])([c[1] for c in cases])
+    for (n, args), r in zip(cases, refs):
+        same(getattr(pl, n)(*args), r, rtol=1e-5, atol=1e-5)  # a few ulps; lgamma near its zeros: atol
+
+
 def test_erfc_tails():
     v = np.linspace(-10, 12, 2001, dtype=np.float32)
     same(pl.erfc(v), jl.erfc(v), rtol=4e-6, atol=1e-37)

@@ -563,3 +563,18 @@ from ._src.lax_random import RandomAlgorithm, rng_bit_generator, rng_uniform  # 
 from ._src.lax_solve import custom_root, custom_linear_solve  # noqa: E402
 from ._src.lax_zeta_beta import zeta, polygamma, betainc  # noqa: E402
 from ._src.lax_collectives import axis_size, pshuffle, pbroadcast, all_to_all, pswapaxes  # noqa: E402
+
+
+# ---- lgamma, digamma and the incomplete gamma functions: _src/special.py (imported on
+# first use; it is loaded after podlet.numpy) ----
+def _special(name):
+    def f(*args):
+        from ._src import special
+        return getattr(special, name)(*args)
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"jax.lax.{name} (podlet._src.special.{name}: XLA's / JAX's algorithm)."
+    return f
+
+
+lgamma, digamma, igamma, igammac, igamma_grad_a, random_gamma_grad = (
+    _special(n) for n in ("lgamma", "digamma", "igamma", "igammac", "igamma_grad_a", "random_gamma_grad"))
