@@ -215,3 +215,66 @@ def test_errors_like_jax():
         pr.key_dtype(3)
     assert pr.key_dtype() == np.uint32 == pr.key_dtype("threefry2x32") == pr.PRNGKey(0).dtype
     assert repr(pr.random_gamma_p) == "random_gamma" == jax.random.random_gamma_p.name
+
+
+# ---- samplers built on linear algebra (python/podlet/_src/random_matrices.py) --------
+def _spd(n, seed):
+    a = np.random.default_rng(seed).normal(size=(n, n)).astype(np.float32)
+    return a @ a.T + np.eye(n, dtype=np.float32)
+
+
+def test_multivariate_normal_cholesky_matches_jax():
+    cov = np.stack([_spd(4, 1), _spd(4, 2)])                          # batched cov, broadcast mean
+    mean = np.random.default_rng(3).normal(size=(4,)).astype(np.float32)
+    got = np.asarray(pr.multivariate_normal(pr.PRNGKey(SEED), mean, cov, (50, 2)))
+    want = np.asarray(jax.random.multivariate_normal(jax.random.PRNGKey(SEED), mean, cov, (50, 2)))
+    assert got.shape == want.shape == (50, 2, 4) and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    # shape None: the broadcast of the batch shapes
+    assert pr.multivariate_normal(pr.PRNGKey(0), mean, cov).shape == (2, 4)
+
+
+@pytest.mark.parametrize("method", ["eigh", "svd"])
+def test_multivariate_normal_eigh_svd_use_jaxs_normals(method):
+    """An eigenvector's sign is the factorisation's choice (Eigen's and LAPACK's differ), so
+    the draws are checked as jax computes them: mean + factor @ z with jax's z for the
+    same key, and factor factor^T = cov."""
+    cov, mean = _spd(5, 4), np.arange(5, dtype=np.float32)
+    got = np.asarray(pr.multivariate_normal(pr.PRNGKey(SEED), mean, cov, (64,), method=method))
+    if method == "eigh":
+        w, v = np.linalg.eigh(np.asarray(cov, np.float64))
+        factor = v * np.sqrt(w)
+    else:
+        u, s, _ = np.linalg.svd(np.asarray(cov, np.float64))
+        factor = u * np.sqrt(s)
+    z = np.asarray(jax.random.normal(jax.random.PRNGKey(SEED), (64, 5)), np.float64)
+    dev = got.astype(np.float64) - mean
+    # each podlet column differs from NumPy's factor at most by a sign: compare the
+    # recovered z up to per-column signs
+    zp = np.linalg.solve(factor, dev.T).T
+    signs = np.sign(np.sum(zp * z, axis=0))
+    np.testing.assert_allclose(zp * signs, z, rtol=1e-3, atol=1e-3)
+
+
+def test_orthogonal_matches_jax():
+    for n, m, shape in ((5, None, ()), (3, 6, (2,)), (6, 3, ())):
+        got = np.asarray(pr.orthogonal(pr.PRNGKey(SEED), n, shape, m=m))
+        want = np.asarray(jax.random.orthogonal(jax.random.PRNGKey(SEED), n, shape, m=m))
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, atol=2e-5)
+    q = np.asarray(podlet.jit(lambda k: pr.orthogonal(k, 4, (3,)))(pr.PRNGKey(1)), np.float64)
+    np.testing.assert_allclose(q @ np.swapaxes(q, -1, -2), np.broadcast_to(np.eye(4), (3, 4, 4)), atol=1e-5)
+
+
+def test_linear_algebra_sampler_errors_like_jax():
+    cov, mean = _spd(3, 5), np.zeros(3, np.float32)
+    for bad in (dict(method="lu"), dict(cov=np.ones((3, 2), np.float32)), dict(mean=np.float32(0)),
+                dict(cov=np.stack([cov] * 3), shape=(4, 2))):
+        args = {"mean": mean, "cov": cov, **bad}
+        method = args.pop("method", "cholesky")
+        with pytest.raises(ValueError):
+            jax.random.multivariate_normal(jax.random.PRNGKey(0), method=method, **args)
+        with pytest.raises(ValueError):
+            pr.multivariate_normal(pr.PRNGKey(0), method=method, **args)
+    with pytest.raises(ValueError):
+        pr.multivariate_normal(pr.PRNGKey(0), mean, cov, dtype=np.int32)

@@ -505,3 +505,8 @@ from ._src.random_dists import (  # noqa: E402
 from ._src import random_dists as _random_dists  # noqa: E402
 
 __all__ += list(_random_dists.__all__)
+
+# ---- samplers built on linear algebra: python/podlet/_src/random_matrices.py
+from ._src.random_matrices import multivariate_normal, orthogonal  # noqa: E402
+
+__all__ += ["multivariate_normal", "orthogonal"]
