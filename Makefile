@@ -12,7 +12,7 @@ run:
 
 test:
 	scripts/setup.sh --test
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q --durations=30
 
 bench:
 	scripts/setup.sh --test
