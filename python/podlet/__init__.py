@@ -47,6 +47,7 @@ from . import lax  # noqa: E402
 from . import random  # noqa: E402
 from . import nn  # noqa: E402
 from . import struct  # noqa: E402  (podlet.struct.dataclass, as flax.struct)
+from . import serialization, traverse_util  # noqa: E402  (as flax.serialization, flax.traverse_util)
 from .profiler import profile  # noqa: E402  (podlet.profile; PODLET_PROFILE=1)
 
 __version__ = "0.1.0"
