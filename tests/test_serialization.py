@@ -5,6 +5,8 @@ other's files (``msgpack`` itself is only the test's oracle for the codec; podle
 import it).
 """
 import collections
+import dataclasses
+import warnings
 
 import ml_dtypes
 import msgpack
@@ -286,3 +288,34 @@ def test_traverse_util_is_leaf_and_path_aware_map():
         {"a": {"x": 15, "y": -3}, "b": {"x": 25, "c": {"d": -1}}, "e": {}}
     with pytest.raises(AssertionError, match="expected \\(frozen\\)dict"):
         pt.flatten_dict([1])
+
+
+def test_traversals_match_flax():
+    @dataclasses.dataclass
+    class Foo:
+        foo: int = 0
+        bar: int = 0
+
+    data = [{"foo": 1, "bar": 2}, {"foo": 3, "bar": 4}]
+    params = {"Dense_0": {"kernel": 1, "bias": 2}, "Dense_1": {"kernel": 3, "bias": 4, "e": {}}}
+    with pytest.warns(DeprecationWarning):
+        pt.TraverseEach()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for m in (pt, ft):
+            tr = m.t_identity.each()["foo"]
+            mpt = m.ModelParamTraversal(lambda path, _: "kernel" in path)
+            got = (list(tr.iterate(data)), tr.update(lambda x: x * 10, data), tr.set([7, 8], data),
+                   list(mpt.iterate(params)), mpt.update(lambda x: -x, params),
+                   m.t_identity[1:].update(lambda x: x * 2, (1, 2, 3)),
+                   NT(1, 2) == m.t_identity.a.update(lambda x: x, NT(1, 2)),
+                   m.t_identity["f"].bar.update(lambda x: x + 1, {"f": Foo(bar=2)}),
+                   list(m.t_identity.tree().iterate({"a": [1, 2]})),
+                   m.TraverseMerge(m.TraverseItem(0), m.TraverseItem(2)).update(str, [1, 2, 3]),
+                   m.t_identity.each().filter(lambda x: x > 1).update(lambda x: 0, [1, 2, 3]))
+            if m is pt:
+                want = got
+                assert isinstance(mpt.update(lambda x: x, pfd.freeze(params)), pfd.FrozenDict)
+        assert got == want
+        with pytest.raises(ValueError, match="Too many values provided"):
+            pt.t_identity.each().set([1, 2, 3], [0, 0])

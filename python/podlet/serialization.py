@@ -9,7 +9,8 @@ inner msgpack ``[shape, dtype name, C-order bytes]``), NumPy scalars as type 3, 
 as type 2, and arrays over ``MAX_CHUNK_SIZE`` bytes split into
 ``{'__msgpack_chunked_array__', 'shape', 'chunks'}``. A file written by Flax reads here
 and one written here reads in Flax. The msgpack codec is podlet's own
-(``podlet._src.msgpack``), not the ``msgpack`` package.
+(``podlet._src.msgpack``), not the ``msgpack`` package. The code follows
+flax/serialization.py (Apache-2.0) function by function.
 
 Registered types are those of Flax: dict, list, tuple, namedtuples, ``tree_util.Partial``,
 ``nn.FrozenDict`` and every ``podlet.struct`` dataclass (registered the first time one is
