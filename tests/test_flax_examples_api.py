@@ -2,30 +2,37 @@
 written here in our own small code and run on podlet and on JAX/Flax/Optax from the same
 params and inputs (issue 26). `bench/flax_examples.py` runs the examples themselves."""
 import functools
-import os
 
-# The oracle's XLA compiles dominate this file's time: unoptimised XLA code computes the
-# same float32 values here in a third of the time (only when this file first starts JAX).
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-                           " --xla_llvm_disable_expensive_passes=true").strip()
+import numpy as np
+import pytest
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import flax.linen as fnn
+import jax
+import jax.numpy as jjnp
+import optax
+from flax.training import common_utils as f_common_utils
+from flax.training import train_state as f_train_state
 
-import flax.linen as fnn  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jjnp  # noqa: E402
-import optax  # noqa: E402
-from flax.training import common_utils as f_common_utils  # noqa: E402
-from flax.training import train_state as f_train_state  # noqa: E402
+import podlet
+import podlet.numpy as pjnp
+import podlet.optim as poptax
+from podlet import lax as plax
+from podlet import nn as pnn
+from podlet.training import common_utils as p_common_utils
+from podlet.training import train_state as p_train_state
 
-import podlet  # noqa: E402
-import podlet.numpy as pjnp  # noqa: E402
-import podlet.optim as poptax  # noqa: E402
-from podlet import lax as plax  # noqa: E402
-from podlet import nn as pnn  # noqa: E402
-from podlet.training import common_utils as p_common_utils  # noqa: E402
-from podlet.training import train_state as p_train_state  # noqa: E402
+
+@pytest.fixture(autouse=True, scope="module")
+def _quick_jax_compiles():
+    """The oracle's XLA compiles dominate this file's time: compile them without XLA's
+    optimisation passes (the comparisons here are within tolerances that hold either way)
+    and restore the setting for the other files, whose oracles must be JAX's default
+    build (several compare bits). Never XLA_FLAGS: set at import, it would reach every
+    test file of the session."""
+    before = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    yield
+    jax.config.update("jax_disable_most_optimizations", before)
 
 
 def to_podlet(tree):
