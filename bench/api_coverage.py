@@ -32,6 +32,8 @@ PAIRS = [
     ("flax.linen", "podlet.nn"),
     ("optax", "podlet.optim"),
     ("flax.jax_utils", "podlet.jax_utils"),
+    ("flax.serialization", "podlet.serialization"),
+    ("flax.traverse_util", "podlet.traverse_util"),
 ]
 
 # Deliberate exclusions: name -> reason. Small and honest.

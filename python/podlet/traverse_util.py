@@ -20,7 +20,10 @@ from .nn.frozen_dict import FrozenDict, unfreeze
 
 __all__ = ["flatten_dict", "unflatten_dict", "path_aware_map", "empty_node", "Traversal", "TraverseId",
            "TraverseMerge", "TraverseCompose", "TraverseFilter", "TraverseAttr", "TraverseItem", "TraverseEach",
-           "TraverseTree", "ModelParamTraversal", "t_identity"]
+           "TraverseTree", "ModelParamTraversal", "t_identity", "PathParts"]
+
+# a path of keys into a nested dict, as flax.typing's
+PathParts = tuple[Any, ...]
 
 
 @struct.dataclass
