@@ -502,8 +502,12 @@ def test_attention_aliases():
     with pytest.warns(DeprecationWarning):
         check_layer(lambda nn, jnp: nn.SelfAttention(num_heads=2, dropout_rate=0.5), X3,
                     init_kw=dict(deterministic=True), call_kw=dict(deterministic=False), rngs={"dropout": 1})
-    with pytest.raises(NotImplementedError, match="decode"):
-        pnn.MultiHeadDotProductAttention(num_heads=3, decode=True).init(pkey(0), pjnp.asarray(X3))
+    # decode=True: Flax's autoregressive cache variables (cached decoding itself is checked
+    # against Flax in tests/test_flax_examples_api.py's lm1b pattern)
+    pc = pnn.MultiHeadDotProductAttention(num_heads=3, decode=True).init(pkey(0), pjnp.asarray(X3))["cache"]
+    fc = fnn.MultiHeadDotProductAttention(num_heads=3, decode=True).init(jkey(0), jnp.asarray(X3))["cache"]
+    assert {k: (tuple(v.shape), str(v.dtype)) for k, v in pc.items()} == \
+        {k: (tuple(v.shape), str(v.dtype)) for k, v in fc.items()}
 
 
 # ----------------------------------------------------------------------------- numpy helpers the layers need
