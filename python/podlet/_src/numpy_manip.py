@@ -19,7 +19,7 @@ __all__ = [
     "block", "rot90", "resize", "atleast_3d", "unstack", "permute_dims", "rollaxis", "concat", "matrix_transpose",
     "trim_zeros", "select", "piecewise", "choose", "put", "put_along_axis", "place", "apply_along_axis",
     "apply_over_axes", "vectorize", "ediff1d", "gradient", "trapezoid", "cross", "vecdot", "matvec", "vecmat",
-    "interp", "convolve", "correlate", "polyval", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint",
+    "interp", "convolve", "correlate", "polyfit", "polyval", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint",
     "poly",
 ]
 
@@ -840,6 +840,63 @@ def correlate(a, v, mode="valid", *, precision=None, preferred_element_type=None
 # ---------------------------------------------------------------------------------
 # polynomials (coefficients highest power first)
 # ---------------------------------------------------------------------------------
+def polyfit(x, y, deg, rcond=None, full=False, w=None, cov=False):
+    """Least-squares polynomial fit (coefficients highest power first), jax.numpy's
+    algorithm: the Vandermonde matrix, weighted, its columns scaled to unit norm, solved by
+    ``linalg.lstsq``; ``full`` adds (residuals, rank, singular values, rcond), ``cov`` the
+    coefficients' covariance (``'unscaled'``: without the residual factor)."""
+    x, y = jnp.asarray(x), jnp.asarray(y)
+    try:
+        deg = _operator.index(deg)
+    except TypeError:
+        raise ConcretizationError(f"polyfit: deg must be a concrete int, got {deg!r}") from None
+    order = deg + 1
+    if deg < 0:
+        raise ValueError("expected deg >= 0")
+    if x.ndim != 1:
+        raise TypeError("expected 1D vector for x")
+    if x.size == 0:
+        raise TypeError("expected non-empty vector for x")
+    if y.ndim < 1 or y.ndim > 2:
+        raise TypeError("expected 1D or 2D array for y")
+    if x.shape[0] != y.shape[0]:
+        raise TypeError("expected x and y to have same length")
+    if rcond is None and not _dtypes.is_float(x.dtype):
+        raise ValueError(f"data type {x.dtype} not inexact")  # jax's finfo(x.dtype)
+    x, y = jnp._promote_float(x, y)
+    if rcond is None:
+        rcond = len(x) * float(jnp.finfo(x.dtype).eps)
+    rcond = float(rcond)
+    lhs, rhs = jnp.vander(x, order), y
+    if w is not None:
+        w = jnp.asarray(w)
+        if w.ndim != 1:
+            raise TypeError("expected a 1-d array for weights")
+        if w.shape[0] != y.shape[0]:
+            raise TypeError("expected w and y to have the same length")
+        w = w.astype(lhs.dtype)
+        lhs = lhs * w[:, None]
+        rhs = rhs * (w[:, None] if rhs.ndim == 2 else w)
+    scale = jnp.sqrt((lhs * lhs).sum(axis=0))
+    lhs = lhs / scale[None, :]
+    c, resids, rank, s = jnp.linalg.lstsq(lhs, rhs, rcond)
+    c = (c.T / scale[None, :]).T if c.ndim > 1 else c / scale
+    if full:
+        return c, resids, rank, s, jnp.full((), rcond)  # weakly typed, as jax's lax.asarray(rcond)
+    if not cov:
+        return c
+    vbase = jnp.linalg.inv(jnp.dot(lhs.T, lhs)) / jnp.outer(scale, scale)
+    if cov == "unscaled":
+        fac = jnp.asarray(1.0, dtype=vbase.dtype)
+    else:
+        if len(x) <= order:
+            raise ValueError("the number of data points must exceed order to scale the covariance matrix")
+        fac = resids / (len(x) - order)
+    if y.ndim == 1:
+        return c, vbase * jnp.atleast_1d(fac)[None]
+    return c, vbase[:, :, None] * jnp.atleast_1d(fac)[None, None, :]
+
+
 def polyval(p, x, *, unroll=16):
     """Horner's scheme over the leading axis of p (a Python loop: p's length is static)."""
     p, x = jnp._promote(p, x)
