@@ -23,12 +23,12 @@ from podlet._src import msgpack as pmsgpack
 from podlet.nn import frozen_dict as pfd
 from podlet.training import train_state as p_train_state
 
-flax = pytest.importorskip("flax")
-from flax import serialization as fs  # noqa: E402
-from flax import traverse_util as ft  # noqa: E402
-from flax.core import frozen_dict as ffd  # noqa: E402
-import optax  # noqa: E402
-from flax.training import train_state as f_train_state  # noqa: E402
+import flax
+import optax
+from flax import serialization as fs
+from flax import traverse_util as ft
+from flax.core import frozen_dict as ffd
+from flax.training import train_state as f_train_state
 
 NT = collections.namedtuple("NT", "a b")
 
