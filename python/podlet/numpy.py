@@ -2121,3 +2121,11 @@ from ._src.numpy_manip import *  # noqa: E402,F401,F403
 from ._src.numpy_misc import *  # noqa: E402,F401,F403  (jnp.bool: this module says _bi.bool for the builtin)
 from ._src.numpy_ufunc import *  # noqa: E402,F401,F403
 from ._src import linalg  # noqa: E402  (podlet.numpy.linalg; also registers podlet.lax.linalg)
+
+# complex numbers (pairs of real arrays, _src/complex.py): dtype names, sort_complex, and
+# the dispatch of every public function above on complex arguments (the functions with a
+# complex implementation use it, the others raise a TypeError naming themselves)
+from ._src import complex as _complex  # noqa: E402
+_complex.install(globals())
+_complex.guard(vars(linalg), "podlet.numpy.linalg")
+from ._src import fft  # noqa: E402  (podlet.numpy.fft)
