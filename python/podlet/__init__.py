@@ -63,7 +63,7 @@ __all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "vmap", "jvp", "line
            "numpy_rank_promotion", "numpy_dtype_promotion", "default_device", "transfer_guard",
            "transfer_guard_host_to_device", "transfer_guard_device_to_host", "transfer_guard_device_to_device",
            "no_tracing", "no_execution", "explain_cache_misses", "threefry_partitionable", "make_user_context",
-           "fwd_and_bwd"]
+           "fwd_and_bwd", "sharding", "NamedSharding", "P", "make_mesh", "set_mesh"]
 
 
 def cpu_info():
@@ -92,3 +92,5 @@ from ._src.config_contexts import (disable_jit, ensure_compile_time_eval, debug_
 from ._src.fwd_and_bwd import fwd_and_bwd  # noqa: E402
 from . import distributed  # noqa: E402
 from .jax_utils import shard, device_put_replicated, device_put_sharded  # noqa: E402
+from . import sharding  # noqa: E402  (as jax.sharding)
+from ._src.sharding import NamedSharding, PartitionSpec as P, make_mesh, set_mesh  # noqa: E402

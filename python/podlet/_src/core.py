@@ -533,11 +533,19 @@ def check_floats(prim, outs):
             raise FloatingPointError(f"invalid value ({kind}) encountered in {prim}")
 
 
-def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), **unused):
-    """jax.jit: trace once per (shapes, dtypes, static args), run the cached graph."""
+def jit(fun=None, *, static_argnums=(), static_argnames=(), donate_argnums=(), in_shardings=None,
+        out_shardings=None, **unused):
+    """jax.jit: trace once per (shapes, dtypes, static args), run the cached graph.
+    in_shardings / out_shardings are checked as JAX checks them, the values are the
+    unsharded ones (_src/sharding.py)."""
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums, static_argnames=static_argnames,
-                                 donate_argnums=donate_argnums)
+                                 donate_argnums=donate_argnums, in_shardings=in_shardings,
+                                 out_shardings=out_shardings)
+    if in_shardings is not None or out_shardings is not None:
+        from .sharding import ShardedJittedFunction
+        return ShardedJittedFunction(fun, static_argnums, static_argnames, donate_argnums, in_shardings,
+                                     out_shardings)
     return JittedFunction(fun, static_argnums, static_argnames, donate_argnums)
 
 

@@ -56,11 +56,21 @@ def host_ids(backend=None):
     return list(range(process_count()))
 
 
+def _is_device(d):
+    from .pmap import Device
+    return isinstance(d, Device)
+
+
 def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     """Every leaf as a podlet Array (podlet has one host device: nothing moves; Arrays
     and tracers pass through, NumPy arrays and Python scalars are converted, scalars
-    keep jax's weak type)."""
-    del device, src, donate, may_alias
+    keep jax's weak type). A sharding (or a tree prefix of shardings, or a
+    PartitionSpec under ``set_mesh``) is checked against each leaf as JAX checks it
+    (_src/sharding.py); the values stay where they are."""
+    del src, donate, may_alias
+    if device is not None and not _is_device(device):
+        from .sharding import device_put_checked
+        device_put_checked(x, device)
 
     def put(a):
         if isinstance(a, (Array, Tracer)):

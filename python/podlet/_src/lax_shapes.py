@@ -285,6 +285,9 @@ def composite(decomposition, name, version=0):
 
 
 def with_sharding_constraint(x, shardings):
-    """jax.lax.with_sharding_constraint: podlet computes on one host device, where every
-    sharding is the trivial one: x unchanged (shardings are not checked)."""
-    return x
+    """jax.lax.with_sharding_constraint: each leaf checked against its sharding as JAX
+    does (rank, mesh axes, even division; a model-parallel layout raises
+    NotImplementedError), x returned unchanged (podlet computes the global array; see
+    podlet/_src/sharding.py)."""
+    from .sharding import with_sharding_constraint as check
+    return check(x, shardings)

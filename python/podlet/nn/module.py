@@ -451,10 +451,16 @@ class Variable:
 
     @property
     def value(self):
-        return self.scope.get_variable(self.collection, self.name)
+        v = self.scope.get_variable(self.collection, self.name)
+        return _unbox(v) if self.unbox else v
 
     @value.setter
     def value(self, value):
+        if self.unbox:  # a boxed variable (nn.Partitioned, ...) keeps its box, as in Flax
+            cur = self.scope.get_variable(self.collection, self.name)
+            if cur is not None and not hasattr(cur, "shape"):
+                from .meta import replace_boxed
+                value = replace_boxed(cur, value)
         self.scope.put_variable(self.collection, self.name, value)
 
     def is_mutable(self) -> bool:
@@ -462,6 +468,15 @@ class Variable:
 
     def __repr__(self):
         return f"Variable(collection={self.collection!r}, name={self.name!r}, path={self.scope.path_text!r})"
+
+
+def _unbox(value):
+    """flax.core.meta.unbox: the value without its nn.Partitioned / LogicallyPartitioned
+    boxes (arrays, the common case, pass straight through)."""
+    if hasattr(value, "shape") and not hasattr(value, "unbox"):
+        return value
+    from .meta import unbox
+    return unbox(value)
 
 
 class _ChildRNGSentinel:
@@ -676,7 +691,7 @@ class Scope:
                 raise ScopeParamNotFoundError(name, self.path_text)
             value = init_fn(self.make_rng("params"), *init_args, **init_kwargs)
             self.put_variable("params", name, value)
-        return value
+        return _unbox(value) if unbox else value
 
     def _populate_collections(self):
         for col in list(self.root._variables.keys()):
