@@ -348,7 +348,7 @@ def test_precision_values_are_checked():
     import jax
     assert lax.canonicalize_precision(jax.lax.Precision.HIGHEST) == (lax.Precision.HIGHEST,) * 2
     x, w, _, _ = operands("resnet_3x3")
-    for bad in ("fastest", 3, ("default",), ("default", "high", "highest")):
+    for bad in ("fast", 3, ("default",), ("default", "high", "highest")):
         with pytest.raises(ValueError, match="precision must be"):
             lax.conv_general_dilated(as_podlet(x), as_podlet(w), (1, 1), "SAME", precision=bad,
                                      dimension_numbers=("NHWC", "HWIO", "NHWC"))

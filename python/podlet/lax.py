@@ -7,7 +7,8 @@ import numpy as _np
 from ._src.core import bind, Tracer, Array, to_array
 from ._src import dtypes as _dtypes
 from ._src import pmap as _pmap
-from ._src.precision import Precision, canonicalize_precision
+from ._src.precision import (Precision, DotAlgorithm, DotAlgorithmPreset, AccuracyMode, Tolerance,  # noqa: F401
+                             canonicalize_precision)
 from ._src import precision as _precision
 from .tree_util import tree_map as _tree_map
 
@@ -199,13 +200,14 @@ def cumsum(operand, axis=0, reverse=False):
 
 # ---- contractions ----
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
-    canonicalize_precision(precision)  # checked; every precision multiplies exactly here
+    """jax.lax.dot_general. precision: a Precision (values unchanged: every product is
+    exact, sums in f32), a DotAlgorithmPreset / DotAlgorithm (operands cast as jax's CPU
+    does), see podlet/_src/precision.py."""
     (lc, rc), (lb, rb) = dimension_numbers
-    attrs = dict(lhs_contracting=[int(i) for i in lc], rhs_contracting=[int(i) for i in rc],
+    lhs, rhs, attrs, finish = _precision.dot_operands(lhs, rhs, precision, preferred_element_type)
+    attrs.update(lhs_contracting=[int(i) for i in lc], rhs_contracting=[int(i) for i in rc],
                  lhs_batch=[int(i) for i in lb], rhs_batch=[int(i) for i in rb])
-    if preferred_element_type is not None:
-        attrs["preferred_element_type"] = _dtypes.canonicalize(preferred_element_type).name
-    return bind("dot_general", lhs, rhs, **attrs)
+    return finish(bind("dot_general", lhs, rhs, **attrs))
 
 
 def dot(lhs, rhs, precision=None, preferred_element_type=None):
@@ -254,59 +256,15 @@ def _specs_to_strings(dn):
     return one(dn.lhs_spec, "N", "C"), one(dn.rhs_spec, "O", "I"), one(dn.out_spec, "N", "C")
 
 
-def _conv_perms(dimension_numbers, nd):
-    if dimension_numbers is None:
-        spec = ("NCHW", "OIHW", "NCHW")
-    elif isinstance(dimension_numbers, ConvDimensionNumbers):
-        spec = _specs_to_strings(dimension_numbers)
-    else:
-        spec = tuple(dimension_numbers)
-    if not all(isinstance(s, str) for s in spec):
-        raise ValueError(f"dimension_numbers must be three layout strings like ('NHWC', 'HWIO', 'NHWC'), got {dimension_numbers}")
-    lhs, rhs, out = spec
-    if len(lhs) != 4:
-        raise ValueError(f"podlet convolutions are 2-D (4-letter layouts); got {spec}")
-    # Permutations taking each layout to NHWC / HWIO / NHWC.
-    sp = [c for c in lhs if c not in "NC"]
-    lhs_perm = [lhs.index("N")] + [lhs.index(c) for c in sp] + [lhs.index("C")]
-    rsp = [c for c in rhs if c not in "OI"]
-    rhs_perm = [rhs.index(c) for c in rsp] + [rhs.index("I"), rhs.index("O")]
-    osp = [c for c in out if c not in "NC"]
-    out_to_nhwc = [out.index("N")] + [out.index(c) for c in osp] + [out.index("C")]
-    out_perm = [out_to_nhwc.index(i) for i in range(4)]
-    return lhs_perm, rhs_perm, out_perm
-
-
 def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
                          dimension_numbers=None, feature_group_count=1, batch_group_count=1,
                          precision=None, preferred_element_type=None):
-    """jax.lax.conv_general_dilated for 2-D convolutions (1-D inputs: add a unit dim).
-
-    precision: DEFAULT (None) lets bf16 3x3 stride-1 layers take Winograd F(2x2, 3x3);
-    HIGH / HIGHEST keep the direct kernel, whose products are exact (see lax.Precision).
-    The choice carries over to the convolutions of the gradient."""
-    prec = _precision.conv_attr(precision)
-    if batch_group_count != 1:
-        raise NotImplementedError("batch_group_count != 1 is not supported")
-    lhs_perm, rhs_perm, out_perm = _conv_perms(dimension_numbers, 4)
-    x = lhs if lhs_perm == [0, 1, 2, 3] else transpose(lhs, lhs_perm)
-    w = rhs if rhs_perm == [0, 1, 2, 3] else transpose(rhs, rhs_perm)
-    lhs_dilation = tuple(lhs_dilation or (1, 1))
-    rhs_dilation = tuple(rhs_dilation or (1, 1))
-    window_strides = tuple(window_strides)
-    if isinstance(padding, str):
-        eff = [_dilate(k, d) for k, d in zip(w.shape[:2], rhs_dilation)]
-        in_sp = [_dilate(i, d) for i, d in zip(x.shape[1:3], lhs_dilation)]
-        padding = padtype_to_pads(in_sp, eff, window_strides, padding)
-    pads = [int(v) for p in padding for v in p]
-    attrs = dict(window_strides=list(window_strides), padding=pads, lhs_dilation=list(lhs_dilation),
-                 rhs_dilation=list(rhs_dilation), feature_group_count=int(feature_group_count))
-    if preferred_element_type is not None:
-        attrs["preferred_element_type"] = _dtypes.canonicalize(preferred_element_type).name
-    if prec is not None:
-        attrs["precision"] = prec
-    y = bind("conv_general_dilated", x, w, **attrs)
-    return y if out_perm == [0, 1, 2, 3] else transpose(y, out_perm)
+    """jax.lax.conv_general_dilated: any number of spatial dims, batch_group_count, JAX's
+    checks; lowered to the 2-D primitive in podlet/_src/lax_conv.py (read there)."""
+    from ._src import lax_conv as _lax_conv
+    return _lax_conv.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation,
+                                          dimension_numbers, feature_group_count, batch_group_count,
+                                          precision, preferred_element_type)
 
 
 def _conv_transpose_padding(k, s, padding):

@@ -1,8 +1,10 @@
-"""jax.lax's convolution helpers (issue 26): dimension-number conversion, output-shape
-arithmetic, conv_with_general_padding and conv_general_dilated_patches (a grouped
-convolution with an identity kernel, as in JAX), over podlet.lax.conv_general_dilated
-(2-D convolutions)."""
+"""jax.lax's convolutions (issue 26): conv_general_dilated in any number of spatial
+dimensions with JAX's checks and batch_group_count, dimension-number conversion,
+output-shape arithmetic, conv_with_general_padding and conv_general_dilated_patches (a
+grouped convolution with an identity kernel, as in JAX), all over the one 2-D
+`conv_general_dilated` primitive (NHWC / HWIO)."""
 import math
+import operator
 from typing import Union
 
 import numpy as _np
@@ -13,7 +15,7 @@ from .. import numpy as jnp
 __all__ = ["ConvGeneralDilatedDimensionNumbers", "conv_dimension_numbers", "conv_general_permutations",
            "conv_shape_tuple", "conv_general_shape_tuple", "conv_transpose_shape_tuple",
            "conv_with_general_padding", "conv_general_dilated_patches", "reduce_window_shape_tuple",
-           "conv_general_dilated_local"]
+           "conv_general_dilated_local", "conv_general_dilated"]
 
 ConvGeneralDilatedDimensionNumbers = Union[tuple, lax.ConvDimensionNumbers, None]
 
@@ -169,3 +171,163 @@ def conv_general_dilated_local(lhs, rhs, window_strides, padding, filter_shape, 
     dn = (([out_spec[1]], [rhs_spec[1]]), (lhs_b, rhs_b))
     out = lax.dot_general(patches, jnp.asarray(rhs), dn, precision=precision)
     return jnp.moveaxis(out, (-2, -1), (out_spec[0], out_spec[1]))
+
+
+# ---- conv_general_dilated: JAX's checks, then everything lowered to the 2-D primitive ----
+def _check_groups(lhs_shape, rhs_shape, dn, feature_group_count, batch_group_count):
+    """JAX's shape rule (jax/_src/lax/convolution.py), its checks and messages in its order."""
+    from .errors import ShapeError
+    if not (isinstance(feature_group_count, int) and feature_group_count > 0):
+        raise ShapeError(f"conv_general_dilated feature_group_count must be a positive integer, got "
+                         f"{feature_group_count}.")
+    lhs_features, rhs_in, rhs_out = lhs_shape[dn.lhs_spec[1]], rhs_shape[dn.rhs_spec[1]], rhs_shape[dn.rhs_spec[0]]
+    quot, rem = divmod(lhs_features, feature_group_count)
+    if rem:
+        raise ShapeError(f"conv_general_dilated feature_group_count must divide lhs feature dimension size, but "
+                         f"{feature_group_count} does not divide {lhs_features}.")
+    if quot != rhs_in:
+        raise ShapeError(f"conv_general_dilated lhs feature dimension size divided by feature_group_count must "
+                         f"equal the rhs input feature dimension size, but {lhs_features} // "
+                         f"{feature_group_count} != {rhs_in}.")
+    if rhs_out % feature_group_count:
+        raise ShapeError(f"conv_general_dilated rhs output feature dimension size must be a multiple of "
+                         f"feature_group_count, but {rhs_out} is not a multiple of {feature_group_count}.")
+    if not (isinstance(batch_group_count, int) and batch_group_count > 0):
+        raise ShapeError(f"conv_general_dilated batch_group_count must be a positive integer, got "
+                         f"{batch_group_count}.")
+    lhs_batch = lhs_shape[dn.lhs_spec[0]]
+    if batch_group_count > 1 and lhs_batch % batch_group_count:
+        raise ShapeError(f"conv_general_dilated batch_group_count must divide lhs batch dimension size, but "
+                         f"{batch_group_count} does not divide {lhs_batch}.")
+    if rhs_out % batch_group_count:
+        raise ShapeError(f"conv_general_dilated rhs output feature dimension size must be a multiple of "
+                         f"batch_group_count, but {rhs_out} is not a multiple of {batch_group_count}.")
+    if batch_group_count > 1 and feature_group_count > 1:
+        raise ShapeError(f"At most one of batch_group_count and feature_group_count may be > 1, got "
+                         f"batch_group_count={batch_group_count} and feature_group_count={feature_group_count}")
+
+
+def _ints(name, values, n):
+    """A tuple of n ints (one per spatial dim) from `values`, or a ShapeError naming it."""
+    from .errors import ShapeError
+    try:
+        out = tuple(operator.index(v) for v in values)
+    except TypeError:
+        raise TypeError(f"conv_general_dilated {name} must be a sequence of {n} integers, got {values!r}") from None
+    if len(out) != n:
+        raise ShapeError(f"conv_general_dilated window and {name} must have the same number of dimensions, "
+                         f"but got {n} and {len(out)}")
+    if any(v < 1 for v in out):
+        raise ShapeError(f"conv_general_dilated {name} must be positive integers, got {out}")
+    return out
+
+
+def _conv_nd(x, w, strides, pads, lhs_dil, rhs_dil, attrs):
+    """A convolution of x (N, *spatial, C) with w (*spatial, I, O), any number of spatial
+    dims, on the 2-D primitive: fewer than two spatial dims get unit ones; from three on,
+    the leading spatial dim is unrolled over the kernel's taps (a strided slice of the
+    dilated, padded input per tap, folded into the batch, one (n-1)-D convolution each,
+    summed in tap order)."""
+    from .core import bind
+    nsp = x.ndim - 2
+    if nsp < 2:
+        y = _conv_nd(lax.expand_dims(x, (1,)), lax.expand_dims(w, (0,)), (1,) + strides, ((0, 0),) + pads,
+                     (1,) + lhs_dil, (1,) + rhs_dil, attrs)
+        return lax.squeeze(y, (1,))
+    if nsp == 2:
+        flat = [int(v) for p in pads for v in p]
+        return bind("conv_general_dilated", x, w, window_strides=list(strides), padding=flat,
+                    lhs_dilation=list(lhs_dil), rhs_dilation=list(rhs_dil), **attrs)
+    # three or more spatial dims: unroll the first over the kernel taps
+    n, kd = x.shape[0], w.shape[0]
+    (lo, hi), s, ld, rd = pads[0], strides[0], lhs_dil[0], rhs_dil[0]
+    xp = lax.pad(x, _np.zeros((), x.dtype), [(0, 0, 0), (lo, hi, ld - 1)] + [(0, 0, 0)] * (x.ndim - 2))
+    d_out = _stride_dim(xp.shape[1], (kd - 1) * rd + 1 if kd else 0, s)
+    if d_out == 0 or kd == 0:  # no window: the shape of the rest from an empty batch, zeros
+        xs = lax.reshape(lax.slice_in_dim(xp, 0, 0, axis=1), (0,) + tuple(xp.shape[2:]))
+        ws = w[0] if kd else jnp.zeros(tuple(w.shape[1:]), w.dtype)
+        rest = _conv_nd(xs, ws, strides[1:], pads[1:], lhs_dil[1:], rhs_dil[1:], attrs)
+        return jnp.zeros((n, d_out) + tuple(rest.shape[1:]), rest.dtype)
+    y = None
+    for k in range(kd):
+        xs = lax.slice_in_dim(xp, k * rd, k * rd + (d_out - 1) * s + 1, stride=s, axis=1)
+        xs = lax.reshape(xs, (n * d_out,) + tuple(xs.shape[2:]))
+        yk = _conv_nd(xs, w[k], strides[1:], pads[1:], lhs_dil[1:], rhs_dil[1:], attrs)
+        yk = lax.reshape(yk, (n, d_out) + tuple(yk.shape[1:]))
+        y = yk if y is None else y + yk
+    return y
+
+
+def _transpose(x, perm):
+    perm = tuple(int(i) for i in perm)
+    return x if perm == tuple(range(x.ndim)) else lax.transpose(x, perm)
+
+
+def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, rhs_dilation=None,
+                         dimension_numbers=None, feature_group_count=1, batch_group_count=1,
+                         precision=None, preferred_element_type=None):
+    """jax.lax.conv_general_dilated, in any number of spatial dimensions, with JAX's
+    checks (ShapeError, a ValueError, where JAX raises ValueError; TypeError where JAX
+    does) and its shape rule. Lowered to the 2-D primitive (see _conv_nd).
+
+    batch_group_count=G (what the kernel gradient of a grouped convolution uses): the lhs
+    batch is G groups of N/G (group-major), the output features G groups of O/G, and
+    output group g is the convolution of batch group g with kernel group g over all
+    input features; the result has N/G in its batch dim. Computed as one convolution
+    with feature_group_count=G after moving the batch groups into the features.
+
+    precision / preferred_element_type: see podlet.lax.Precision and DotAlgorithmPreset
+    (podlet/_src/precision.py): f32 operands are multiplied exactly and summed in f32;
+    presets with bf16 inputs round the operands to bf16 first; DEFAULT lets bf16 3x3
+    stride-1 layers take Winograd, HIGH / HIGHEST keep the direct kernel (also for the
+    convolutions of the gradient)."""
+    from . import precision as _precision
+    from . import dtypes as _dtypes
+    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    if lhs.ndim != rhs.ndim:
+        from .errors import ShapeError
+        raise ShapeError(f"conv_general_dilated lhs and rhs must have the same number of dimensions, but got "
+                         f"{tuple(lhs.shape)} and {tuple(rhs.shape)}.")
+    if lhs.ndim < 2:
+        raise TypeError(f"conv_general_dilated needs operands with a batch and a feature dimension (rank >= 2), "
+                        f"got shapes {tuple(lhs.shape)} and {tuple(rhs.shape)}")
+    dn = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+    nsp = lhs.ndim - 2
+    lhs_dil = (1,) * nsp if lhs_dilation is None else _ints("lhs_dilation", lhs_dilation, nsp)
+    if isinstance(padding, str) and any(v != 1 for v in lhs_dil):
+        raise ValueError("String padding is not implemented for transposed convolution using this op. Please "
+                         "either exactly specify the required padding or use conv_transpose.")
+    rhs_dil = (1,) * nsp if rhs_dilation is None else _ints("rhs_dilation", rhs_dilation, nsp)
+    strides = _ints("window_strides", window_strides, nsp)
+    _check_groups(tuple(lhs.shape), tuple(rhs.shape), dn, feature_group_count, batch_group_count)
+    lp, rp, op = dn
+    x = _transpose(lhs, (lp[0],) + tuple(lp[2:]) + (lp[1],))   # (N, *spatial, C)
+    w = _transpose(rhs, tuple(rp[2:]) + (rp[1], rp[0]))         # (*spatial, I, O)
+    if isinstance(padding, str):
+        eff = [(k - 1) * r + 1 if k else 0 for k, r in zip(w.shape[:nsp], rhs_dil)]
+        pads = tuple(tuple(p) for p in lax.padtype_to_pads(x.shape[1:-1], eff, strides, padding))
+    else:
+        try:
+            pads = tuple((operator.index(lo), operator.index(hi)) for lo, hi in padding)
+        except (ValueError, TypeError) as e:
+            raise ValueError("padding argument to conv_general_dilated should be a string or a sequence of (low, "
+                             f"high) pairs, got {padding}") from e
+    # JAX's output-shape arithmetic (and its TypeError / ValueError on bad pads)
+    conv_shape_tuple([x.shape[0], x.shape[-1]] + [(i - 1) * d + 1 if i else 0
+                                                  for i, d in zip(x.shape[1:-1], lhs_dil)],
+                     [w.shape[-1], w.shape[-2]] + [(k - 1) * d + 1 if k else 0 for k, d in zip(w.shape[:nsp], rhs_dil)],
+                     strides, pads, batch_group_count)
+    x, w, attrs = _precision.conv_operands(x, w, precision, preferred_element_type)
+    groups = int(feature_group_count)
+    if batch_group_count > 1:
+        g = int(batch_group_count)
+        # (N, *sp, C) -> (G, N/G, *sp, C) -> (N/G, *sp, G, C) -> (N/G, *sp, G*C): batch group g
+        # becomes feature group g, which a grouped convolution pairs with kernel group g
+        xg = lax.reshape(x, (g, x.shape[0] // g) + tuple(x.shape[1:]))
+        xg = lax.transpose(xg, tuple(range(1, x.ndim)) + (0, x.ndim))
+        x = lax.reshape(xg, tuple(xg.shape[:-2]) + (g * x.shape[-1],))
+        groups = g
+    attrs["feature_group_count"] = groups
+    y = _conv_nd(x, w, strides, pads, lhs_dil, rhs_dil, attrs)     # (N', *spatial, O)
+    src = (op[0],) + tuple(op[2:]) + (op[1],)                       # y's dims' places in the output
+    return _transpose(y, _np.argsort(src))

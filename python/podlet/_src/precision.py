@@ -1,46 +1,201 @@
-"""lax.Precision: jax's per-call precision of convolutions and matmuls, and what it means
-in podlet.
+"""lax.Precision, lax.DotAlgorithm, lax.DotAlgorithmPreset (and lax.AccuracyMode /
+lax.Tolerance): jax's per-call precision of matmuls and convolutions, and what each
+means in podlet, which is what jax 0.10.2 does on its CPU backend.
 
-podlet's matmuls multiply exactly and accumulate in float32 whatever is asked, so
-`precision` only chooses the algorithm of bf16 convolutions: DEFAULT lets a 3x3 stride-1
-layer take Winograd F(2x2, 3x3) (about 2.5x the rounding error of the direct kernel, see
-kernels/conv_winograd.h), HIGH and HIGHEST keep the direct kernel (exact products). As on
-a TPU, DEFAULT is the fast and HIGHEST the exact end.
+podlet's matmuls and convolutions multiply exactly and accumulate in float32 (bf16
+operands too), so:
+
+* Precision DEFAULT / HIGH / HIGHEST (and the strings 'default', 'fastest',
+  'bfloat16', 'high', 'bfloat16_3x', 'tensorfloat32', 'highest', 'float32'): the values
+  do not change, as on jax's CPU. The one effect is on bf16 convolutions: DEFAULT lets a
+  3x3 stride-1 layer take Winograd F(2x2, 3x3) (about 2.5x the rounding error of the
+  direct kernel, see kernels/conv_winograd.h), HIGH and HIGHEST keep the direct kernel
+  (exact products), also in the convolutions of the gradient.
+* A DotAlgorithmPreset (or its name) in dot_general, dot and jnp.dot / matmul / einsum /
+  ...: as jax's CPU lowering, the operands are cast to the preset's input type unless
+  theirs is one it supports (BF16_BF16_F32 keeps f32 and bf16 operands, so an f32
+  product stays exact f32 there, as in jax; F32_F32_F32, BF16_BF16_F32_X3 / _X6 cast to
+  f32; F64_F64_F64 computes in f64 even without x64, then rounds to the output type;
+  F16_F16_F16 rounds the operands and the result to float16 values, which podlet, having
+  no float16 dtype, holds in float32), the product accumulates in the preset's type,
+  and the result has dot_general's usual dtype. The presets jax's CPU refuses (the F8
+  ones, F16_F16_F32, BF16_BF16_BF16, BF16_BF16_F32_X9, TF32_TF32_F32(_X3)) raise
+  ValueError("The precision '<name>' is not supported by dot_general on CPU"), jax's
+  message; so does every DotAlgorithm (jax's CPU accepts only those presets).
+* In a convolution jax's CPU ignores the algorithm; so does podlet (a preset other than
+  DEFAULT keeps the direct kernel of bf16 convolutions, like HIGHEST).
+* None means ``podlet.config.default_matmul_precision`` (set it with
+  ``podlet.default_matmul_precision(...)`` or ``config.update(
+  "jax_default_matmul_precision", ...)``; jax's values), else the default.
+
+AccuracyMode and Tolerance are jax's ``accuracy=`` of the unary functions (exp, log,
+tanh, ...): accepted and checked; podlet's kernels have one accuracy.
 """
 import enum
+from typing import NamedTuple
+
+import numpy as np
 
 
 class Precision(enum.Enum):
-    """jax.lax.Precision: DEFAULT ('bfloat16', 'default'), HIGH ('tensorfloat32', 'high'),
-    HIGHEST ('float32', 'highest')."""
+    """jax.lax.Precision: DEFAULT ('bfloat16', 'default', 'fastest'), HIGH ('tensorfloat32',
+    'high', 'bfloat16_3x'), HIGHEST ('float32', 'highest')."""
     DEFAULT = 0
     HIGH = 1
     HIGHEST = 2
 
     @classmethod
     def _missing_(cls, value):
-        return _STRINGS.get(value) if isinstance(value, str) else None
+        return _STRINGS.get(value) if value is None or isinstance(value, str) else None
 
     def __str__(self):
         return self.name
 
 
-_STRINGS = {"bfloat16": Precision.DEFAULT, "default": Precision.DEFAULT,
-            "tensorfloat32": Precision.HIGH, "high": Precision.HIGH,
+_STRINGS = {"bfloat16": Precision.DEFAULT, "default": Precision.DEFAULT, "fastest": Precision.DEFAULT,
+            None: Precision.DEFAULT,
+            "tensorfloat32": Precision.HIGH, "high": Precision.HIGH, "bfloat16_3x": Precision.HIGH,
             "float32": Precision.HIGHEST, "highest": Precision.HIGHEST}
 
 
-def canonicalize_precision(precision):
-    """None, or a pair of Precision values (lhs, rhs), from what jax accepts: None, a
-    string, a Precision (podlet's or jax's), or a pair of either."""
-    if precision is None:
-        return None
-    if not isinstance(precision, (list, tuple)):
-        p = _one(precision, precision)
-        return p, p
-    if len(precision) == 2:
-        return _one(precision[0], precision), _one(precision[1], precision)
-    raise ValueError(_message(precision))
+class DotAlgorithm(NamedTuple):
+    """jax.lax.DotAlgorithm: lhs / rhs precision types, accumulation type and the
+    component counts of an accelerator's dot algorithm. Accepted and checked by
+    canonicalize_precision; dot_general refuses it as jax's CPU does (ValueError), and a
+    convolution ignores it, as jax's CPU does."""
+    lhs_precision_type: object
+    rhs_precision_type: object
+    accumulation_type: object
+    lhs_component_count: int = 1
+    rhs_component_count: int = 1
+    num_primitive_operations: int = 1
+    allow_imprecise_accumulation: bool = False
+
+
+def _bf16():
+    from . import dtypes
+    return dtypes.bfloat16
+
+
+class DotAlgorithmPreset(enum.Enum):
+    """jax.lax.DotAlgorithmPreset: named dot algorithms, ``LHS_RHS_ACCUM`` (see the module
+    docstring for what each does in podlet)."""
+    DEFAULT = enum.auto()
+    ANY_F8_ANY_F8_F32 = enum.auto()
+    ANY_F8_ANY_F8_F32_FAST_ACCUM = enum.auto()
+    ANY_F8_ANY_F8_ANY = enum.auto()
+    ANY_F8_ANY_F8_ANY_FAST_ACCUM = enum.auto()
+    F16_F16_F16 = enum.auto()
+    F16_F16_F32 = enum.auto()
+    BF16_BF16_BF16 = enum.auto()
+    BF16_BF16_F32 = enum.auto()
+    BF16_BF16_F32_X3 = enum.auto()
+    BF16_BF16_F32_X6 = enum.auto()
+    BF16_BF16_F32_X9 = enum.auto()
+    TF32_TF32_F32 = enum.auto()
+    TF32_TF32_F32_X3 = enum.auto()
+    F32_F32_F32 = enum.auto()
+    F64_F64_F64 = enum.auto()
+
+    def __repr__(self):
+        return f"{self.__class__.__name__}.{self.name}"
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def supported_lhs_types(self):
+        P = DotAlgorithmPreset
+        if self in (P.DEFAULT, P.ANY_F8_ANY_F8_F32, P.ANY_F8_ANY_F8_F32_FAST_ACCUM, P.ANY_F8_ANY_F8_ANY,
+                    P.ANY_F8_ANY_F8_ANY_FAST_ACCUM):
+            return None
+        if self in (P.F16_F16_F16, P.F16_F16_F32):
+            return (np.float16,)
+        if self in (P.BF16_BF16_BF16, P.BF16_BF16_F32):
+            return (_bf16(), np.float32)
+        if self is P.F64_F64_F64:
+            return (np.float64,)
+        return (np.float32,)
+
+    @property
+    def supported_rhs_types(self):
+        return self.supported_lhs_types
+
+    @property
+    def accumulation_type(self):
+        P = DotAlgorithmPreset
+        if self in (P.DEFAULT, P.ANY_F8_ANY_F8_ANY, P.ANY_F8_ANY_F8_ANY_FAST_ACCUM):
+            return None
+        return {P.F16_F16_F16: np.float16, P.BF16_BF16_BF16: _bf16(), P.F64_F64_F64: np.float64}.get(self, np.float32)
+
+    def supported_output_types(self, lhs_dtype, rhs_dtype):
+        P = DotAlgorithmPreset
+        if self in (P.ANY_F8_ANY_F8_F32, P.ANY_F8_ANY_F8_F32_FAST_ACCUM):
+            return (np.float32, np.float16, _bf16())
+        if self is P.F16_F16_F32:
+            return (np.float32, np.float16) if np.promote_types(lhs_dtype, rhs_dtype) == np.float16 else (np.float32,)
+        if self is P.BF16_BF16_F32:
+            both_bf16 = np.dtype(lhs_dtype) == np.dtype(_bf16()) and np.dtype(rhs_dtype) == np.dtype(_bf16())
+            return (np.float32, _bf16()) if both_bf16 else (np.float32,)
+        acc = self.accumulation_type
+        return None if acc is None else (acc,)
+
+
+# The presets jax 0.10.2's CPU lowering accepts (_handle_dot_precision in jax/_src/lax/lax.py).
+_CPU_PRESETS = {DotAlgorithmPreset.DEFAULT, DotAlgorithmPreset.F16_F16_F16, DotAlgorithmPreset.F32_F32_F32,
+                DotAlgorithmPreset.F64_F64_F64, DotAlgorithmPreset.BF16_BF16_F32,
+                DotAlgorithmPreset.BF16_BF16_F32_X3, DotAlgorithmPreset.BF16_BF16_F32_X6}
+
+
+class AccuracyMode(enum.Enum):
+    """jax.lax.AccuracyMode: the ``accuracy=`` of unary functions (accepted; podlet's
+    kernels have one accuracy)."""
+    HIGHEST = 1
+    DEFAULT = 2
+
+
+class Tolerance:
+    """jax.lax.Tolerance(atol, rtol, ulps): a requested accuracy of a unary function
+    (checked as jax does; podlet's kernels have one accuracy)."""
+
+    def __init__(self, atol: float = 0.0, rtol: float = 0.0, ulps: int = 0):
+        if atol < 0.0 or rtol < 0.0 or ulps < 0.0:
+            raise ValueError(f"Tolerances must be non-negative, got atol={atol}, rtol={rtol}, ulps={ulps}.")
+        if atol == 0.0 and rtol == 0.0 and ulps == 0:
+            raise ValueError("At least one of atol, rtol, or ulps must be set.")
+        self.atol, self.rtol, self.ulps = atol, rtol, ulps
+
+    def __repr__(self):
+        return f"Tolerance(atol={self.atol}, rtol={self.rtol}, ulps={self.ulps})"
+
+
+def check_accuracy(accuracy):
+    """jax's ``accuracy=`` argument: None, an AccuracyMode or a Tolerance (podlet's or
+    jax's, by name), else ValueError naming it."""
+    if accuracy is None or isinstance(accuracy, (AccuracyMode, Tolerance)):
+        return accuracy
+    if type(accuracy).__name__ in ("AccuracyMode", "Tolerance"):
+        return accuracy  # jax's own, left in a half-ported script
+    raise ValueError(f"accuracy must be None, a lax.AccuracyMode or a lax.Tolerance, got {accuracy!r}")
+
+
+def _message(precision):
+    return ("precision must be None, a string in " + str(sorted(k for k in _STRINGS if k)) + ", a lax.Precision "
+            "value, a pair of those (lhs, rhs), a lax.DotAlgorithmPreset or the name of one "
+            f"({', '.join(DotAlgorithmPreset.__members__)}), or a lax.DotAlgorithm; got {precision!r}")
+
+
+def _foreign(p):
+    """jax's own Precision / DotAlgorithmPreset / DotAlgorithm (a half-ported script) as podlet's."""
+    name = getattr(p, "name", None)
+    kind = type(p).__name__
+    if kind == "Precision" and name in Precision.__members__:
+        return Precision[name]
+    if kind == "DotAlgorithmPreset" and name in DotAlgorithmPreset.__members__:
+        return DotAlgorithmPreset[name]
+    if kind == "DotAlgorithm" and isinstance(p, tuple):
+        return DotAlgorithm(*p)
+    return None
 
 
 def _one(p, whole):
@@ -48,20 +203,133 @@ def _one(p, whole):
         return p
     if isinstance(p, str) and p in _STRINGS:
         return _STRINGS[p]
-    if isinstance(getattr(p, "name", None), str) and p.name in Precision.__members__:
-        return Precision[p.name]  # jax.lax.Precision, left in a half-ported script
+    f = _foreign(p)
+    if isinstance(f, Precision):
+        return f
     raise ValueError(_message(whole))
 
 
-def _message(precision):
-    return ("precision must be None, a string in " + str(sorted(_STRINGS)) + ", a lax.Precision value, "
-            f"or a pair of those (lhs, rhs); got {precision!r}")
+def canonicalize_precision(precision):
+    """jax.lax's canonical precision: None, a pair of Precision values (lhs, rhs), a
+    DotAlgorithmPreset or a DotAlgorithm, from what jax accepts (None reads
+    config.default_matmul_precision). Anything else: ValueError naming it."""
+    if precision is None:
+        from .config import flags
+        default = flags.get("default_matmul_precision")
+        return None if default is None else canonicalize_precision(default)
+    if isinstance(precision, Precision):
+        return precision, precision
+    if isinstance(precision, (DotAlgorithmPreset, DotAlgorithm)):
+        return _check_algorithm(precision)
+    if isinstance(precision, str):
+        if precision in _STRINGS:
+            return _STRINGS[precision], _STRINGS[precision]
+        if precision in DotAlgorithmPreset.__members__:
+            return DotAlgorithmPreset[precision]
+        raise ValueError(_message(precision))
+    f = _foreign(precision)
+    if f is not None:
+        return canonicalize_precision(f)
+    if isinstance(precision, (list, tuple)) and len(precision) == 2:
+        return _one(precision[0], precision), _one(precision[1], precision)
+    raise ValueError(_message(precision))
 
 
+def _np_dtype(d):
+    from . import dtypes
+    return dtypes.dtype(d)
+
+
+def _check_algorithm(alg):
+    if isinstance(alg, DotAlgorithm):
+        for field in ("lhs_precision_type", "rhs_precision_type", "accumulation_type"):
+            try:
+                d = _np_dtype(getattr(alg, field))
+            except Exception:
+                d = None
+            if d is None or not (d.kind == "f" or d.name == "bfloat16"):
+                raise ValueError(f"DotAlgorithm.{field} must be a floating-point dtype, got {getattr(alg, field)!r}")
+        for field in ("lhs_component_count", "rhs_component_count", "num_primitive_operations"):
+            if int(getattr(alg, field)) < 1:
+                raise ValueError(f"DotAlgorithm.{field} must be >= 1, got {getattr(alg, field)!r}")
+    return alg
+
+
+def _is_algorithm(p):
+    return isinstance(p, (DotAlgorithmPreset, DotAlgorithm))
+
+
+# ---- dot_general under an algorithm: jax's CPU lowering (casts around one exact product) ----
+def _round_to(x, dtype):
+    """x in `dtype`: a cast, or for float16 (not a podlet dtype) float32 values rounded
+    to float16's (reduce_precision: 5 exponent, 10 mantissa bits); float64 even without
+    x64 (the primitive's own dtype, below the canonicalisation)."""
+    from .. import lax
+    from .core import bind
+    d = _np_dtype(dtype)
+    if d == np.float16:
+        x = x if np.dtype(x.dtype) == np.float32 else bind("convert_element_type", x, new_dtype="float32")
+        return lax.reduce_precision(x, exponent_bits=5, mantissa_bits=10)
+    if np.dtype(x.dtype) == d:
+        return x
+    return bind("convert_element_type", x, new_dtype=d.name)
+
+
+def dot_operands(lhs, rhs, precision, preferred_element_type):
+    """(lhs, rhs, attrs, finish) for dot_general: the operands cast as jax's CPU lowering
+    casts them for the canonical `precision`, the primitive's extra attrs, and `finish`
+    (the accumulated product -> dot_general's result dtype)."""
+    from . import dtypes
+    prec = canonicalize_precision(precision)
+    pet = None if preferred_element_type is None else dtypes.canonicalize(preferred_element_type)
+    attrs = {} if pet is None else {"preferred_element_type": pet.name}
+    if not _is_algorithm(prec) or prec is DotAlgorithmPreset.DEFAULT:
+        return lhs, rhs, attrs, lambda y: y
+    if prec not in _CPU_PRESETS:  # every DotAlgorithm too, as jax's CPU lowering
+        raise ValueError(f"The precision '{prec}' is not supported by dot_general on CPU (supported: None, "
+                         f"lax.Precision values and the presets {sorted(p.name for p in _CPU_PRESETS)})")
+    out = pet if pet is not None else dtypes.promote(lhs.dtype, rhs.dtype)
+
+    def keep(d, types):
+        return d if types is None or any(_np_dtype(d) == _np_dtype(t) for t in types) else types[0]
+    lt = keep(lhs.dtype, prec.supported_lhs_types)
+    rt = keep(rhs.dtype, prec.supported_rhs_types)
+    acc = keep(out, prec.supported_output_types(lt, rt))
+    lhs, rhs = _round_to(lhs, lt), _round_to(rhs, rt)
+    acc = _np_dtype(acc)
+    f16_acc = acc == np.float16
+    attrs = {"preferred_element_type": "float32" if f16_acc else acc.name}
+
+    def finish(y):
+        if f16_acc:
+            y = _round_to(y, np.float16)
+        from .core import bind
+        return y if np.dtype(y.dtype) == out else bind("convert_element_type", y, new_dtype=out.name)
+    return lhs, rhs, attrs, finish
+
+
+# ---- convolutions: precision only chooses the kernel of bf16 convolutions ----
 def conv_attr(precision):
-    """The conv primitives' 'precision' attr: the higher of the pair's names ('high',
-    'highest'; both mean the direct kernel), or None for DEFAULT (the kernel may choose
-    Winograd)."""
-    pair = canonicalize_precision(precision)
-    top = None if pair is None else max(pair, key=lambda p: p.value)
-    return None if top in (None, Precision.DEFAULT) else top.name.lower()
+    """The conv primitives' 'precision' attr: 'high' / 'highest' (the direct kernel) for
+    a pair above DEFAULT or any algorithm but DEFAULT, None for DEFAULT (the kernel may
+    choose Winograd)."""
+    prec = canonicalize_precision(precision)
+    if prec is None or prec is DotAlgorithmPreset.DEFAULT:
+        return None
+    if _is_algorithm(prec):
+        return "highest"
+    top = max(prec, key=lambda p: p.value)
+    return None if top is Precision.DEFAULT else top.name.lower()
+
+
+def conv_operands(x, w, precision, preferred_element_type):
+    """(x, w, attrs) of the conv primitive: jax's CPU ignores a convolution's algorithm,
+    so the operands are unchanged; attrs carry the kernel choice and the result dtype."""
+    from . import dtypes
+    attrs = {}
+    prec = conv_attr(precision)
+    if prec is not None:
+        attrs["precision"] = prec
+    if preferred_element_type is not None:
+        attrs["preferred_element_type"] = dtypes.canonicalize(preferred_element_type).name
+    return x, w, attrs
