@@ -10,6 +10,7 @@ from ._src import pmap as _pmap
 from ._src.precision import (Precision, DotAlgorithm, DotAlgorithmPreset, AccuracyMode, Tolerance,  # noqa: F401
                              canonicalize_precision)
 from ._src import precision as _precision
+from ._src.config import flags as _config_flags
 from .tree_util import tree_map as _tree_map
 
 
@@ -171,7 +172,12 @@ def broadcasted_iota(dtype, shape, dimension):
 
 # ---- reductions ----
 def reduce_sum(operand, axes):
-    return bind("reduce_sum", operand, axes=[int(a) for a in axes])
+    axes = [int(a) for a in axes]
+    if operand.dtype == _dtypes.bfloat16 and not _config_flags["allow_f16_reductions"] and \
+            _bi.any(operand.shape[a] != 1 for a in axes):
+        raise ValueError(f"reduce_sum on operand bfloat16{list(operand.shape)} is not allowed when "
+                         "jax_allow_f16_reductions=False.")
+    return bind("reduce_sum", operand, axes=axes)
 
 
 def reduce_max(operand, axes):

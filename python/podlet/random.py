@@ -126,8 +126,12 @@ def PRNGKey(seed, *, impl=None):
     64-bit seed is split into [high word, low word]. Python ints outside int64 raise
     OverflowError, as in jax.
     """
-    if impl not in (None, "threefry2x32"):
-        raise ValueError(f"podlet.random only implements impl='threefry2x32', got {impl!r}")
+    if impl is None:  # jax's default_prng_impl flag (podlet.default_prng_impl)
+        from ._src.config import flags
+        impl = flags["default_prng_impl"]
+    if impl != "threefry2x32":
+        raise ValueError(f"podlet.random only implements impl='threefry2x32', got {impl!r} (the impl argument or "
+                         "config.default_prng_impl)")
     if _is_array(seed):
         if seed.shape != ():
             raise TypeError(f"PRNGKey accepts a scalar seed, but was given an array of shape {seed.shape} != (). "

@@ -11,9 +11,21 @@ flags = {"disable_jit": False, "debug_nans": False, "debug_infs": False, "log_co
          "explain_cache_misses": False, "numpy_dtype_promotion": "standard",
          "numpy_rank_promotion": "allow", "default_device": None, "transfer_guard": "allow",
          "transfer_guard_host_to_device": "allow", "transfer_guard_device_to_host": "allow",
-         "transfer_guard_device_to_device": "allow"}
+         "transfer_guard_device_to_device": "allow",
+         # jax's flags that podlet records (config_contexts.py says what each means here)
+         "default_matmul_precision": None, "enable_checks": False, "debug_key_reuse": False,
+         "default_prng_impl": "threefry2x32", "legacy_prng_key": "allow", "enable_custom_prng": False,
+         "allow_f16_reductions": True, "thread_guard": False, "array_garbage_collection_guard": None}
+_PRESETS = ("ANY_F8_ANY_F8_F32", "ANY_F8_ANY_F8_F32_FAST_ACCUM", "ANY_F8_ANY_F8_ANY", "ANY_F8_ANY_F8_ANY_FAST_ACCUM",
+            "F16_F16_F16", "F16_F16_F32", "BF16_BF16_BF16", "BF16_BF16_F32", "BF16_BF16_F32_X3", "BF16_BF16_F32_X6",
+            "BF16_BF16_F32_X9", "TF32_TF32_F32", "TF32_TF32_F32_X3", "F32_F32_F32", "F64_F64_F64")
 _CHOICES = {"numpy_dtype_promotion": ("standard", "strict"),
             "numpy_rank_promotion": ("allow", "warn", "raise"),
+            "default_matmul_precision": (None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32",
+                                         *_PRESETS),
+            "default_prng_impl": ("threefry2x32", "threefry4x32", "rbg", "unsafe_rbg", "philox2x32", "philox4x32"),
+            "legacy_prng_key": ("allow", "warn", "error"),
+            "array_garbage_collection_guard": (None, "allow", "log", "fatal"),
             **{k: ("allow", "log", "disallow", "log_explicit", "disallow_explicit")
                for k in flags if k.startswith("transfer_guard")}}
 
@@ -51,6 +63,8 @@ class _Config:
             value = bool(value)
             _core.set_conv_winograd(value)
         elif key in flags:
+            if key == "legacy_prng_key" and hasattr(value, "name") and isinstance(value.name, str):
+                value = value.name.lower()  # jax's LegacyPrngKeyState
             if key in _CHOICES and value not in _CHOICES[key]:
                 raise ValueError(f"{name} must be one of {list(_CHOICES[key])}, got {value!r}")
             if key not in _CHOICES and key != "default_device":

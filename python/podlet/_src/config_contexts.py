@@ -26,6 +26,21 @@ decorator, like jax's). What each flag does in podlet:
 * ``threefry_partitionable``: which of jax's threefry schemes podlet.random reproduces.
 * ``make_user_context(default)``: a context whose value is part of every jit cache
   key, so a change of value retraces.
+* ``default_matmul_precision``: the precision of every matmul / convolution given
+  ``precision=None`` (jax's values: 'default' | 'high' | 'highest' | 'bfloat16' |
+  'tensorfloat32' | 'float32' | a DotAlgorithmPreset name); what each means in podlet
+  is in ``_src/precision.py`` (as on jax's CPU: f32 products stay exact).
+* ``default_prng_impl``: the impl of keys made without one; podlet.random implements
+  'threefry2x32' (the default), another value makes ``random.key`` / ``PRNGKey`` raise
+  ValueError naming it.
+* ``allow_f16_reductions``: with False, ``lax.reduce_sum`` of a bfloat16 operand over
+  an axis of size > 1 raises ValueError (jax's message; podlet has no float16).
+* ``enable_checks`` (jax's internal invariant checks), ``debug_key_reuse`` (tracking of
+  typed keys: podlet's keys are raw uint32 arrays), ``legacy_prng_key`` ('allow' |
+  'warn' | 'error': podlet has no typed keys, so every key is a raw one and nothing is
+  refused), ``enable_custom_prng``, ``thread_guard`` (multi-process dispatch order) and
+  ``array_garbage_collection_guard`` (None | 'allow' | 'log' | 'fatal'): validated and
+  recorded; podlet has nothing they act on.
 """
 import contextlib
 import functools
@@ -97,6 +112,38 @@ transfer_guard_host_to_device = _flag("transfer_guard_host_to_device", "allow", 
 transfer_guard_device_to_host = _flag("transfer_guard_device_to_host", "allow", transfer_guard.__doc__)
 transfer_guard_device_to_device = _flag("transfer_guard_device_to_device", "allow",
                                         transfer_guard.__doc__)
+
+default_matmul_precision = _flag("default_matmul_precision", None, "The precision of matmuls and convolutions "
+                                 "given precision=None (see podlet/_src/precision.py).")
+enable_checks = _flag("enable_checks", doc="Recorded (jax's internal invariant checks).")
+debug_key_reuse = _flag("debug_key_reuse", doc="Recorded (podlet's keys are raw uint32 arrays).")
+default_prng_impl = _flag("default_prng_impl", "threefry2x32", "The impl of keys made without one (podlet.random "
+                                                               "implements 'threefry2x32').")
+legacy_prng_key = _flag("legacy_prng_key", "allow", "Recorded: podlet's keys are all raw uint32 arrays.")
+enable_custom_prng = _flag("enable_custom_prng", doc="Recorded.")
+allow_f16_reductions = _flag("allow_f16_reductions", doc="With False, lax.reduce_sum of bfloat16 raises.")
+thread_guard = _flag("thread_guard", doc="Recorded (multi-process dispatch order).")
+array_garbage_collection_guard = _flag("array_garbage_collection_guard", None, "Recorded.")
+
+
+class _FlagKey:
+    """A flag whose value is part of every jit cache key (as in jax): a function traced
+    under one default_matmul_precision is traced again under another."""
+
+    def __init__(self, name):
+        self.name = name
+
+    @property
+    def value(self):
+        return flags[self.name]
+
+
+def _register_jit_keys():
+    from . import core
+    core.user_contexts.extend(_FlagKey(n) for n in ("default_matmul_precision", "allow_f16_reductions"))
+
+
+_register_jit_keys()
 
 
 @contextlib.contextmanager
