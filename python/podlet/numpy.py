@@ -1595,7 +1595,8 @@ def einsum(subscripts, *operands, optimize=None, precision=None, preferred_eleme
     for spec, op in zip(ins, ops):
         if len(spec) != op.ndim:
             raise _ShapeError(f"einsum: spec '{spec}' has {len(spec)} indices for an operand of shape {op.shape}")
-    ops = [_einsum_reduce_single(s, o, out, [x for x in ins if x is not s]) for s, o in zip(ins, ops)]
+    # the other operands' specs by position: 'i,i->' has two equal (interned) spec strings
+    ops = [_einsum_reduce_single(s, o, out, ins[:k] + ins[k + 1:]) for k, (s, o) in enumerate(zip(ins, ops))]
     ins = [s for s, _ in ops]
     ops = [o for _, o in ops]
     if len(ops) == 1:

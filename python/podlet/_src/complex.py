@@ -44,6 +44,7 @@ class ComplexArray:
     as children. ``dtype`` reports NumPy's complex64 / complex128, as jax.Array does."""
 
     __slots__ = ("_re", "_im", "weak_type")
+    _is_complex_pair = True  # what core.grad recognises (it does not import this module)
     __array_priority__ = 1000
     __array_ufunc__ = None  # np.ndarray op ComplexArray defers to our reflected operators
     __hash__ = None
@@ -267,7 +268,7 @@ def _parts(x, cd):
         return (x if x.dtype == pd else lax.convert_element_type(x, pd)), None
     a = np.asarray(x)
     if a.dtype.kind == "c":
-        return to_array(np.ascontiguousarray(a.real.astype(pd))), to_array(np.ascontiguousarray(a.imag.astype(pd)))
+        return to_array(np.array(a.real, pd, order="C")), to_array(np.array(a.imag, pd, order="C"))
     if a.dtype.kind not in "biuf" and a.dtype != _dtypes.bfloat16:
         raise TypeError(f"expected a number or an array, got {type(x).__name__} of dtype {a.dtype}")
     return to_array(a.astype(pd)), None
@@ -404,11 +405,15 @@ def equal(x1, x2):
     cd = _result_dtype(x1, x2)
     (ar, ai), (br, bi) = _parts(x1, cd), _parts(x2, cd)
     zero = lambda v, ref: jnp.zeros_like(ref) if v is None else v
-    return jnp.logical_and(jnp.equal(ar, br), jnp.equal(zero(ai, ar), zero(bi, br)))
+    out = jnp.logical_and(jnp.equal(ar, br), jnp.equal(zero(ai, ar), zero(bi, br)))
+    out.weak_type = _result_weak(x1, x2)  # JAX: int32 array == 1j is a weak bool
+    return out
 
 
 def not_equal(x1, x2):
-    return jnp.logical_not(equal(x1, x2))
+    out = jnp.logical_not(equal(x1, x2))
+    out.weak_type = _result_weak(x1, x2)
+    return out
 
 
 def real(val, /):
@@ -569,20 +574,20 @@ def _bilinear(f, a, b):
     return make(_sub(g(ar, br), g(ai, bi)), _add(g(ar, bi), g(ai, br)))
 
 
-def matmul(a, b, preferred_element_type=None):
+def matmul(a, b, *, precision=None, preferred_element_type=None):
     return _bilinear(jnp.matmul, a, b)
 
 
-def dot(a, b, preferred_element_type=None):
+def dot(a, b, *, precision=None, preferred_element_type=None):
     return _bilinear(jnp.dot, a, b)
 
 
-def vdot(a, b):
+def vdot(a, b, *, precision=None, preferred_element_type=None):
     a = conjugate(a)
     return _bilinear(jnp.vdot, a, b)
 
 
-def tensordot(a, b, axes=2):
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
     return _bilinear(lambda u, v: jnp.tensordot(u, v, axes), a, b)
 
 
@@ -709,8 +714,8 @@ def _from_host(a, dtype):
     cd = canonical_complex(dtype) if dtype is not None else (
         canonical_complex(npa.dtype) if npa.dtype.kind == "c" else complex64)
     pd = _part_dtype(cd)
-    re = to_array(np.ascontiguousarray(npa.real.astype(pd)))
-    im = to_array(np.ascontiguousarray(npa.imag.astype(pd)) if npa.dtype.kind == "c" else np.zeros(npa.shape, pd))
+    re = to_array(np.array(npa.real, pd, order="C"))
+    im = to_array(np.array(npa.imag, pd, order="C") if npa.dtype.kind == "c" else np.zeros(npa.shape, pd))
     return ComplexArray(re, im, type(a) is complex and dtype is None)
 
 
@@ -795,11 +800,21 @@ def full_like(a, fill_value, dtype=None, shape=None):
 
 
 def result_type(*args):
-    if _bi.any(is_complex_value(a) or (not hasattr(a, "shape") and is_complex_dtype(a)) for a in args):
-        strong = [a for a in args if not is_complex_dtype(a) or isinstance(a, ComplexArray)]
-        wide = _bi.any(is_complex_dtype(a) and canonical_complex(a) == complex128 for a in args)
-        return complex128 if wide or _result_dtype(*strong) == complex128 else complex64
-    return None
+    """jnp.result_type when an argument is complex (else None): complex128 only with a
+    strong 64-bit argument under x64."""
+    found, wide = False, False
+    for a in args:
+        if a is complex or isinstance(a, (type, str, np.dtype)):
+            d, weak = (complex128 if a is complex else np.dtype(a)), False
+        elif isinstance(a, ComplexArray):
+            d, weak = a.dtype, a.weak_type
+        else:
+            d, weak = np.dtype(a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype), _is_weak(a)
+        found = found or d.kind == "c"
+        wide = wide or (not weak and d in (complex128, np.dtype(np.float64)))
+    if not found:
+        return None
+    return complex128 if wide and _dtypes.x64_enabled() else complex64
 
 
 def promote_types(a, b):
@@ -918,7 +933,6 @@ def install(namespace):
     for n, v in (("complex64", np.complex64), ("complex128", np.complex128), ("complex_", np.complex128),
                  ("csingle", np.complex64), ("cdouble", np.complex128), ("complexfloating", np.complexfloating)):
         namespace[n] = v
-    namespace["sort_complex"] = sort_complex
     orig_result_type, orig_promote = namespace["result_type"], namespace["promote_types"]
 
     @functools.wraps(orig_result_type)
@@ -936,5 +950,6 @@ def install(namespace):
     impls = dict(_IMPLS)
     impls.pop("sort_complex")
     guard(namespace, "podlet.numpy", impls)
+    namespace["sort_complex"] = sort_complex  # complex for any input: not dispatched
     for cls in (Array, Tracer):  # x.astype(complex64) on a real array
         cls.astype = namespace["astype"]

@@ -605,6 +605,10 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
                     raise DTypeError(f"grad requires real-valued inputs; argument {i} has a leaf of dtype {ld} "
                                      "(integer inputs have no gradient: use allow_int or pass them as a "
                                      "non-differentiated argument)")
+        main = tree_util.tree_unflatten(entry.out_tree, list(range(len(out_leaves))))
+        if getattr(main[0] if has_aux else main, "_is_complex_pair", False):  # a ComplexArray (_src/complex.py)
+            raise TypeError("grad requires real-valued outputs (output dtype that is a sub-dtype of np.floating), "
+                            "but got a complex output; take its real part or abs() first, or use vjp")
         if n_main != 1:
             raise TypeError(f"grad requires a scalar-output function; the output has {n_main} leaves")
         d, shape = entry.graph.aval(entry.out_vids[0])
@@ -627,6 +631,10 @@ def value_and_grad(fun, argnums=0, has_aux=False, holomorphic=False, allow_int=F
             n = len(ranges[i])
             grads.append(tree_util.tree_unflatten(tree_util.tree_structure(args[i]), grads_flat[k:k + n]))
             k += n
+        # JAX's convention for a real function of a complex input: the conjugate of
+        # (df/dre + i df/dim), i.e. df/dre - i df/dim
+        is_pair = lambda v: getattr(v, "_is_complex_pair", False)
+        grads = [tree_util.tree_map(lambda v: v.conj() if is_pair(v) else v, gi, is_leaf=is_pair) for gi in grads]
         g = grads[0] if single else tuple(grads)
         return primal, g
 
