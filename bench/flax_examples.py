@@ -294,8 +294,19 @@ def run_lm1b(side, init, steps):
     import models
     import temperature_sampler  # noqa: F401  (predict_step's sampler)
     import train
-    from jax_or_podlet_training import train_state
+    import utils
     jnp = jax.numpy
+    Mesh, NamedSharding, P = train.Mesh, train.NamedSharding, train.P
+    # train.train_and_evaluate's model, optimizer, mesh and jitted steps, at a small size
+    # (its config: configs/default.py's mesh and logical axis rules; one device here)
+    config = train.ml_collections.ConfigDict()
+    for k, v in dict(per_device_batch_size=2, max_target_length=16, mesh_axes=["data", "fsdp", "tensor"],
+                     logical_axis_rules=[["mlp", "tensor"], ["vocab", "tensor"], ["embed", "fsdp"],
+                                         ["heads", "tensor"]],
+                     data_sharding=["data"], dcn_data_parallelism=-1, dcn_fsdp_parallelism=1,
+                     dcn_tensor_parallelism=1, ici_data_parallelism=1, ici_fsdp_parallelism=-1,
+                     ici_tensor_parallelism=1).items():
+        setattr(config, k, v)
     cfg = models.TransformerConfig(vocab_size=40, output_vocab_size=40, logits_via_embedding=False,
                                    dtype=jnp.float32, emb_dim=16, num_heads=2, num_layers=2,
                                    qkv_dim=16, mlp_dim=32, max_len=16, dropout_rate=0.1,
@@ -303,37 +314,41 @@ def run_lm1b(side, init, steps):
                                    kernel_init=jax.nn.initializers.xavier_uniform(),
                                    bias_init=jax.nn.initializers.normal(stddev=1e-6))
     eval_cfg = cfg.replace(deterministic=True)
-    pred_cfg = eval_cfg.replace(decode=True)
+    pred_cfg = cfg.replace(deterministic=True, decode=True)
+    mesh = Mesh(utils.create_device_mesh(config), config.mesh_axes)
+    rng = jax.random.PRNGKey(0)
+    rng, init_rng = jax.random.split(rng)
+    rng, inference_rng = jax.random.split(rng)
     m = models.TransformerLM(eval_cfg)
-    params = jax.jit(m.init)(jax.random.key(0), jnp.ones((2, 16), jnp.int32))["params"]
     lr_fn = train.create_learning_rate_schedule(learning_rate=0.01, warmup_steps=2)
     tx = train.optax.adamw(lr_fn, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.1)
-    # train.py builds the state through utils.setup_initial_state (a sharded jit over a
-    # Mesh, then unbox); one device here: the same TrainState, unboxed.
-    params = jax.tree_util.tree_map(lambda x: x.unbox() if hasattr(x, "unbox") else x, params,
-                                    is_leaf=lambda x: hasattr(x, "unbox"))
-    params = init.sync("params", params, jnp)
-    state = train_state.TrainState.create(apply_fn=m.apply, params=params, tx=tx)
+    state, ann = utils.setup_initial_state(m, tx, config, init_rng, mesh)
+    state = state.replace(params=init.sync("params", state.params, jnp))
+    data_sharding = NamedSharding(mesh, P(config.data_sharding))
+    jit_train_step = jax.jit(train.train_step, in_shardings=(ann, data_sharding, None),
+                             out_shardings=(ann, None), static_argnums=(2, 3, 4), donate_argnums=0)
+    jit_eval_step = jax.jit(train.eval_step, in_shardings=(ann.params, data_sharding), out_shardings=None,
+                            static_argnums=(2, 3))
+    jit_pred_step = jax.jit(jax.vmap(train.predict_step, in_axes=(
+        0, jax.tree_util.tree_map(lambda x: None, state.params), 0, None, None,
+        jax.tree_util.tree_map(lambda x: None, pred_cfg), None, None)),
+        in_shardings=(data_sharding, ann.params, data_sharding), out_shardings=data_sharding,
+        static_argnums=(3, 4, 5, 6, 7))
     rs = np.random.RandomState(0)
     inputs = init.data("inputs", lambda: np.concatenate(
         [rs.randint(1, 40, size=(4, 12)), np.zeros((4, 4))], 1).astype(np.int32))
-    batch = {"inputs": jnp.asarray(inputs)}
-    step = jax.jit(functools.partial(train.train_step, config=cfg, learning_rate_fn=lr_fn))
+    batch = jax.tree_util.tree_map(lambda x: jnp.array(x), {"inputs": inputs})
     out = []
     for _ in range(steps):
-        state, metrics = step(state, batch, dropout_rng=jax.random.key(1))
+        state, metrics = jit_train_step(state, batch, cfg, lr_fn, 0.0, rng)
         out.append({k: _f(v) for k, v in metrics.items()})
-    ev = jax.jit(functools.partial(train.eval_step, config=eval_cfg))(state.params, batch)
+    ev = jit_eval_step(state.params, batch, eval_cfg)
     out[-1].update({"eval_" + k: _f(v) for k, v in ev.items()})
-    # predict_step as train.py calls it: jit(vmap(...)) over a leading device axis, one
-    # prompt per device (the decode cache and the temperature sampler's while_loop)
-    pred_step = jax.jit(jax.vmap(train.predict_step, in_axes=(
-        0, jax.tree_util.tree_map(lambda x: None, state.params), 0, None, None,
-        jax.tree_util.tree_map(lambda x: None, pred_cfg), None, None)), static_argnums=(3, 4, 5, 6, 7))
+    # generate_prediction's call: one prompt per device, a leading device axis
     prompt = np.zeros((1, 1, 16), np.int32)
     prompt[0, 0, :4] = inputs[0, :4]
-    pred = pred_step(jnp.asarray(prompt), state.params, jax.random.split(jax.random.key(3), 1), 2, 16,
-                     pred_cfg, 1e-3, 1)
+    pred = jit_pred_step(jnp.asarray(prompt), state.params, jax.random.split(inference_rng, 1), 2, 16,
+                         pred_cfg, 1e-3, 1)
     out[-1]["predict_sum"] = _f(jnp.sum(pred))
     return out
 

@@ -103,15 +103,24 @@ def asarray(a, dtype=None, copy=None):
     if _is_array(a):
         return a if dtype is None else astype(a, dtype)
     if isinstance(a, (list, tuple)) and _bi.any(_is_array(x) for x in _tu.tree_leaves(a)):
-        return stack([asarray(x, dtype) for x in a])
+        return _stack_nested(a, dtype)
     if dtype is None and isinstance(a, float):
         dtype = float32
     return to_array(a, dtype)
 
 
+def _stack_nested(a, dtype):
+    """A (nested) list / tuple holding arrays or tracers: one array of their promoted
+    dtype (jnp.array((0, i, 0)) with a traced uint32 i is uint32, as in JAX)."""
+    dt = dtype if dtype is not None else result_type(*_tu.tree_leaves(a))
+    return stack([_stack_nested(x, dt) if isinstance(x, (list, tuple)) else asarray(x, dt) for x in a])
+
+
 def array(a, dtype=None, copy=True, ndmin=0):
     if _is_array(a):
         out = a if dtype is None else astype(a, dtype)
+    elif isinstance(a, (list, tuple)) and _bi.any(_is_array(x) for x in _tu.tree_leaves(a)):
+        out = _stack_nested(a, dtype)
     else:
         npa = _np.array(a)
         d = _dtypes.canonicalize(dtype if dtype is not None else npa.dtype)

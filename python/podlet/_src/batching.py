@@ -10,6 +10,7 @@ collectives (``lax.psum(x, 'batch')`` sums over the batch) exactly as pmap binds
 device axis.
 """
 import functools
+import numpy as np
 
 from .. import tree_util
 from . import fusion
@@ -69,6 +70,13 @@ class _GraphEntry:
         self.graph = graph
 
 
+def _is_value(x):
+    """Whether a leaf is an array vmap traces; unmapped Python values (ints, a config's
+    dtype, strings) reach fun unchanged, as in JAX."""
+    return isinstance(x, (Array, Tracer, np.ndarray)) or (hasattr(x, "__array__") and not isinstance(x, type)
+                                                          and not isinstance(x, np.generic))
+
+
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
     """jax.vmap: maps `fun` over an axis of its arguments.
 
@@ -92,6 +100,18 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         kw_leaves = tree_util.tree_leaves(kwargs)
         axes = axes + [0] * len(kw_leaves)
         leaves, in_tree = tree_util.tree_flatten((args, kwargs))
+        static = [i for i, (x, ax) in enumerate(zip(leaves, axes)) if ax is None and not _is_value(x)]
+        if static:  # unmapped non-array leaves (an int, a config's dtype) pass through, as in JAX
+            dyn = [i for i in range(len(leaves)) if i not in set(static)]
+
+            def with_statics(*dyn_leaves):
+                full = list(leaves)
+                for i, v in zip(dyn, dyn_leaves):
+                    full[i] = v
+                a, k = tree_util.tree_unflatten(in_tree, full)
+                return fun(*a, **k)
+            return vmap(with_statics, tuple(axes[i] for i in dyn), out_axes, axis_name, axis_size,
+                        spmd_axis_name)(*[leaves[i] for i in dyn])
         conv, sig = _abstractify_all(leaves)
         size = None
         sizes = []

@@ -98,6 +98,15 @@ class Dense(Module):
         return y
 
 
+def _reshape_init(value, shape):
+    """An initializer's flat value reshaped; a boxed one (nn.with_logical_partitioning)
+    keeps its box and names, as in Flax."""
+    from .meta import AxisMetadata, replace_boxed
+    if isinstance(value, AxisMetadata):
+        return replace_boxed(value, jnp.reshape(value.unbox(), shape))
+    return jnp.reshape(value, shape)
+
+
 class DenseGeneral(Module):
     """A linear transformation with flexible axes.
 
@@ -142,7 +151,7 @@ class DenseGeneral(Module):
         def kernel_init_wrap(rng, shape, dtype=jnp.float32):
             flat_shape = (int(np.prod(shape[:n_batch_dims]) * np.prod(shape[n_batch_dims:n_axis + n_batch_dims])),
                           int(np.prod(shape[-n_features:])))
-            return jnp.reshape(self.kernel_init(rng, flat_shape, dtype), shape)
+            return _reshape_init(self.kernel_init(rng, flat_shape, dtype), shape)
 
         batch_shape = tuple(inputs.shape[ax] for ax in batch_dims)
         expanded_batch_shape = tuple(inputs.shape[ax] if ax in batch_dims else 1
@@ -154,7 +163,7 @@ class DenseGeneral(Module):
         if self.use_bias:
             def bias_init_wrap(rng, shape, dtype=jnp.float32):
                 flat_shape = (int(np.prod(shape[:n_batch_dims]) * np.prod(shape[-n_features:])),)
-                return jnp.reshape(self.bias_init(rng, flat_shape, dtype), shape)
+                return _reshape_init(self.bias_init(rng, flat_shape, dtype), shape)
 
             bias = self.param("bias", bias_init_wrap, batch_shape + features, self.param_dtype)
         else:
