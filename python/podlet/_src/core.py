@@ -669,18 +669,31 @@ def vjp(fun, *primals, has_aux=False):
     primal_out = tree_util.tree_unflatten(entry.out_tree, outs[:len(out_leaves)])
     float_inputs = [j for j in range(len(conv)) if dtypes.is_float(entry.graph.aval(entry.graph.inputs[j])[0])]
     bwd = entry.graph.vjp(float_inputs, list(range(n_main)))
-    captures = list(entry.captures)
+    main = primal_out[0] if has_aux else primal_out
+    vjp_fn = VJPFn((bwd, len(out_leaves) + len(entry.effect_vids), len(conv), tuple(float_inputs), in_tree,
+                    tree_util.tree_structure(main)), conv + list(entry.captures))
+    if has_aux:
+        return primal_out[0], vjp_fn, primal_out[1]
+    return primal_out, vjp_fn
 
-    def vjp_fn(ct):
-        main = primal_out[0] if has_aux else primal_out
+
+class VJPFn:
+    """The vjp_fn of ``vjp``: a pytree (as jax's), whose leaves are the values the
+    backward graph reads (the primal inputs and the captured constants), so it can be
+    returned from jit or be the residual of a custom_vjp fwd rule (flax's
+    ``nn.custom_vjp`` example does)."""
+
+    def __init__(self, static, leaves):
+        self._static, self._leaves = static, list(leaves)
+
+    def __call__(self, ct):
+        bwd, n_skip, n_conv, float_inputs, in_tree, main_tree = self._static
         ct_leaves, ct_tree = tree_util.tree_flatten(ct)
-        if ct_tree != tree_util.tree_structure(main):
-            raise ValueError(f"vjp: cotangent structure {ct_tree} does not match the output structure "
-                             f"{tree_util.tree_structure(main)}")
-        res = call_graph(bwd, conv + captures + ct_leaves)
-        grads = res[len(out_leaves) + len(entry.effect_vids):]
+        if ct_tree != main_tree:
+            raise ValueError(f"vjp: cotangent structure {ct_tree} does not match the output structure {main_tree}")
+        grads = call_graph(bwd, self._leaves + ct_leaves)[n_skip:]
         full, k = [], 0
-        for j in range(len(conv)):
+        for j in range(n_conv):
             if j in float_inputs:
                 full.append(grads[k])
                 k += 1
@@ -689,9 +702,8 @@ def vjp(fun, *primals, has_aux=False):
         args, _ = tree_util.tree_unflatten(in_tree, full)
         return tuple(args)
 
-    if has_aux:
-        return primal_out[0], vjp_fn, primal_out[1]
-    return primal_out, vjp_fn
+
+tree_util.register_pytree_node(VJPFn, lambda v: (v._leaves, v._static), lambda st, leaves: VJPFn(st, leaves))
 
 
 # ---------------------------------------------------------------------------------
