@@ -1526,7 +1526,7 @@ builtins_sum = _bi.sum
 # ---------------------------------------------------------------------------------
 # linear algebra
 # ---------------------------------------------------------------------------------
-def matmul(a, b, preferred_element_type=None):
+def matmul(a, b, *, precision=None, preferred_element_type=None):
     a, b = _promote(a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: operands must have at least one dimension (use multiply for scalars)")
@@ -1542,7 +1542,7 @@ def matmul(a, b, preferred_element_type=None):
     if nb:
         a = broadcast_to(a, batch + tuple(a.shape[-2:]))
         b = broadcast_to(b, batch + tuple(b.shape[-2:]))
-    out = lax.dot_general(a, b, (([nb + 1], [nb]), (list(range(nb)), list(range(nb)))),
+    out = lax.dot_general(a, b, (([nb + 1], [nb]), (list(range(nb)), list(range(nb)))), precision=precision,
                           preferred_element_type=preferred_element_type)
     if va:
         out = squeeze(out, -2)
@@ -1551,31 +1551,35 @@ def matmul(a, b, preferred_element_type=None):
     return out
 
 
-def dot(a, b, preferred_element_type=None):
+def dot(a, b, *, precision=None, preferred_element_type=None):
     a, b = asarray(a), asarray(b)
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
     if b.ndim <= 2:
-        return matmul(a, b, preferred_element_type)
-    return tensordot(a, b, ([a.ndim - 1], [b.ndim - 2]))
+        return matmul(a, b, precision=precision, preferred_element_type=preferred_element_type)
+    return tensordot(a, b, ([a.ndim - 1], [b.ndim - 2]), precision=precision,
+                     preferred_element_type=preferred_element_type)
 
 
-def vdot(a, b):
-    return sum(ravel(a) * ravel(b))
+def vdot(a, b, *, precision=None, preferred_element_type=None):
+    if precision is None and preferred_element_type is None:
+        return sum(ravel(a) * ravel(b))
+    return dot(ravel(a), ravel(b), precision=precision, preferred_element_type=preferred_element_type)
 
 
-def inner(a, b):
+def inner(a, b, *, precision=None, preferred_element_type=None):
     x, y = _promote(a, b)
     if x.ndim == 0 or y.ndim == 0:
         return _weak_if(multiply(x, y), a, b)
-    return lax.dot_general(x, y, (([x.ndim - 1], [y.ndim - 1]), ([], [])))
+    return lax.dot_general(x, y, (([x.ndim - 1], [y.ndim - 1]), ([], [])), precision=precision,
+                           preferred_element_type=preferred_element_type)
 
 
 def outer(a, b):
     return multiply(reshape(a, (-1, 1)), reshape(b, (1, -1)))
 
 
-def tensordot(a, b, axes=2):
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
     a, b = _promote(a, b)
     if isinstance(axes, int):
         la, lb = list(range(a.ndim - axes, a.ndim)), list(range(axes))
@@ -1583,7 +1587,8 @@ def tensordot(a, b, axes=2):
         la, lb = axes
         la = [la] if isinstance(la, int) else list(la)
         lb = [lb] if isinstance(lb, int) else list(lb)
-    return lax.dot_general(a, b, (([x % a.ndim for x in la], [x % b.ndim for x in lb]), ([], [])))
+    return lax.dot_general(a, b, (([x % a.ndim for x in la], [x % b.ndim for x in lb]), ([], [])),
+                           precision=precision, preferred_element_type=preferred_element_type)
 
 
 def einsum(subscripts, *operands, optimize=None, precision=None, preferred_element_type=None):
@@ -1619,7 +1624,7 @@ def einsum(subscripts, *operands, optimize=None, precision=None, preferred_eleme
     contract = [c for c in sa if c in sb and c not in out]
     dn = (([sa.index(c) for c in contract], [sb.index(c) for c in contract]),
           ([sa.index(c) for c in batch], [sb.index(c) for c in batch]))
-    res = lax.dot_general(a, b, dn, preferred_element_type=preferred_element_type)
+    res = lax.dot_general(a, b, dn, precision=precision, preferred_element_type=preferred_element_type)
     res_spec = batch + [c for c in sa if c not in batch and c not in contract] + \
         [c for c in sb if c not in batch and c not in contract]
     return transpose(res, [res_spec.index(c) for c in out])

@@ -432,11 +432,11 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
 
 
 def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
-    return jnp.matmul(x1, x2, preferred_element_type=preferred_element_type)
+    return jnp.matmul(x1, x2, precision=precision, preferred_element_type=preferred_element_type)
 
 
 def tensordot(x1, x2, /, *, axes=2, precision=None, preferred_element_type=None):
-    return jnp.tensordot(x1, x2, axes=axes)
+    return jnp.tensordot(x1, x2, axes=axes, precision=precision, preferred_element_type=preferred_element_type)
 
 
 def svdvals(x, /):

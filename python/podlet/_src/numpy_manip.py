@@ -730,7 +730,10 @@ def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
     if x1.shape[axis] != x2.shape[axis]:
         raise ValueError(f"axes must match; got shapes {tuple(x1.shape)} and {tuple(x2.shape)} with axis={axis}")
     x1, x2 = jnp.moveaxis(x1, axis, -1), jnp.moveaxis(x2, axis, -1)
-    return vectorize(jnp.vdot, signature="(n),(n)->()")(x1, x2)
+
+    def vdot(u, v):
+        return jnp.vdot(u, v, precision=precision, preferred_element_type=preferred_element_type)
+    return vectorize(vdot, signature="(n),(n)->()")(x1, x2)
 
 
 def matvec(x1, x2, /):

@@ -29,7 +29,7 @@ from .pooling import pool, avg_pool, max_pool, min_pool
 from .attention import (MultiHeadDotProductAttention, MultiHeadAttention, SelfAttention, dot_product_attention,
                         dot_product_attention_weights, make_attention_mask, make_causal_mask, combine_masks)
 from .transforms import (vmap, scan, remat, checkpoint, jit, cond, switch, while_loop, map_variables, remat_scan,
-                         broadcast, vjp, jvp, grad, value_and_grad)
+                         broadcast, vjp, jvp, grad, value_and_grad, custom_vjp, fold_rngs)
 from . import meta, spmd  # noqa: E402  (flax.core.meta, flax.linen.spmd)
 from .meta import Partitioned, with_partitioning, get_partition_spec, get_sharding, unbox  # noqa: E402
 from .spmd import (LogicallyPartitioned, with_logical_partitioning, logical_to_mesh_axes, logical_to_mesh,  # noqa: E402

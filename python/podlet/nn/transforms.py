@@ -1,6 +1,6 @@
 """flax.linen's lifted transforms: vmap, scan, remat/checkpoint, jit, cond, switch,
-while_loop, map_variables, vjp, jvp, grad, value_and_grad (flax/linen/transforms.py over
-flax/core/lift.py).
+while_loop, map_variables, vjp, jvp, grad, value_and_grad, custom_vjp, fold_rngs
+(flax/linen/transforms.py over flax/core/lift.py).
 
 A lifted transform turns a Module (or a function taking a Module first) into a pure
 function of its variables and rng keys, applies the podlet transform to that function
@@ -42,7 +42,7 @@ from .module import (DenyList, LazyRng, Module, Scope, Variable, FlaxError, _Set
                      subtract_filters, union_filters)
 
 __all__ = ["vmap", "scan", "remat", "checkpoint", "jit", "cond", "switch", "while_loop", "map_variables",
-           "broadcast", "remat_scan", "vjp", "jvp", "grad", "value_and_grad"]
+           "broadcast", "remat_scan", "vjp", "jvp", "grad", "value_and_grad", "custom_vjp", "fold_rngs"]
 
 
 class _Broadcast:
@@ -547,11 +547,6 @@ def lift_checkpoint(fn, variables=True, rngs=True, concrete=False, prevent_cse=T
     return pack(inner, (variables,), (variables,), (rngs,), name="remat", enable_kwargs=True)
 
 
-def _unflatten_scope_grads(scope_tree, grads):
-    """Per-scope variable gradients in the shape of the scope tree (one dict for one scope)."""
-    return grads[0] if isinstance(scope_tree, Scope) else type(scope_tree)(grads)
-
-
 def lift_vjp(fn, scope, *primals, has_aux=False, reduce_axes=(), vjp_variables="params", variables=True,
              rngs=True):
     """flax.core.lift.vjp: ``(y, bwd)`` (and ``aux``) of ``fn(scope, *primals)``; ``bwd(ct)``
@@ -571,14 +566,53 @@ def lift_vjp(fn, scope, *primals, has_aux=False, reduce_axes=(), vjp_variables="
             return y, (aux, repack_fn(inner_scope))
 
         y, bwd, (aux, out_vars) = _podlet().vjp(wrapper, vjp_vars, *args, has_aux=True)
-
-        def bwd_wrapper(tangent):
-            vars_grad, *inputs_grad = bwd(tangent)
-            return (_unflatten_scope_grads(scope, vars_grad), *inputs_grad)
-
+        # a pytree (podlet's vjp_fn is one), as flax's: it can be a custom_vjp residual
+        bwd_wrapper = tree_util.Partial(functools.partial(_bwd_wrapper, isinstance(scope, Scope)), bwd)
         return ((y, bwd_wrapper, aux) if has_aux else (y, bwd_wrapper)), out_vars
 
     return pack(inner, (vjp_variables, variables), (variables,), (rngs,), name="vjp")(scope, *primals)
+
+
+def _bwd_wrapper(single_scope, bwd, tangent):
+    vars_grad, *inputs_grad = bwd(tangent)
+    return (vars_grad[0] if single_scope else type(vars_grad)(vars_grad), *inputs_grad)
+
+
+def lift_custom_vjp(fn, forward_fn, backward_fn, grad_vars="params", nondiff_argnums=()):
+    """flax.core.lift.custom_vjp: ``fn(scope, *args)`` under ``podlet.custom_vjp``, its
+    differentiated inputs being the ``grad_vars`` variables and the arguments.
+    ``forward_fn(scope, *args)`` returns ``(y, residuals)``; ``backward_fn(*nondiff_args,
+    residuals, y_cotangent)`` returns ``(variable cotangents in the shape of the scope
+    tree, *argument cotangents)``. The scope is not available in the backward pass."""
+
+    def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args):
+        grad_variables, other_variables = variable_groups
+        scope_tree = []
+
+        def f(grad_variables, *args):
+            scope = scope_fn((grad_variables, other_variables), rng_groups)
+            y = fn(scope, *args)
+            return y, repack_fn(scope)
+
+        def f_fwd(grad_variables, *args):
+            scopes = scope_fn((grad_variables, other_variables), rng_groups)
+            scope_tree[:] = [scopes]
+            y, res = forward_fn(scopes, *args)
+            return (y, repack_fn(scopes)), res
+
+        def f_bwd(*args):
+            nondiff_args, (res, (g_y, _)) = args[:-2], args[-2:]
+            var_t, *inputs_t = backward_fn(*nondiff_args, res, g_y)
+            if not scope_tree:
+                raise RuntimeError("custom_vjp: backward called before forward")
+            var_t = (var_t,) if isinstance(scope_tree[0], Scope) else tuple(var_t)
+            return (var_t, *inputs_t)
+
+        custom = _podlet().custom_vjp(f, nondiff_argnums=nondiff_argnums)
+        custom.defvjp(f_fwd, f_bwd)
+        return custom(grad_variables, *args)
+
+    return pack(inner, (grad_vars, True), (grad_vars, True), (True,), name="custom_vjp")
 
 
 def lift_value_and_grad(fn, scope, *primals, has_aux=False, reduce_axes=(), variables=True, rngs=True):
@@ -762,7 +796,9 @@ def _set_counts(d, flat):
 
 
 def lift_jit(fn, variables=True, rngs=True, static_argnums=(), static_argnames=(), donate_argnums=(),
-             device=None, backend=None):
+             device=None, backend=None, _compile=True):
+    """flax.core.lift.jit; with ``_compile=False`` flax.core.lift.fold_rngs (the same rng
+    and counter handling, the function run as it is)."""
     from .._src.core import jit as _jit
     if not isinstance(static_argnums, Iterable):
         static_argnums = (static_argnums,)
@@ -778,7 +814,8 @@ def lift_jit(fn, variables=True, rngs=True, static_argnums=(), static_argnames=(
         y = fn(scope, fingerprint[1], *args, **kwargs)
         return y, repack_fn(scope)
 
-    jitted = _jit(jitted, static_argnums=static_argnums, static_argnames=tuple(static_argnames))
+    if _compile:
+        jitted = _jit(jitted, static_argnums=static_argnums, static_argnames=tuple(static_argnames))
 
     def inner(scope_fn, repack_fn, variable_groups, rng_groups, module_hash_key, *args, **kwargs):
         keys, rebuild = _rng_unzip(rng_groups)
@@ -802,7 +839,12 @@ def lift_jit(fn, variables=True, rngs=True, static_argnums=(), static_argnames=(
                 _set_counts(s.rng_counters, {k: o.get(k, 0) + d for k, d in delta.items()})
         return res
 
-    return pack(inner, (variables,), (variables,), (rngs,), name="jit", enable_kwargs=True)
+    return pack(inner, (variables,), (variables,), (rngs,), name="jit" if _compile else "fold_rngs",
+                enable_kwargs=True)
+
+
+def lift_fold_rngs(fn, variables=True, rngs=True):
+    return lift_jit(fn, variables=variables, rngs=rngs, _compile=False)
 
 
 # =====================================================================================
@@ -1158,7 +1200,7 @@ def _fork_rngs(module):
     return _Ctx()
 
 
-def _jit_fn(class_fn, **trafo_kwargs):
+def _jit_fn(class_fn, _lift=lift_jit, **trafo_kwargs):
     prewrapped = _wrap_method_once(class_fn)
     trafo_fn = None
 
@@ -1177,7 +1219,7 @@ def _jit_fn(class_fn, **trafo_kwargs):
                 return res
 
             if trafo_fn is None:
-                trafo_fn = lift_jit(core_fn, **trafo_kwargs)
+                trafo_fn = _lift(core_fn, **trafo_kwargs)
             module_scopes, args, kwargs = get_module_scopes(self, args, kwargs)
             return trafo_fn(module_scopes, _ModuleHash(self), *args, **kwargs)
 
@@ -1198,7 +1240,7 @@ class _ModuleHash(tuple):
         return isinstance(other, _ModuleHash) and self[0] == other[0]
 
 
-def _jit_class(module_class, methods, **trafo_kwargs):
+def _jit_class(module_class, methods, _lift=lift_jit, _prefix="Jit", **trafo_kwargs):
     names = ["__call__"] if methods is None else list(methods)
     if isinstance(module_class, functools.partial):
         partial_object, module_class = module_class, module_class.func
@@ -1225,13 +1267,13 @@ def _jit_class(module_class, methods, **trafo_kwargs):
                     return res
 
                 if trafo_fn is None:
-                    trafo_fn = lift_jit(core_fn, **trafo_kwargs)
+                    trafo_fn = _lift(core_fn, **trafo_kwargs)
                 module_scopes, args, kwargs = get_module_scopes(self, args, kwargs)
                 return trafo_fn(module_scopes, _ModuleHash(self), *args, **kwargs)
 
         return wrapped_fn
 
-    cls = type("Jit" + module_class.__name__, (module_class,), {n: create(n) for n in names})
+    cls = type(_prefix + module_class.__name__, (module_class,), {n: create(n) for n in names})
     if partial_object is not None:
         cls = functools.partial(cls, *partial_object.args, **partial_object.keywords)
     return cls
@@ -1323,6 +1365,40 @@ def jvp(fn, mdl, primals, tangents, variable_tangents, variables=True, rngs=True
     parameters)."""
     return lift_direct_transform(lift_jvp, (fn,), mdl, primals, tangents, variable_tangents, multi_scope=False,
                                  variables=variables, rngs=rngs)
+
+
+def _custom_vjp_single_scope_fn(fn, backward_fn, grad_vars="params", nondiff_argnums=()):
+    nodiff_fn = functools.partial(fn, needs_residual=False)
+    forward_fn = functools.partial(fn, needs_residual=True)
+    return lift_custom_vjp(nodiff_fn, forward_fn, backward_fn, grad_vars, nondiff_argnums)
+
+
+def custom_vjp(fn, forward_fn, backward_fn, grad_vars="params", nondiff_argnums=()):
+    """Lifted ``podlet.custom_vjp`` (flax.linen.custom_vjp): ``fn(mdl, *args)`` with the
+    reverse-mode rule of ``forward_fn(mdl, *args) -> (y, residuals)`` and
+    ``backward_fn(*nondiff_args, residuals, y_cotangent) -> (cotangents of mdl's
+    grad_vars collections, *cotangents of args)``. ``fn`` runs when no gradient is
+    taken. The vjp_fn of ``nn.vjp`` may be the residual (it is a pytree); the module is
+    not available in backward_fn."""
+    def shared_forward_fn(*args, needs_residual, **kwargs):
+        if needs_residual:
+            return forward_fn(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    return decorator_lift_transform(_custom_vjp_single_scope_fn, shared_forward_fn, backward_fn=backward_fn,
+                                    grad_vars=grad_vars, nondiff_argnums=nondiff_argnums, multi_scope=False)
+
+
+def fold_rngs(target, variables=True, rngs=True):
+    """flax.linen.fold_rngs: the target's rng streams are forked at each call (each
+    stream replaced by a fresh key drawn from it, as ``nn.jit`` does) and its rng
+    counters advance as on the first call; a module class or a method."""
+    if _is_module_class(target):
+        return _jit_class(target, None, _lift=lift_fold_rngs, _prefix="Fold_rngs", variables=variables,
+                          rngs=rngs)
+    if callable(target) and not isinstance(target, Module):
+        return _jit_fn(target, _lift=lift_fold_rngs, variables=variables, rngs=rngs)
+    raise TransformTargetError(target)
 
 
 def remat_scan(target, lengths=(), policy=None, variable_broadcast=False, variable_carry=False,
