@@ -296,6 +296,10 @@ def _abstractify(x):
         try:
             x = to_array(x)
         except (TypeError, ValueError) as e:
+            if np.iscomplexobj(x):  # complex values are pairs of real arrays (_src/complex.py)
+                raise TypeError(f"argument of type {type(x).__name__} and dtype {np.asarray(x).dtype} is not a "
+                                "valid podlet value: convert complex NumPy data with podlet.numpy.asarray "
+                                "before passing it to a transformed function") from None
             raise TypeError(f"argument of type {type(x).__name__} is not a valid podlet value: {e}") from None
     return x, (x._dtype_name, x.shape, weak)
 
