@@ -75,7 +75,7 @@ def _logical_to_mesh_axes(array_dim_names, rules=None):
     if dups:
         raise ValueError(f"Unsupported: Dimensions {dups} occur more than once in array names.")
     if not isinstance(rules, (tuple, list)):
-        raise ValueError(f"Unknown axis rule specification type: expected a sequence of (logical name, mesh "
+        raise ValueError(f"Unknown axis rule specification type. Expected a sequence of (logical name, mesh "
                          f"axes) pairs, got {rules!r}")
     result = [(_unassigned_axis if isinstance(name, str) else name) for name in array_dim_names]
     for rule in rules:
