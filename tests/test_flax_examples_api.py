@@ -20,6 +20,7 @@ from podlet import lax as plax
 from podlet import nn as pnn
 from podlet.training import common_utils as p_common_utils
 from podlet.training import train_state as p_train_state
+from podlet.experimental import mesh_utils as pmesh
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -583,3 +584,110 @@ def test_lm1b_pattern():
     assert spec(want) == spec(to_jax(cache))
     with pytest.raises(ValueError, match=r"Autoregressive cache shape error, expected query shape \(2, 1, 2, 4\)"):
         dm.apply({"params": res[1][1], "cache": cache}, pjnp.ones((2, 2), pjnp.int32), mutable=["cache"])
+
+
+# lm1b's mesh and logical partitioning: every initializer wrapped in
+# nn.with_logical_partitioning, the state's partition specs read from eval_shape
+# (nn.get_partition_spec), turned into shardings with nn.logical_to_mesh_sharding under
+# set_mesh + nn_partitioning.axis_rules, init jitted with out_shardings and unboxed
+# (isinstance nn.spmd.LogicallyPartitioned), the train step jitted with in_shardings /
+# out_shardings / donate_argnums over a Mesh from mesh_utils.create_device_mesh.
+# podlet runs the batch axis over 2 devices (data parallel), JAX over its one.
+
+LM1B_RULES = [["mlp", "tensor"], ["vocab", "tensor"], ["embed", "fsdp"], ["heads", "tensor"]]
+
+
+def _partitioned_lm(nn):
+    class LM(nn.Module):
+        @nn.compact
+        def __call__(self, ids, train: bool = False):
+            emb = nn.Embed(11, 8, embedding_init=nn.with_logical_partitioning(nn.initializers.normal(stddev=1.0),
+                                                                              ("vocab", "embed")))
+            x = emb(ids.astype("int32"))
+            ln = dict(bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+                      scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)))
+            h = nn.Dense(16, kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
+                                                                      ("embed", "mlp")),
+                         bias_init=nn.with_logical_partitioning(nn.initializers.normal(stddev=1e-6), ("mlp",)))(
+                nn.LayerNorm(**ln)(x))
+            h = nn.Dropout(rate=0.1)(nn.relu(h), deterministic=not train)
+            x = x + nn.Dense(8, kernel_init=nn.with_logical_partitioning(nn.initializers.xavier_uniform(),
+                                                                         ("mlp", "embed")))(h)
+            return emb.attend(nn.LayerNorm(**ln)(x))
+    return LM()
+
+
+def test_lm1b_mesh_pattern():
+    rs = np.random.RandomState(7)
+    ids = np.concatenate([rs.randint(1, 11, size=(4, 5)), np.zeros((4, 2))], 1).astype(np.int32)
+    res = []
+    for side in ("jax", "podlet"):
+        if side == "jax":
+            from flax.linen import partitioning as nn_partitioning
+            from jax.experimental import mesh_utils
+            from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+            jax_, jnp, nn, optax_, ts, cu, n_data = jax, jjnp, fnn, optax, f_train_state, f_common_utils, 1
+        else:
+            from podlet.nn import partitioning as nn_partitioning
+            from podlet.experimental import mesh_utils
+            from podlet.sharding import Mesh, NamedSharding, PartitionSpec as P
+            jax_, jnp, nn, optax_, ts, cu, n_data = podlet, pjnp, pnn, poptax, p_train_state, p_common_utils, 2
+        m = _partitioned_lm(nn)
+        mesh = Mesh(mesh_utils.create_device_mesh((n_data, 1, 1), jax_.devices()[:n_data]), ["data", "fsdp", "tensor"])
+        tx = optax_.adamw(0.01, b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.1)
+
+        def init_state(key):
+            variables = m.init(key, jnp.ones((2, 7), jnp.float32))
+            return ts.TrainState.create(apply_fn=m.apply, params=variables["params"], tx=tx)
+
+        abstract = jax_.eval_shape(init_state, jax_.random.key(0))
+        logical = nn.get_partition_spec(abstract)
+        assert logical.params["Dense_0"]["kernel"] == P("embed", "mlp")
+        with jax_.set_mesh(mesh), nn_partitioning.axis_rules(LM1B_RULES):
+            ann = nn.logical_to_mesh_sharding(logical, mesh, LM1B_RULES)
+            state = jax_.jit(init_state, in_shardings=None, out_shardings=ann)(jax_.random.key(0))
+        boxed = jax_.tree_util.tree_map(np.array, state.params)  # copies: the step donates the state
+        state = jax_.tree_util.tree_map(lambda x: x.unbox() if isinstance(x, nn.spmd.LogicallyPartitioned) else x,
+                                        state, is_leaf=lambda x: isinstance(x, nn.spmd.LogicallyPartitioned))
+        data = NamedSharding(mesh, P(["data"]))
+
+        def train_step(state, batch, label_smoothing, dropout_rng):
+            inputs = batch["inputs"]
+            weights = jnp.where(inputs > 0, 1, 0).astype(jnp.float32)
+            rng = jax_.random.fold_in(dropout_rng, state.step)
+
+            def loss_fn(params):
+                logits = m.apply({"params": params}, inputs, train=True, rngs={"dropout": rng})
+                targets = cu.onehot(inputs, 11, on_value=1.0 - label_smoothing, off_value=label_smoothing / 10)
+                loss = -jnp.sum(targets * nn.log_softmax(logits), axis=-1)
+                return (loss * weights).sum() / weights.sum()
+
+            loss, grads = jax_.value_and_grad(loss_fn)(state.params)
+            return state.apply_gradients(grads=grads), loss
+
+        step = jax_.jit(train_step, in_shardings=(ann, data, None), out_shardings=(ann, None), static_argnums=(2,),
+                        donate_argnums=0)
+        batch = jax_.tree_util.tree_map(lambda x: jnp.array(x), {"inputs": ids})
+        if side == "podlet":  # JAX's initial params (XLA's jitted normal init differs from eager by an ulp)
+            state = state.replace(params=jax.tree_util.tree_map(pjnp.asarray, res[0][2]))
+        init_params = jax_.tree_util.tree_map(np.array, state.params)
+        out = []
+        for _ in range(3):
+            state, loss = step(state, batch, 0.1, jax_.random.key(1))
+            out.append(float(loss))
+        res.append((out, state.params, init_params, boxed, logical, ann))
+    (jl, jp, j0, jb, jlog, jann), (pl, pp, p0, pb, plog, pann) = res
+    def specs(tu, tree):
+        return [(tu.keystr(k), repr(getattr(v, "spec", v))) for k, v in tu.tree_leaves_with_path(tree)]
+    assert specs(podlet.tree_util, plog) == specs(jax.tree_util, jlog)
+    assert specs(podlet.tree_util, pann) == specs(jax.tree_util, jann)
+    assert ("['Dense_0']['kernel']", "P('fsdp', 'tensor')") in specs(podlet.tree_util, pann.params)
+    assert str(podlet.tree_util.tree_structure(pb)) == str(jax.tree_util.tree_structure(jb))
+    close(jb, pb, rtol=1e-6, atol=1e-7)  # podlet's own init: Flax's names, shapes and values
+    close(jl, pl, rtol=1e-5)
+    close(jp, pp, rtol=1e-4, atol=1e-6)
+    # a model-parallel layout (a 'tensor' axis of size 2 over the 'mlp' dimension) is refused by name
+    mp = podlet.sharding.Mesh(pmesh.create_device_mesh((1, 1, 2), podlet.devices()[:2]), ["data", "fsdp", "tensor"])
+    shard = pnn.logical_to_mesh_sharding(plog, mp, LM1B_RULES)
+    with pytest.raises(NotImplementedError, match=r"\['Dense_0'\]\['kernel'\].*mesh axis 'tensor' \(size 2\)"):
+        podlet.jit(lambda p: p, in_shardings=(shard.params,))(p0)

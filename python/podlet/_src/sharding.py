@@ -625,9 +625,11 @@ def _broadcast_prefix(prefix, tree, what):
     try:
         subtrees = p_def.flatten_up_to(tree)
     except (ValueError, TypeError) as e:
-        raise ValueError(f"{what} specification must be a tree prefix of the corresponding value, got "
-                         f"specification {prefix} for value of structure {tree_util.tree_structure(tree)}: "
-                         f"{e}") from None
+        why = str(e).split("; value:")[0]
+        why = why if len(why) < 400 else why[:400] + "..."
+        raise ValueError(f"{what} specification must be a tree prefix of the corresponding value, got a "
+                         f"specification of structure {p_def} for a value of structure "
+                         f"{tree_util.tree_structure(tree)}: {why}") from None
     out = []
     for (ppath, s), sub in zip(p_flat, subtrees):
         for path, leaf in tree_util.tree_flatten_with_path(sub)[0]:
