@@ -53,6 +53,7 @@ API += [  # _src/numpy_manip.py
     "apply_over_axes", "vectorize", "ediff1d", "gradient", "trapezoid", "cross", "vecdot", "matvec", "vecmat",
     "interp", "convolve", "correlate", "polyfit", "polyval", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint",
     "poly"]
+API += ["sort_complex"]  # _src/complex.py (complex inputs: tests/test_complex.py and tests/test_fft.py)
 
 rng = np.random.default_rng(0)
 F34 = rng.standard_normal((3, 4)).astype(np.float32)
@@ -484,6 +485,8 @@ YF = (3 * XF ** 2 - XF + 0.5 + 0.01 * np.sin(7 * XF)).astype(np.float32)
 CASES += [c("polyfit", XF, YF, 2), c("polyfit", XF, np.stack([YF, 2 * YF + 1], 1), 3),
           c("polyfit", XF, YF, 2, w=np.linspace(0.5, 1.5, 12).astype(np.float32)),
           c("polyfit", XF, YF, 1, cov=True), c("polyfit", XF, YF, 2, cov="unscaled")]
+# a complex result from a real input (complex values are pairs of real arrays, _src/complex.py)
+CASES += [c("sort_complex", F5), c("sort_complex", I34)]
 RTOL.update(polyfit=5e-5, convolve=1e-6, correlate=1e-6, polymul=1e-6, poly=1e-6, gradient=1e-6, trapezoid=1e-6, interp=1e-6,
             vecdot=1e-6, matvec=1e-6, vecmat=1e-6, apply_over_axes=1e-6)
 ATOL = {"cross": 1e-6}  # XLA contracts a*b - c*d into an FMA: near-zero results differ by ~1e-9
