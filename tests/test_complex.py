@@ -209,6 +209,23 @@ def test_jit_vmap_pmap_and_tree_util():
     p = podlet.pmap(lambda a: pnp.exp(a))(pnp.asarray(zz))
     assert isinstance(p, ComplexArray)
     np.testing.assert_allclose(np.asarray(p), np.exp(zz), rtol=1e-5)
+    # control flow: a complex carry through scan, complex branches of cond
+    xs = rng.standard_normal((5, 4)).astype(np.float32)
+    carry, ys = plax.scan(lambda c, x: (c * (1 + 0.5j) + x, pnp.abs(c)), pnp.asarray(Z4), pnp.asarray(xs))
+    c_np, ys_np = Z4.astype(np.complex128), []
+    for x in xs:
+        ys_np.append(np.abs(c_np))
+        c_np = c_np * (1 + 0.5j) + x
+    np.testing.assert_allclose(np.asarray(carry), c_np, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ys), np.array(ys_np), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(plax.cond(False, lambda a: a * 2, lambda a: a.conj(), pnp.asarray(Z4))),
+                               Z4.conj())
+    # indexed updates, part by part
+    za = pnp.asarray(Z4)
+    _check(za.at[1].set(2 - 1j), jnp.asarray(Z4).at[1].set(2 - 1j), "at.set")
+    _check(za.at[np.array([0, 0, 3])].add(1j), jnp.asarray(Z4).at[np.array([0, 0, 3])].add(1j), "at.add")
+    _check(za.at[2:].set(pnp.asarray(F4[:2])), jnp.asarray(Z4).at[2:].set(F4[:2]), "at.set real")
+    _check(za.at[1:3].get(), jnp.asarray(Z4).at[1:3].get(), "at.get")
     # tree_util: two children, round trip
     leaves, tree = podlet.tree_util.tree_flatten({"z": z, "x": pnp.asarray(F4)})
     assert len(leaves) == 3

@@ -106,6 +106,11 @@ class ComplexArray:
     def dot(self, other):
         return dot(self, other)
 
+    @property
+    def at(self):
+        """x.at[idx].get() / .set(v) / .add(v), part by part (JAX's indexed updates)."""
+        return _ComplexAt(self)
+
     def __getitem__(self, key):
         if isinstance(key, ComplexArray) or (isinstance(key, tuple) and _bi.any(isinstance(k, ComplexArray)
                                                                                  for k in key)):
@@ -174,6 +179,35 @@ class ComplexArray:
 
     __lt__ = __le__ = __gt__ = __ge__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _unsupported
     __and__ = __or__ = __xor__ = __invert__ = __lshift__ = __rshift__ = _unsupported
+
+
+class _ComplexAt:
+    def __init__(self, z):
+        self._z = z
+
+    def __getitem__(self, idx):
+        return _ComplexAtRef(self._z, idx)
+
+
+class _ComplexAtRef:
+    def __init__(self, z, idx):
+        self._z, self._idx = z, idx
+
+    def get(self, **kwargs):
+        z, i = self._z, self._idx
+        return ComplexArray(z._re.at[i].get(**kwargs), z._im.at[i].get(**kwargs))
+
+    def _update(self, op, v, kwargs):
+        z, i = self._z, self._idx
+        re, im = _parts(v, z.dtype)
+        new_im = getattr(z._im.at[i], op)(0.0 if im is None else im, **kwargs)
+        return ComplexArray(getattr(z._re.at[i], op)(re, **kwargs), new_im, z.weak_type)
+
+    def set(self, values, **kwargs):
+        return self._update("set", values, kwargs)
+
+    def add(self, values, **kwargs):
+        return self._update("add", values, kwargs)
 
 
 tree_util.register_pytree_node(ComplexArray, lambda z: ((z._re, z._im), z.weak_type),
