@@ -471,3 +471,24 @@ def test_partitioned_add_remove_axis():
     with pytest.raises(ValueError, match="partition_name"):
         a.add_axis(0, {})
     assert pnn.meta.add_axis({"p": a}, 1, params)["p"].names == ("x", "layers", None)
+
+
+def test_add_metadata_axis_matches_flax():
+    def model(nn):
+        class Inner(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.Dense(3, kernel_init=nn.with_partitioning(nn.initializers.lecun_normal(), ("a", None)))(x)
+
+        class Outer(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                return nn.add_metadata_axis(Inner, variable_axes={"params": 0},
+                                            metadata_params={nn.PARTITION_NAME: "layers"})()(x)
+        return Outer()
+    x = np.ones((2, 4), np.float32)
+    vf = model(fnn).init(jax.random.key(0), x)
+    vp = model(pnn).init(podlet.random.key(0), x)
+    assert repr(pnn.get_partition_spec(vp)) == repr(fnn.get_partition_spec(vf))
+    assert pnn.get_partition_spec(vp)["params"]["Map_variablesInner_0"]["Dense_0"]["kernel"] == PP("layers", "a", None)
+    np.testing.assert_allclose(np.asarray(model(pnn).apply(vp, x)), np.asarray(model(fnn).apply(vf, x)), rtol=1e-6)

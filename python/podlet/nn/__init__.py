@@ -31,8 +31,8 @@ from .attention import (MultiHeadDotProductAttention, MultiHeadAttention, SelfAt
 from .transforms import (vmap, scan, remat, checkpoint, jit, cond, switch, while_loop, map_variables, remat_scan,
                          broadcast, vjp, jvp, grad, value_and_grad, custom_vjp, fold_rngs)
 from . import meta, spmd  # noqa: E402  (flax.core.meta, flax.linen.spmd)
-from .meta import Partitioned, with_partitioning, get_partition_spec, get_sharding, unbox  # noqa: E402
+from .meta import Partitioned, with_partitioning, get_partition_spec, get_sharding, unbox, PARTITION_NAME  # noqa: E402
 from .spmd import (LogicallyPartitioned, with_logical_partitioning, logical_to_mesh_axes, logical_to_mesh,  # noqa: E402
                    logical_to_mesh_sharding, with_logical_constraint, logical_axis_rules, set_logical_axis_rules,
-                   get_logical_axis_rules)
+                   get_logical_axis_rules, add_metadata_axis)
 from . import partitioning  # noqa: E402  (flax.linen.partitioning)

@@ -187,3 +187,18 @@ def with_logical_partitioning(fn, names, mesh=None, rules=None):
     def wrapper(*args, **kwargs):
         return LogicallyPartitioned(fn(*args, **kwargs), names, mesh=mesh, rules=rules)
     return wrapper
+
+
+def add_metadata_axis(target, variable_axes=None, metadata_params=None):
+    """flax.linen.add_metadata_axis: the boxes of ``target``'s variables in each
+    collection of ``variable_axes`` gain the axis ``metadata_params[PARTITION_NAME]`` at
+    the given index on the way out (and lose it on the way in), as lifted vmap / scan do
+    to the metadata."""
+    from .transforms import map_variables
+    variable_axes = {} if variable_axes is None else variable_axes
+    metadata_params = {} if metadata_params is None else metadata_params
+    for col_name, axis in variable_axes.items():
+        target = map_variables(target, col_name,
+                               trans_in_fn=lambda x, a=axis: meta.remove_axis(x, a, metadata_params),
+                               trans_out_fn=lambda x, a=axis: meta.add_axis(x, a, metadata_params), mutable=True)
+    return target
