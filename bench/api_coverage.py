@@ -42,12 +42,12 @@ _DEVICE = "device / sharding / XLA-runtime API: podlet has one CPU backend, pmap
 _FP8 = "fp8 / int4 types: no CPU kernels use them"
 _GPU = "GPU / TPU-only knob"
 EXCLUDED = {
-    "jax": {n: _DEVICE for n in ("default_backend", "device_put_sharded", "make_mesh", "sharding", "shard_map",
-                                 "NamedSharding", "P", "set_mesh", "use_mesh", "make_array_from_callback",
+    "jax": {n: _DEVICE for n in ("default_backend", "device_put_sharded", "shard_map", "use_mesh",
+                                 "make_array_from_callback",
                                  "make_array_from_single_device_arrays", "make_array_from_process_local_data",
                                  "live_arrays", "clear_backends", "profiler", "dlpack", "extend", "ffi",
                                  "export", "monitoring", "distributed", "experimental", "stages", "typing",
-                                 "debug", "errors", "sharding", "dtypes", "image", "scipy", "ops", "tree",
+                                 "debug", "errors", "dtypes", "image", "scipy", "ops", "tree",
                                  "numpy", "lax", "random", "nn", "tree_util", "ad_checkpoint", "api_util",
                                  "core", "custom_batching", "custom_derivatives", "custom_transpose",
                                  "example_libraries", "interpreters", "lib", "version", "config", "Device",
@@ -68,10 +68,7 @@ PATTERNS = {
     "jax.lax": [(lambda n: n.endswith("_p"),
                  "Primitive objects (abs_p, ...): podlet's primitives are rows of its C++ registry, "
                  "reached through the lax functions")],
-    "flax.linen": [(lambda n: "Fp8" in n or "fp8" in n.lower(), _FP8),
-                   (lambda n: "partition" in n.lower() or "logical" in n.lower() or "sharding" in n.lower()
-                    or n in ("LogicallyPartitioned", "Partitioned", "PARTITION_NAME", "add_metadata_axis", "unbox"),
-                    _DEVICE)],
+    "flax.linen": [(lambda n: "Fp8" in n or "fp8" in n.lower(), _FP8)],
 }
 
 

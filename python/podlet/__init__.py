@@ -63,7 +63,7 @@ __all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "vmap", "jvp", "line
            "numpy_rank_promotion", "numpy_dtype_promotion", "default_device", "transfer_guard",
            "transfer_guard_host_to_device", "transfer_guard_device_to_host", "transfer_guard_device_to_device",
            "no_tracing", "no_execution", "explain_cache_misses", "threefry_partitionable", "make_user_context",
-           "fwd_and_bwd", "sharding", "NamedSharding", "P", "make_mesh", "set_mesh",
+           "fwd_and_bwd", "sharding", "NamedSharding", "P", "make_mesh", "set_mesh", "reshard",
            "default_matmul_precision", "enable_checks", "debug_key_reuse", "default_prng_impl", "legacy_prng_key",
            "enable_custom_prng", "allow_f16_reductions", "thread_guard", "array_garbage_collection_guard"]
 
@@ -97,4 +97,4 @@ from ._src.fwd_and_bwd import fwd_and_bwd  # noqa: E402
 from . import distributed  # noqa: E402
 from .jax_utils import shard, device_put_replicated, device_put_sharded  # noqa: E402
 from . import sharding  # noqa: E402  (as jax.sharding)
-from ._src.sharding import NamedSharding, PartitionSpec as P, make_mesh, set_mesh  # noqa: E402
+from ._src.sharding import NamedSharding, PartitionSpec as P, make_mesh, set_mesh, reshard  # noqa: E402
