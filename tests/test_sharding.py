@@ -436,6 +436,10 @@ def test_logical_to_mesh_sharding_and_constraints():
     with pytest.raises(NotImplementedError, match=r"'Dense_0'\]\['kernel'\].* mesh axis 'tensor' \(size 2\) "
                                                   r"on dimension 1"):
         podlet.jit(_boxed_model(pnn).init, out_shardings=shard)(podlet.random.key(0), x)
+    # and under that mesh, unboxing the param (its logical constraint) names the variable
+    with podlet.set_mesh(big), ppart.axis_rules(RULES):
+        with pytest.raises(NotImplementedError, match=r"param params/Dense_0/kernel: .* mesh axis 'tensor'"):
+            _boxed_model(pnn).init(podlet.random.key(0), x)
 
 
 def test_partitioning_param_with_axes_matches_flax():

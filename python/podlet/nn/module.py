@@ -452,7 +452,7 @@ class Variable:
     @property
     def value(self):
         v = self.scope.get_variable(self.collection, self.name)
-        return _unbox(v) if self.unbox else v
+        return _unbox(v, f"variable {self.collection}{self.scope.path_text}/{self.name}") if self.unbox else v
 
     @value.setter
     def value(self, value):
@@ -470,13 +470,20 @@ class Variable:
         return f"Variable(collection={self.collection!r}, name={self.name!r}, path={self.scope.path_text!r})"
 
 
-def _unbox(value):
+def _unbox(value, where=None):
     """flax.core.meta.unbox: the value without its nn.Partitioned / LogicallyPartitioned
-    boxes (arrays, the common case, pass straight through)."""
+    boxes (arrays, the common case, pass straight through). Under a mesh, unboxing
+    applies the box's sharding constraint; a layout podlet cannot honour names the
+    variable (``where``)."""
     if hasattr(value, "shape") and not hasattr(value, "unbox"):
         return value
     from .meta import unbox
-    return unbox(value)
+    try:
+        return unbox(value)
+    except NotImplementedError as e:
+        if where is None:
+            raise
+        raise NotImplementedError(f"{where}: {e}") from None
 
 
 class _ChildRNGSentinel:
@@ -691,7 +698,7 @@ class Scope:
                 raise ScopeParamNotFoundError(name, self.path_text)
             value = init_fn(self.make_rng("params"), *init_args, **init_kwargs)
             self.put_variable("params", name, value)
-        return _unbox(value) if unbox else value
+        return _unbox(value, f"param params{self.path_text}/{name}") if unbox else value
 
     def _populate_collections(self):
         for col in list(self.root._variables.keys()):
