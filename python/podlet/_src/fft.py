@@ -9,8 +9,9 @@ vmap need no FFT rules. One transform along the last axis, of length n:
 - n = n1 * n2 with n1 <= 64 (near sqrt(n)): the "four-step" decomposition. With
   j = n2 j1 + j2 and k = k1 + n1 k2, X[k1 + n1 k2] =
   sum_j2 w_n^(j2 k1) w_n2^(j2 k2) [sum_j1 x[n2 j1 + j2] w_n1^(j1 k1)]: a size-n1 DFT
-  down the columns (one matmul with the symmetric n1 x n1 matrix on the left), the
-  twiddles w_n^(k1 j2), size-n2 DFTs along the rows (recursively), one transpose;
+  over j1 (a GEMM contracting the reshaped input's axis -2 with the n1 x n1 matrix, no
+  broadcast batch), the twiddles w_n^(j2 k1), the size-n2 DFTs over j2 (the same
+  contraction when n2 is direct, else a recursion), one transpose at the end;
 - a prime factor above 2048: Bluestein's chirp-z, a cyclic convolution of power-of-two
   length M >= 2n - 1 done with the transforms above (the chirp's spectrum is a float64
   NumPy constant).
@@ -77,9 +78,9 @@ def _irdft_mats(n, pd):
 
 @functools.lru_cache(maxsize=256)
 def _twiddles(n1, n2, sign, pd):
-    """T[k1, j2] = exp(sign 2 pi i k1 j2 / (n1 n2))."""
+    """T[j2, k1] = exp(sign 2 pi i j2 k1 / (n1 n2)), shape (n2, n1)."""
     n = n1 * n2
-    ang = (2 * np.pi / n) * (np.outer(np.arange(n1, dtype=np.int64), np.arange(n2, dtype=np.int64)) % n)
+    ang = (2 * np.pi / n) * (np.outer(np.arange(n2, dtype=np.int64), np.arange(n1, dtype=np.int64)) % n)
     return to_array(np.cos(ang).astype(pd)), to_array((sign * np.sin(ang)).astype(pd))
 
 
@@ -128,12 +129,18 @@ def _plan(n):
 _add, _sub, _mul = _c._add, _c._sub, _c._mul
 
 
-def _mm(a, b):
-    return None if (a is None or b is None) else jnp.matmul(a, b)
+def _contract(x, w, axis):
+    """x's axis contracted with w's first axis, the new axis last: one GEMM, no batch
+    dimensions (jnp.matmul would broadcast w over x's leading axes)."""
+    if x is None or w is None:
+        return None
+    return lax.dot_general(x, w, (([axis % x.ndim], [0]), ([], [])))
 
 
-def _cmatmul(ar, ai, br, bi):
-    return _sub(_mm(ar, br), _mm(ai, bi)), _add(_mm(ar, bi), _mm(ai, br))
+def _cdft(re, im, c, s, axis):
+    """(re + i im) times (c + i s) contracted over axis (moved last)."""
+    k = lambda a, b: _contract(a, b, axis)
+    return _sub(k(re, c), k(im, s)), _add(k(re, s), k(im, c))
 
 
 def _fft_last(re, im, sign):
@@ -142,18 +149,18 @@ def _fft_last(re, im, sign):
     pd = np.dtype(re.dtype)
     plan = _plan(n)
     if plan[0] == "direct":
-        c, s = _dft_mats(n, sign, pd)
-        return _cmatmul(re, im, c, s)
+        return _cdft(re, im, *_dft_mats(n, sign, pd), -1)
     if plan[0] == "split":
         n1, n2 = plan[1], plan[2]
         lead = tuple(re.shape[:-1])
-        a = lambda v: None if v is None else jnp.reshape(v, lead + (n1, n2))
-        c, s = _dft_mats(n1, sign, pd)
-        br, bi = _cmatmul(c, s, a(re), a(im))  # W1 @ A: the size-n1 DFTs down the columns
-        tc, ts = _twiddles(n1, n2, sign, pd)
-        cr, ci = _c._cmul(br, bi, tc, ts)
-        dr, di = _fft_last(cr, ci, sign)  # [k1, k2]
-        out = lambda v: jnp.reshape(jnp.swapaxes(v, -1, -2), lead + (n,))
+        a = lambda v: None if v is None else jnp.reshape(v, lead + (n1, n2))  # [j1, j2]
+        br, bi = _cdft(a(re), a(im), *_dft_mats(n1, sign, pd), -2)  # size-n1 DFTs over j1: [j2, k1]
+        cr, ci = _c._cmul(br, bi, *_twiddles(n1, n2, sign, pd))
+        if _plan(n2)[0] == "direct":
+            dr, di = _cdft(cr, ci, *_dft_mats(n2, sign, pd), -2)  # over j2: [k1, k2]
+        else:
+            dr, di = _fft_last(jnp.swapaxes(cr, -1, -2), jnp.swapaxes(ci, -1, -2), sign)
+        out = lambda v: jnp.reshape(jnp.swapaxes(v, -1, -2), lead + (n,))  # X[k1 + n1 k2]
         return out(dr), out(di)
     m_len = plan[1]
     wr, wi, fr, fi = _chirp(n, m_len, sign, pd)
@@ -172,7 +179,7 @@ def _rfft_last(x):
     n = x.shape[-1]
     if _plan(n)[0] == "direct":
         c, s = _rdft_mats(n, np.dtype(x.dtype))
-        return jnp.matmul(x, c), jnp.matmul(x, s)
+        return _contract(x, c, -1), _contract(x, s, -1)
     re, im = _fft_last(x, None, -1)
     return re[..., :n // 2 + 1], im[..., :n // 2 + 1]
 
@@ -181,7 +188,7 @@ def _irfft_last(re, im, n):
     """Real inverse (unnormalised) of a half spectrum of n//2 + 1 values."""
     if _plan(n)[0] == "direct":
         c, s = _irdft_mats(n, np.dtype(re.dtype))
-        return _add(jnp.matmul(re, c), _mm(im, s))
+        return _add(_contract(re, c, -1), _contract(im, s, -1))
     m = n // 2 + 1
     tail = n - m  # X[n - k] = conj(X[k]) for k = 1 .. tail
     full_re = jnp.concatenate([re, jnp.flip(re[..., 1:tail + 1], -1)], axis=-1)
