@@ -256,6 +256,12 @@ def test_grad_through_complex_like_jax(name):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5, err_msg=name)
 
 
+def test_grad_of_abs_at_zero_like_jax():
+    x = np.float32([0.0, 1.5, -2.0, 0.0])
+    f = lambda m: lambda v: m.sum(m.abs(v * (1 - 1j)) + m.abs(v + 0j))
+    np.testing.assert_array_equal(np.asarray(podlet.grad(f(pnp))(x)), np.asarray(jax.grad(f(jnp))(x)))
+
+
 def test_grad_finite_differences_float64():
     podlet.config.update("jax_enable_x64", True)
     try:

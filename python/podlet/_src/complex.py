@@ -472,7 +472,10 @@ conj = conjugate
 def abs(x, /):
     """|z| = hypot(re, im): no overflow, gradient 0 at z = 0 (JAX's rule)."""
     z = _as_complex(x)
-    return jnp.hypot(z._re, z._im)
+    zero = jnp.logical_and(jnp.equal(z._re, 0), jnp.equal(z._im, 0))
+    # the double where: hypot's max / min would send half a cotangent to each part at 0
+    safe = jnp.hypot(jnp.where(zero, jnp.ones_like(z._re), z._re), z._im)
+    return jnp.where(zero, jnp.zeros_like(safe), safe)
 
 
 absolute = abs
