@@ -763,7 +763,7 @@ def _has_traced_leaf(a):
 
 def asarray(a, dtype=None, copy=None):
     if dtype is not None and not is_complex_dtype(dtype):
-        return astype(a, dtype) if isinstance(a, ComplexArray) else jnp.asarray(np.asarray(a), dtype)
+        return astype(a if isinstance(a, ComplexArray) else asarray(a), dtype)  # the real part, with a warning
     if isinstance(a, ComplexArray) or _is_real_array(a):
         return _as_complex(a, None if dtype is None else canonical_complex(dtype))
     if _has_traced_leaf(a):
