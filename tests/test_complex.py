@@ -105,6 +105,9 @@ def test_array_attributes_and_conversions():
     with pytest.warns(np.exceptions.ComplexWarning):
         r = pnp.asarray(Z34).astype(pnp.float32)
     np.testing.assert_array_equal(np.asarray(r), Z34.real)
+    with pytest.warns(np.exceptions.ComplexWarning):
+        r = pnp.asarray(Z34, dtype=pnp.float32)
+    np.testing.assert_array_equal(np.asarray(r), Z34.real)
 
 
 OPERANDS = {"Z34": Z34, "Z4": Z4, "F34": F34, "F4": F4, "I34": I34, "BF34": BF34, "1j": 1j, "2.5-1j": 2.5 - 1j,
