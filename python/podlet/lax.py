@@ -524,6 +524,7 @@ from ._src.lax_conv import (ConvGeneralDilatedDimensionNumbers, conv_dimension_n
                             conv_transpose_shape_tuple, conv_with_general_padding, conv_general_dilated_patches,
                             reduce_window_shape_tuple, conv_general_dilated_local)
 from ._src.lax_random import RandomAlgorithm, rng_bit_generator, rng_uniform  # noqa: E402
+from ._src.lax_tokens import create_token, after_all  # noqa: E402
 from ._src.lax_solve import custom_root, custom_linear_solve  # noqa: E402
 from ._src.lax_zeta_beta import zeta, polygamma, betainc  # noqa: E402
 from ._src.lax_collectives import axis_size, pshuffle, pbroadcast, all_to_all, pswapaxes  # noqa: E402

@@ -1592,9 +1592,18 @@ def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
 
 
 def einsum(subscripts, *operands, optimize=None, precision=None, preferred_element_type=None):
-    """einsum for one or two operands: contractions, batch dims, transposes, sums."""
+    """einsum: contractions, batch dims, transposes, sums. Three or more operands are
+    contracted pairwise in the order of einsum_path(..., optimize) (opt_einsum's, as jax;
+    optimize=None is 'auto'), each pair as a two-operand einsum."""
     ops = _promote(*operands)
     subscripts = subscripts.replace(" ", "")
+    if len(ops) > 2:
+        _, info = einsum_path(subscripts, *ops, optimize="auto" if optimize is None else optimize)
+        ops = list(ops)
+        for contract_inds, _, step, _, _ in info.contraction_list:
+            pair = [ops.pop(i) for i in contract_inds]
+            ops.append(einsum(step, *pair, precision=precision, preferred_element_type=preferred_element_type))
+        return ops[0]
     if "->" in subscripts:
         ins, out = subscripts.split("->")
     else:
@@ -2133,6 +2142,7 @@ from ._src.numpy_creation import *  # noqa: E402,F401,F403
 from ._src.numpy_setops import *  # noqa: E402,F401,F403
 from ._src.numpy_reductions import *  # noqa: E402,F401,F403
 from ._src.numpy_manip import *  # noqa: E402,F401,F403
+from ._src.numpy_einsum import einsum_path  # noqa: E402
 from ._src.numpy_misc import *  # noqa: E402,F401,F403  (jnp.bool: this module says _bi.bool for the builtin)
 from ._src.numpy_ufunc import *  # noqa: E402,F401,F403
 from ._src import linalg  # noqa: E402  (podlet.numpy.linalg; also registers podlet.lax.linalg)
