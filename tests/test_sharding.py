@@ -496,3 +496,32 @@ def test_add_metadata_axis_matches_flax():
     assert repr(pnn.get_partition_spec(vp)) == repr(fnn.get_partition_spec(vf))
     assert pnn.get_partition_spec(vp)["params"]["Map_variablesInner_0"]["Dense_0"]["kernel"] == PP("layers", "a", None)
     np.testing.assert_allclose(np.asarray(model(pnn).apply(vp, x)), np.asarray(model(fnn).apply(vf, x)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["scan", "vmap"])
+def test_lifted_transforms_add_the_metadata_axis(kind):
+    """nn.scan / nn.vmap with metadata_params: the boxes of the stacked params gain the
+    new axis's name, as Flax's lifted transforms do."""
+    def model(nn):
+        class Cell(nn.Module):
+            @nn.compact
+            def __call__(self, c, x):
+                h = nn.Dense(4, kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
+                                                                         ("embed", "mlp")))(c)
+                return h, h
+
+        class Outer(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                if kind == "scan":
+                    return nn.scan(Cell, variable_axes={"params": 0}, split_rngs={"params": True}, length=3,
+                                   metadata_params={nn.PARTITION_NAME: "layers"})()(x, None)[0]
+                return nn.vmap(Cell, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=(0, None),
+                               metadata_params={nn.PARTITION_NAME: "layers"})()(x, None)[0]
+        return Outer()
+    x = np.ones((2, 4), np.float32)
+    vf = model(fnn).init(jax.random.key(0), x)
+    vp = model(pnn).init(podlet.random.key(0), x)
+    assert repr(pnn.get_partition_spec(vp)) == repr(fnn.get_partition_spec(vf))
+    np.testing.assert_allclose(np.asarray(model(pnn).apply(vp, x)), np.asarray(model(fnn).apply(vf, x)),
+                               rtol=1e-5, atol=1e-6)

@@ -328,10 +328,9 @@ def lift_vmap(fn, variable_axes, split_rngs, in_axes=0, out_axes=0, axis_size=No
     in_axes_ = tuple(in_axes) if isinstance(in_axes, list) else in_axes
 
     def inner(scope_fn, repack_fn, variable_groups, rng_groups, *args):
-        new_groups = []
-        for grp, ax in zip(variable_groups, variable_in_axes):
-            new_groups.append(grp)
-        variable_groups = tuple(new_groups)
+        from . import meta  # boxed variables (nn.Partitioned) lose the mapped axis's name inside
+        variable_groups = tuple(grp if ax is None else meta.remove_axis(grp, ax, metadata_params)
+                                for grp, ax in zip(variable_groups, variable_in_axes))
         sizes = set()
         for grp, ax in zip(variable_groups, variable_in_axes):
             if ax is not None:
@@ -363,6 +362,8 @@ def lift_vmap(fn, variable_axes, split_rngs, in_axes=0, out_axes=0, axis_size=No
         y, vars_out = _vmap(mapped, in_axes=(variable_in_axes, rng_axes, in_axes_),
                             out_axes=(out_axes, variable_out_axes), axis_name=axis_name,
                             axis_size=d_axis_size)(variable_groups, keys, args)
+        vars_out = tuple(grp if ax is None else meta.add_axis(grp, ax, metadata_params)
+                         for grp, ax in zip(vars_out, variable_out_axes))
         return y, vars_out
 
     return pack(inner, variable_in_groups, variable_out_groups, rng_groups_f, name="vmap")
@@ -406,7 +407,9 @@ def lift_scan(fn, variable_axes={}, variable_broadcast=False, variable_carry=Fal
 
         broadcast_vars = variable_groups[0]
         carry_vars = variable_groups[1]
-        scan_vars = tuple(tree_util.tree_map(lambda x, a=ax: _moveaxis(x, a, 0), g)
+        from . import meta  # boxed variables (nn.Partitioned) lose the scanned axis's name inside
+        scan_vars = tuple(tree_util.tree_map(lambda x, a=ax: _moveaxis(x, a, 0),
+                                             meta.remove_axis(g, ax, metadata_params))
                           for g, ax in zip(variable_groups[2:], variable_in_axes))
         # scanned args with the scan axis in front; broadcast args closed over
         args_pdef, args_pairs = _prefix_subtrees(in_axes_, args)
@@ -467,7 +470,8 @@ def lift_scan(fn, variable_axes={}, variable_broadcast=False, variable_carry=Fal
             _, ypairs = _prefix_subtrees(out_axes_, ys)
             ys = tree_util.tree_unflatten(cpdef, [cs if ax is broadcast else ysub
                                                   for (ax, cs), (_, ysub) in zip(cpairs, ypairs)])
-        scan_vars_out = tuple(tree_util.tree_map(lambda x, a=ax: _moveaxis(x, 0, a), g)
+        scan_vars_out = tuple(meta.add_axis(tree_util.tree_map(lambda x, a=ax: _moveaxis(x, 0, a), g), ax,
+                                            metadata_params)
                               for g, ax in zip(scan_vars_out, variable_out_axes))
         return (c, ys), (broadcast_vars, carry_vars_out) + scan_vars_out
 
