@@ -543,3 +543,18 @@ def _special(name):
 
 lgamma, digamma, igamma, igammac, igamma_grad_a, random_gamma_grad = (
     _special(n) for n in ("lgamma", "digamma", "igamma", "igammac", "igamma_grad_a", "random_gamma_grad"))
+
+
+# ---- jax's `accuracy=` of the unary functions (lax.Tolerance / lax.AccuracyMode): checked,
+# then ignored, as on jax's CPU (podlet's kernels have one accuracy) ----
+def _with_accuracy(f):
+    def g(x, accuracy=None):
+        _precision.check_accuracy(accuracy)
+        return f(x)
+    g.__name__ = g.__qualname__ = f.__name__
+    g.__doc__ = f.__doc__
+    return g
+
+
+for _n in ("cbrt", "cos", "exp", "exp2", "expm1", "log", "log1p", "logistic", "rsqrt", "sin", "sqrt", "tan", "tanh"):
+    globals()[_n] = _with_accuracy(globals()[_n])

@@ -284,6 +284,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     from . import precision as _precision
     from . import dtypes as _dtypes
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    dn = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
     if lhs.ndim != rhs.ndim:
         from .errors import ShapeError
         raise ShapeError(f"conv_general_dilated lhs and rhs must have the same number of dimensions, but got "
@@ -291,7 +292,6 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     if lhs.ndim < 2:
         raise TypeError(f"conv_general_dilated needs operands with a batch and a feature dimension (rank >= 2), "
                         f"got shapes {tuple(lhs.shape)} and {tuple(rhs.shape)}")
-    dn = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
     nsp = lhs.ndim - 2
     lhs_dil = (1,) * nsp if lhs_dilation is None else _ints("lhs_dilation", lhs_dilation, nsp)
     if isinstance(padding, str) and any(v != 1 for v in lhs_dil):
