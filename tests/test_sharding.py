@@ -525,3 +525,32 @@ def test_lifted_transforms_add_the_metadata_axis(kind):
     assert repr(pnn.get_partition_spec(vp)) == repr(fnn.get_partition_spec(vf))
     np.testing.assert_allclose(np.asarray(model(pnn).apply(vp, x)), np.asarray(model(fnn).apply(vf, x)),
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["scan", "vmap"])
+def test_partitioning_scan_vmap_with_axes_match_flax(kind):
+    def model(nn, part):
+        class Cell(nn.Module):
+            @nn.compact
+            def __call__(self, c, x):
+                w = part.param_with_axes("w", nn.initializers.lecun_normal(), (4, 4), axes=("embed", "mlp"))
+                return c @ w, c @ w
+
+        class Outer(nn.Module):
+            @nn.compact
+            def __call__(self, x):
+                if kind == "scan":
+                    return part.scan_with_axes(Cell, variable_axes={"params": 0}, split_rngs={"params": True},
+                                               length=3)()(x, None)[0]
+                return part.vmap_with_axes(Cell, variable_axes={"params": 0}, split_rngs={"params": True},
+                                           in_axes=(0, None), partitioning_axis_names={"params": "ens"})()(x, None)[0]
+        return Outer()
+    x = np.ones((2, 4), np.float32)
+    vf = model(fnn, fpart).init(jax.random.key(0), x)
+    vp = model(pnn, ppart).init(podlet.random.key(0), x)
+    assert repr(vp["params_axes"]) == repr(vf["params_axes"])
+    assert repr(ppart.get_axis_names(vp["params_axes"])) == repr(fpart.get_axis_names(vf["params_axes"]))
+    np.testing.assert_array_equal(np.asarray(podlet.tree_util.tree_leaves(vp["params"])[0]),
+                                  np.asarray(jax.tree_util.tree_leaves(vf["params"])[0]))
+    np.testing.assert_allclose(np.asarray(model(pnn, ppart).apply(vp, x)), np.asarray(model(fnn, fpart).apply(vf, x)),
+                               rtol=1e-5, atol=1e-6)

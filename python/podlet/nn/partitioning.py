@@ -2,8 +2,9 @@
 to mesh translation, ``with_sharding_constraint`` in logical names, and the
 ``param_with_axes`` / ``variable_with_axes`` annotations with ``get_axis_names``.
 
-Not here yet: ``scan_with_axes``, ``vmap_with_axes`` and ``remat`` (Flax's lifted
-transformations carrying axis metadata).
+``scan_with_axes`` / ``vmap_with_axes`` lift nn.scan / nn.vmap and add the new axis to
+the sown ``<col>_axes`` metadata, as Flax's. Not here yet: ``remat`` (Flax's
+``core_remat_static``; ``nn.remat`` covers the computation).
 """
 import re
 
@@ -20,7 +21,7 @@ from ..traverse_util import flatten_dict, unflatten_dict
 
 __all__ = ["axis_rules", "set_axis_rules", "get_axis_rules", "logical_to_mesh", "logical_to_mesh_axes",
            "RulesFallback", "with_sharding_constraint", "AxisMetadata", "param_with_axes", "variable_with_axes",
-           "PartitionedVariable", "get_axis_names"]
+           "PartitionedVariable", "get_axis_names", "scan_with_axes", "vmap_with_axes"]
 
 
 @struct.dataclass
@@ -104,3 +105,80 @@ def get_axis_names(axes_metadata):
     flat = {re.sub(r"_axes$", "", "/".join(k)): rewrite(v.names)
             for k, v in flatten_dict(unfreeze(axes_metadata)).items()}
     return freeze(unflatten_dict({tuple(k.split("/")): v for k, v in flat.items()}))
+
+
+def _tree_map_axes(fn, tree):
+    return tree_util.tree_map(lambda x: fn(x) if isinstance(x, AxisMetadata) else x, tree,
+                              is_leaf=lambda x: isinstance(x, AxisMetadata))
+
+
+def _is_mutable(axis_col):
+    last = _module._context.module_stack[-1]
+    return last.is_mutable_collection(axis_col) if last else True
+
+
+def _add_axis_to_metadata(fn, axis_pos, axis_name, axis_col="params_axes"):
+    """map_variables over ``axis_col``: the sown logical names gain ``axis_name`` at
+    ``axis_pos`` on the way out and lose it on the way in."""
+    from .transforms import map_variables
+    if hasattr(axis_pos, "axis"):  # In() / Out() scan axis markers
+        axis_pos = axis_pos.axis
+
+    def insert_leaf(names):
+        if names is None:
+            return names
+        names = list(names)
+        names.insert(axis_pos, axis_name)
+        return tuple(names)
+
+    def remove_leaf(names):
+        if names is None:
+            return names
+        names = list(names)
+        if names[axis_pos] != axis_name:
+            raise ValueError(f"Expected axis {axis_name} at position {axis_pos} in axis metadata {names}.")
+        names.pop(axis_pos)
+        return tuple(names)
+
+    def insert_fn(x):
+        return x.replace(names=tree_util.tree_map(insert_leaf, x.names, is_leaf=_is_logical_spec))
+
+    def remove_fn(x):
+        return x.replace(names=tree_util.tree_map(remove_leaf, x.names, is_leaf=_is_logical_spec))
+
+    return map_variables(fn, axis_col, mutable=_is_mutable(axis_col),
+                         trans_in_fn=lambda tree: _tree_map_axes(remove_fn, tree),
+                         trans_out_fn=lambda tree: _tree_map_axes(insert_fn, tree))
+
+
+def scan_with_axes(target, variable_axes={}, variable_broadcast=False, variable_carry=False, split_rngs={},
+                   in_axes=0, out_axes=0, length=None, reverse=False, unroll=1, axis_name="layers",
+                   axes_collections=("params",), data_transform=None, methods=None):
+    """nn.scan whose ``<col>_axes`` metadata gains the scanned axis (``axis_name``)."""
+    from .transforms import scan
+    variable_broadcast = _module.union_filters(variable_broadcast, tuple(f"{c}_axes" for c in axes_collections))
+    scanned = scan(target, variable_axes=variable_axes, variable_broadcast=variable_broadcast,
+                   variable_carry=variable_carry, split_rngs=split_rngs, in_axes=in_axes, out_axes=out_axes,
+                   length=length, reverse=reverse, unroll=unroll, data_transform=data_transform, methods=methods)
+    for col in axes_collections:
+        if col in variable_axes:
+            scanned = _add_axis_to_metadata(scanned, axis_pos=variable_axes[col], axis_name=axis_name,
+                                            axis_col=f"{col}_axes")
+    return scanned
+
+
+def vmap_with_axes(target, variable_axes, split_rngs={}, in_axes=0, out_axes=0, axis_size=None, axis_name=None,
+                   partitioning_axis_names={}, spmd_axis_name=None, methods=None):
+    """nn.vmap whose ``<col>_axes`` metadata gains the mapped axis
+    (``partitioning_axis_names[col]``)."""
+    from .transforms import vmap
+    variable_axes = dict(variable_axes)
+    for name in partitioning_axis_names:
+        variable_axes[f"{name}_axes"] = None
+    vmapped = vmap(target, variable_axes=variable_axes, split_rngs=split_rngs, in_axes=in_axes, out_axes=out_axes,
+                   axis_size=axis_size, axis_name=axis_name, spmd_axis_name=spmd_axis_name, methods=methods)
+    for col, axis in variable_axes.items():
+        if col in partitioning_axis_names:
+            vmapped = _add_axis_to_metadata(vmapped, axis_pos=axis, axis_name=partitioning_axis_names[col],
+                                            axis_col=f"{col}_axes")
+    return vmapped
