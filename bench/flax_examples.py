@@ -9,7 +9,8 @@ For each example (imagenet, vae, sst2, seq2seq, lm1b) it copies the example's ow
 ``git show REF:examples/...``) into a temporary directory twice: once as is, once with
 only the import lines rewritten to podlet's (``REWRITES`` below; nothing else in the
 files is touched). Each copy runs in its own subprocess (one device each:
-``PODLET_NUM_DEVICES=1``), which builds the model and train state the way the
+``PODLET_NUM_DEVICES=1``; ``--lm1b-devices N`` gives podlet's lm1b run N devices, over
+which lm1b's Mesh shards the batch), which builds the model and train state the way the
 example's train.py does, and runs the example's own train step a few times on one
 fixed random batch. The podlet run starts from JAX's initial parameters (copied leaf by
 leaf by key path, so the two trees must agree) and the same batch and keys; the
@@ -298,13 +299,14 @@ def run_lm1b(side, init, steps):
     jnp = jax.numpy
     Mesh, NamedSharding, P = train.Mesh, train.NamedSharding, train.P
     # train.train_and_evaluate's model, optimizer, mesh and jitted steps, at a small size
-    # (its config: configs/default.py's mesh and logical axis rules; one device here)
+    # (configs/default.py's mesh axes and logical axis rules; its ICI parallelism set to
+    # data parallel, every device on the 'data' axis: podlet does not split parameters)
     config = train.ml_collections.ConfigDict()
     for k, v in dict(per_device_batch_size=2, max_target_length=16, mesh_axes=["data", "fsdp", "tensor"],
                      logical_axis_rules=[["mlp", "tensor"], ["vocab", "tensor"], ["embed", "fsdp"],
                                          ["heads", "tensor"]],
                      data_sharding=["data"], dcn_data_parallelism=-1, dcn_fsdp_parallelism=1,
-                     dcn_tensor_parallelism=1, ici_data_parallelism=1, ici_fsdp_parallelism=-1,
+                     dcn_tensor_parallelism=1, ici_data_parallelism=-1, ici_fsdp_parallelism=1,
                      ici_tensor_parallelism=1).items():
         setattr(config, k, v)
     cfg = models.TransformerConfig(vocab_size=40, output_vocab_size=40, logits_via_embedding=False,
@@ -344,12 +346,14 @@ def run_lm1b(side, init, steps):
         out.append({k: _f(v) for k, v in metrics.items()})
     ev = jit_eval_step(state.params, batch, eval_cfg)
     out[-1].update({"eval_" + k: _f(v) for k, v in ev.items()})
-    # generate_prediction's call: one prompt per device, a leading device axis
-    prompt = np.zeros((1, 1, 16), np.int32)
-    prompt[0, 0, :4] = inputs[0, :4]
-    pred = jit_pred_step(jnp.asarray(prompt), state.params, jax.random.split(inference_rng, 1), 2, 16,
+    # generate_prediction's call: one prompt per device (padded to the device count), a
+    # leading device axis; top_k=1 makes the sample independent of the per-device keys
+    n_dev = jax.local_device_count()
+    prompt = np.zeros((n_dev, 1, 16), np.int32)
+    prompt[:, 0, :4] = inputs[0, :4]
+    pred = jit_pred_step(jnp.asarray(prompt), state.params, jax.random.split(inference_rng, n_dev), 2, 16,
                          pred_cfg, 1e-3, 1)
-    out[-1]["predict_sum"] = _f(jnp.sum(pred))
+    out[-1]["predict_sum"] = _f(jnp.sum(pred[0]))
     return out
 
 
@@ -384,7 +388,8 @@ def side_main(side, example, pkl, steps, stubs):
     t0 = time.time()
     out = RUNS[example](side, init, steps)
     init.close()
-    print("RESULT " + json.dumps({"steps": out, "seconds": time.time() - t0}))
+    print("RESULT " + json.dumps({"steps": out, "seconds": time.time() - t0,
+                                  "devices": sys.modules["jax_or_podlet"].device_count()}))
 
 
 def compare(a, b):
@@ -403,6 +408,8 @@ def main():
     ap.add_argument("--examples", default=",".join(EXAMPLES))
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--keep", help="write the two copies here instead of a temporary directory")
+    ap.add_argument("--lm1b-devices", type=int, default=1,
+                    help="podlet's device count for lm1b (its data-parallel Mesh spans them; JAX runs on one)")
     ap.add_argument("--side", help=argparse.SUPPRESS)
     ap.add_argument("--example", help=argparse.SUPPRESS)
     ap.add_argument("--pkl", help=argparse.SUPPRESS)
@@ -425,7 +432,8 @@ def main():
             for name, src in files.items():
                 with open(os.path.join(d, name), "w") as f:
                     f.write(src if side == "jax" else rewrite_imports(src))
-            env = dict(os.environ, PYTHONPATH=d, PODLET_NUM_DEVICES="1",
+            ndev = args.lm1b_devices if (ex, side) == ("lm1b", "podlet") else 1
+            env = dict(os.environ, PYTHONPATH=d, PODLET_NUM_DEVICES=str(ndev),
                        JAX_PLATFORMS="cpu")
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--side", side, "--example", ex,
                                 "--pkl", os.path.join(root, f"{ex}.pkl"), "--steps", str(args.steps), "--stubs", stubs],
@@ -445,7 +453,8 @@ def main():
             good = worst < 1e-3
             ok &= good
             print(f"{ex:9s} {'MATCH' if good else 'DIFFER'}  max rel diff {worst:.2e}  "
-                  f"(jax {res['jax']['seconds']:.1f} s, podlet {res['podlet']['seconds']:.1f} s)")
+                  f"(jax {res['jax']['seconds']:.1f} s on {res['jax']['devices']} device(s), "
+                  f"podlet {res['podlet']['seconds']:.1f} s on {res['podlet']['devices']})")
             for i, (sa, sb) in enumerate(zip(res["jax"]["steps"], res["podlet"]["steps"])):
                 for k in sa:
                     print(f"    step {i} {k:12s} jax {sa[k]: .7g}  podlet {sb.get(k, float('nan')): .7g}")
