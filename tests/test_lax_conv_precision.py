@@ -149,6 +149,12 @@ def test_conv_wrappers_take_nd_inputs():
                       (lax.conv_with_general_padding(x, w, (1,), [(2, 1)], (2,), (1,)),
                        jlax.conv_with_general_padding(x, w, (1,), [(2, 1)], (2,), (1,)))):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
+    # conv_transpose with jax's default layouts for 1-D and 3-D inputs
+    for xs, ws, strides, pad in (((2, 7, 3), (3, 3, 4), (2,), "SAME"), ((1, 4, 5, 3, 2), (2, 3, 2, 2, 3), (2, 1, 2),
+                                                                          "VALID")):
+        x, w = r(*xs), r(*ws)
+        np.testing.assert_allclose(np.asarray(lax.conv_transpose(x, w, strides, pad)),
+                                   np.asarray(jlax.conv_transpose(x, w, strides, pad)), rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------ precision

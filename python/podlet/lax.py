@@ -293,16 +293,18 @@ def _conv_transpose_padding(k, s, padding):
 def conv_transpose(lhs, rhs, strides, padding, rhs_dilation=None, dimension_numbers=None,
                    transpose_kernel=False, precision=None, preferred_element_type=None,
                    use_consistent_padding=False):
-    """jax.lax.conv_transpose (2-D): a convolution with input dilation `strides`.
+    """jax.lax.conv_transpose (0- to 3-D): a convolution with input dilation `strides`.
 
     String padding ('SAME' / 'VALID') names the padding of the forward convolution this
     one transposes; explicit (lo, hi) pairs are used as they are (unless
     `use_consistent_padding`), exactly as in jax.
     """
     if dimension_numbers is None:
-        if len(lhs.shape) != 4:
-            raise ValueError(f"podlet convolutions are 2-D; got an input of shape {tuple(lhs.shape)}")
-        dimension_numbers = ("NHWC", "HWIO", "NHWC")
+        defaults = {2: ("NC", "IO", "NC"), 3: ("NHC", "HIO", "NHC"), 4: ("NHWC", "HWIO", "NHWC"),
+                    5: ("NHWDC", "HWDIO", "NHWDC")}
+        if len(lhs.shape) not in defaults:
+            raise ValueError("No 4+ dimensional dimension_number defaults.")
+        dimension_numbers = defaults[len(lhs.shape)]
     if isinstance(dimension_numbers, ConvDimensionNumbers):
         dimension_numbers = _specs_to_strings(dimension_numbers)
     lhs_spec, rhs_spec, _ = tuple(dimension_numbers)
