@@ -124,10 +124,20 @@ def test_several_device_mesh():
 def test_mesh_context_and_set_mesh():
     m = podlet.make_mesh((1,), ("x",))
     assert podlet.sharding.get_abstract_mesh().empty and jax.sharding.get_abstract_mesh().empty
-    with m:
-        assert podlet.sharding.get_abstract_mesh().axis_names == ("x",)
-        assert podlet.sharding.get_mesh() is m
-    assert podlet.sharding.get_abstract_mesh().empty
+    jm = JMesh(jmesh_utils.create_device_mesh((1,)), ("x",))  # Auto axes (make_mesh's are Explicit)
+    x = np.arange(4.0, dtype=np.float32)
+    # jax 0.10's legacy (deprecated) `with mesh:`: only with_sharding_constraint's PartitionSpecs see it
+    with pytest.warns(DeprecationWarning, match="set_mesh"), jm, \
+            pytest.warns(DeprecationWarning, match="set_mesh"), m:
+        assert podlet.sharding.get_abstract_mesh().empty == jax.sharding.get_abstract_mesh().empty == True  # noqa
+        assert podlet.sharding.get_mesh().empty and jax.sharding.get_mesh().empty
+        np.testing.assert_array_equal(np.asarray(podlet.jit(lambda a: podlet.lax.with_sharding_constraint(
+            a, PP("x")))(x)), np.asarray(jax.jit(lambda a: jax.lax.with_sharding_constraint(a, JP("x")))(x)))
+        raises_like(lambda: jax.device_put(x, JP("x")), lambda: podlet.device_put(x, PP("x")))
+        raises_like(lambda: jax.jit(lambda a: a, in_shardings=JP("x"))(x),
+                    lambda: podlet.jit(lambda a: a, in_shardings=PP("x"))(x))
+    raises_like(lambda: jax.lax.with_sharding_constraint(x, JP("x")),
+                lambda: podlet.lax.with_sharding_constraint(x, PP("x")))
     jm = jax.make_mesh((1,), ("x",))
     with jax.set_mesh(jm) as jr, podlet.set_mesh(m) as pr:
         assert jr is None and pr is None

@@ -19,6 +19,7 @@ axes over it — and then placement is a no-op:
 import collections
 import contextlib
 import enum
+import warnings
 
 import numpy as np
 
@@ -293,12 +294,17 @@ class Mesh(AbstractMesh):
         return hash((self.axis_names, self.axis_types, self.devices.shape, tuple(d.id for d in self.devices.flat)))
 
     def __enter__(self):
-        self._previous.append(_state.mesh)
-        _state.mesh = self
+        # jax 0.10's ``with mesh:``: the legacy resource environment, which only
+        # with_sharding_constraint's PartitionSpecs read (set_mesh sets the mesh that
+        # device_put, jit and get_abstract_mesh see)
+        warnings.warn("`with mesh:` context manager has been deprecated. Please use `with podlet.set_mesh(mesh):` "
+                      "instead.", DeprecationWarning, stacklevel=2)
+        self._previous.append(_state.legacy_mesh)
+        _state.legacy_mesh = self
         return self
 
     def __exit__(self, *exc):
-        _state.mesh = self._previous.pop()
+        _state.legacy_mesh = self._previous.pop()
         return False
 
     def __repr__(self):
@@ -310,7 +316,8 @@ class Mesh(AbstractMesh):
 
 
 class _State:
-    mesh = None
+    mesh = None          # set_mesh / use_abstract_mesh
+    legacy_mesh = None   # ``with mesh:``
 
 
 _state = _State()
@@ -365,6 +372,8 @@ def get_abstract_mesh():
 
 def _context_mesh(what):
     m = _state.mesh
+    if not isinstance(m, Mesh) and what == "with_sharding_constraint":
+        m = _state.legacy_mesh
     if not isinstance(m, Mesh):
         raise RuntimeError(f"{what} requires a non-empty mesh in context if you are passing `PartitionSpec`s. "
                            "You can define a context mesh via `podlet.set_mesh(mesh)`. Alternatively, provide "
