@@ -433,6 +433,52 @@ def test_flag_contexts_round_trip():
         assert float(pnp.float32(2) * 3) == 6.0
 
 
+NEW_FLAGS = [  # jax's config flags that are context managers too (issue 26): name, a non-default value
+    ("enable_checks", True), ("debug_key_reuse", True), ("default_prng_impl", "rbg"), ("legacy_prng_key", "warn"),
+    ("enable_custom_prng", True), ("allow_f16_reductions", False), ("thread_guard", True),
+    ("array_garbage_collection_guard", "log"), ("default_matmul_precision", "float32")]
+
+
+@pytest.mark.parametrize("name, value", NEW_FLAGS, ids=[n for n, _ in NEW_FLAGS])
+def test_more_flag_contexts_like_jax(name, value):
+    """Same default, the value readable through config inside the block (also as jax_<name>
+    and as a decorator), restored after it, set by config.update, and jax's bad values refused."""
+    assert str(getattr(podlet.config, name)) == str(getattr(jax.config, "jax_" + name))
+    before = getattr(podlet.config, name)
+    with getattr(podlet, name)(value), getattr(jax, name)(value):
+        assert getattr(podlet.config, name) == value == getattr(podlet.config, "jax_" + name)
+        assert str(getattr(jax.config, "jax_" + name)) == str(value)
+    assert getattr(podlet.config, name) == before
+    assert getattr(podlet, name)(value)(lambda: getattr(podlet.config, name))() == value
+    podlet.config.update("jax_" + name, value)
+    try:
+        assert getattr(podlet.config, name) == value
+    finally:
+        podlet.config.update("jax_" + name, before)
+    if not isinstance(value, bool):
+        assert _err(lambda: podlet.config.update("jax_" + name, "nonsense"))[0] is ValueError
+        assert _err(lambda: jax.config.update("jax_" + name, "nonsense"))[0] is ValueError
+
+
+def test_flags_that_act_in_podlet():
+    # allow_f16_reductions=False: bf16 reduce_sum over an axis longer than 1 raises jax's error
+    x = np.ones((3, 1), jnp.bfloat16)
+    with podlet.allow_f16_reductions(False), jax.allow_f16_reductions(False):
+        pe, je = _err(lambda: podlet.lax.reduce_sum(x, (0,))), _err(lambda: jax.lax.reduce_sum(x, (0,)))
+        assert pe[0] is je[0] is ValueError and "is not allowed when jax_allow_f16_reductions=False" in pe[1]
+        assert float(podlet.lax.reduce_sum(x, (1,))[0]) == 1.0  # a size-1 axis is allowed, as in jax
+        assert podlet.lax.reduce_sum(x.astype(np.float32), (0,)).shape == (1,)
+    assert float(podlet.lax.reduce_sum(x, (0,))[0]) == 3.0
+    # default_prng_impl: keys made without impl; podlet implements threefry2x32 only
+    with podlet.default_prng_impl("threefry2x32"):
+        np.testing.assert_array_equal(np.asarray(podlet.random.key(7)), np.asarray(podlet.random.PRNGKey(7)))
+    with podlet.default_prng_impl("rbg"):
+        kind, msg = _err(lambda: podlet.random.key(0))
+        assert kind is ValueError and "'rbg'" in msg and "threefry2x32" in msg
+        np.testing.assert_array_equal(np.asarray(podlet.random.key(0, impl="threefry2x32")),
+                                      np.asarray(jax.random.key_data(jax.random.key(0))))
+
+
 # ------------------------------------------------------------------ misc names
 
 def test_make_jaxpr_and_typeof():

@@ -54,6 +54,7 @@ API += [  # _src/numpy_manip.py
     "interp", "convolve", "correlate", "polyfit", "polyval", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint",
     "poly"]
 API += ["sort_complex"]  # _src/complex.py (complex inputs: tests/test_complex.py and tests/test_fft.py)
+API += ["einsum_path"]  # _src/numpy_einsum.py (returns a path and a report: test_einsum_path_like_jax)
 
 rng = np.random.default_rng(0)
 F34 = rng.standard_normal((3, 4)).astype(np.float32)
@@ -748,7 +749,53 @@ def test_ufunc_attributes_and_errors():
         pnp.frompyfunc(lambda x: x, 1, 1).reduce(F5)
 
 
-NON_ARRAY_COVERED = {"isdtype", "vectorize", "ufunc", "frompyfunc"}  # their own tests above
+EINSUM_PATHS = [  # (subscripts, shapes): operand counts 1-16 (each strategy of 'auto'), ellipses, broadcasting
+    ("ij,jk,kl", [(2, 3), (3, 100), (100, 5)]), ("ij,jk->ik", [(4, 5), (5, 6)]), ("ii->i", [(3, 3)]),
+    ("ea,fb,abcd,gc,hd->efgh", [(10, 10), (10, 10), (10, 10, 10, 10), (10, 10), (10, 10)]),
+    ("...ij,...jk->...ik", [(2, 3, 4, 5), (3, 5, 6)]), ("ij,jk,kl,lm", [(1, 3), (3, 1), (1, 3), (3, 3)]),
+    ("abc,bcd,cde,def,efg,fgh", [(3, 4, 5), (4, 5, 6), (5, 6, 7), (6, 7, 8), (7, 8, 9), (8, 9, 3)]),
+    ("ab,bc,cd,de,ef,fg,gh,hi", [(4, 5), (5, 6), (6, 7), (7, 8), (8, 9), (9, 3), (3, 4), (4, 5)]),
+    ("ab,bc,cd,de,ef,fg,gh,hi,ij,jk", [(4, 5), (5, 6), (6, 7), (7, 8), (8, 9), (9, 3), (3, 4), (4, 5), (5, 2), (2, 3)]),
+    (",".join(a + b for a, b in zip("abcdefghijklmnop", "bcdefghijklmnopq")), [(3, 4), (4, 3)] * 8),
+]
+
+
+@pytest.mark.parametrize("subscripts, shapes", EINSUM_PATHS, ids=[e[0][:24] for e in EINSUM_PATHS])
+def test_einsum_path_like_jax(subscripts, shapes):
+    """The same path and, character for character, the same printed report as jax's
+    (opt_einsum's), for every strategy jax passes on; einsum of 3+ operands follows it."""
+    ops = [np.zeros(s, np.float32) for s in shapes]
+    small = len(ops) <= 6
+    for optimize in ["auto", False, "greedy", "branch-2", "branch-1"] + (["optimal", True, "branch-all"] if small
+                                                                         else []):
+        jpath, jinfo = jnp.einsum_path(subscripts, *ops, optimize=optimize)
+        ppath, pinfo = pnp.einsum_path(subscripts, *ops, optimize=optimize)
+        assert [tuple(p) for p in jpath] == ppath, optimize
+        assert str(pinfo) == str(jinfo), optimize
+    given = [(1, 2), (0, 1)] if len(ops) == 3 else jnp.einsum_path(subscripts, *ops)[0]
+    assert pnp.einsum_path(subscripts, *ops, optimize=given)[0] == [tuple(p) for p in given]
+    if len(ops) >= 3 and small:
+        vals = [rng.standard_normal(s).astype(np.float32) / 3 for s in shapes]
+        want = np.asarray(jnp.einsum(subscripts, *vals))
+        for got in (pnp.einsum(subscripts, *vals), podlet.jit(lambda *v: pnp.einsum(subscripts, *v))(*vals)):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_einsum_path_errors():
+    a, b = np.zeros((2, 3), np.float32), np.zeros((4, 5), np.float32)
+    for bad in (("ij,jk", a, b), ("ij", a, b), ("ij->ii", a), ("i...j,jk", a, b.T), ("ij-->i", a)):
+        with pytest.raises(ValueError) as je:
+            jnp.einsum_path(*bad)
+        with pytest.raises(ValueError) as pe:
+            pnp.einsum_path(*bad)
+        assert str(pe.value) == str(je.value)
+    with pytest.raises(ValueError, match="optimize='dp' is not a strategy podlet implements"):
+        pnp.einsum_path("ij,jk,kl", a, a.T, a, optimize="dp")
+    with pytest.raises(ValueError, match="does not name distinct operands"):
+        pnp.einsum_path("ij,jk,kl", a, a.T, a, optimize=[(0, 0), (0, 1)])
+
+
+NON_ARRAY_COVERED = {"isdtype", "vectorize", "ufunc", "frompyfunc", "einsum_path"}  # their own tests above
 
 
 JIT_CASES = [
