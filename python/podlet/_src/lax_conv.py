@@ -276,11 +276,11 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     input features; the result has N/G in its batch dim. Computed as one convolution
     with feature_group_count=G after moving the batch groups into the features.
 
-    precision / preferred_element_type: see podlet.lax.Precision and DotAlgorithmPreset
-    (podlet/_src/precision.py): f32 operands are multiplied exactly and summed in f32;
-    presets with bf16 inputs round the operands to bf16 first; DEFAULT lets bf16 3x3
-    stride-1 layers take Winograd, HIGH / HIGHEST keep the direct kernel (also for the
-    convolutions of the gradient)."""
+    precision / preferred_element_type (podlet/_src/precision.py): products are exact
+    and summed in f32 whatever is asked; as jax's CPU, a DotAlgorithm(Preset) does not
+    change a convolution's operands. DEFAULT (or None) lets bf16 3x3 stride-1 layers take
+    Winograd; HIGH, HIGHEST and any algorithm but DEFAULT keep the direct kernel (also
+    for the convolutions of the gradient)."""
     from . import precision as _precision
     from . import dtypes as _dtypes
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
