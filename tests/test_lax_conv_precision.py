@@ -137,6 +137,15 @@ def test_conv_argument_checks():
             L.conv_general_dilated(x, w[0], (1, 1), [(1, 1), (1, 1)], dimension_numbers=dn)
         with pytest.raises(TypeError, match="must have len equal to the ndim"):
             L.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWO", "NHWC"))
+        with pytest.raises(TypeError, match="requires arguments to have the same dtypes, got float32, bfloat16"):
+            L.conv_general_dilated(x, w.astype(jnp.bfloat16), (1, 1), "SAME", dimension_numbers=NHWC)
+        with pytest.raises(TypeError, match="`preferred_element_type` must not be narrower than the original type"):
+            conv(L, (1, 1), "SAME", preferred_element_type=jnp.bfloat16)
+        with pytest.raises(TypeError, match="Input type is incompatible with `preferred_element_type`"):
+            conv(L, (1, 1), "SAME", preferred_element_type=np.int32)
+    got = lax.conv_general_dilated(x.astype(jnp.bfloat16), w.astype(jnp.bfloat16), (1, 1), "SAME",
+                                   dimension_numbers=NHWC, preferred_element_type=np.float32)
+    assert got.dtype == np.float32
     with pytest.raises(ValueError, match=r"window and window_strides must have the same number of dimensions"):
         conv(lax, (1,), "SAME")
     with pytest.raises(ValueError, match=r"rhs_dilation must be positive integers, got \(0, 1\)"):

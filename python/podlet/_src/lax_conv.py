@@ -207,6 +207,31 @@ def _check_groups(lhs_shape, rhs_shape, dn, feature_group_count, batch_group_cou
                          f"batch_group_count={batch_group_count} and feature_group_count={feature_group_count}")
 
 
+def _check_dtypes(lhs_dtype, rhs_dtype, preferred_element_type):
+    """jax's dtype rule: equal operand dtypes, and a preferred_element_type of the same
+    kind and at least as wide (its messages; DTypeError is a TypeError, as jax raises)."""
+    from .errors import DTypeError
+    from . import dtypes
+    if lhs_dtype != rhs_dtype:
+        raise DTypeError(f"lax.conv_general_dilated requires arguments to have the same dtypes, got {lhs_dtype}, "
+                         f"{rhs_dtype}.")
+    if preferred_element_type is None:
+        return
+    pet = dtypes.dtype(preferred_element_type)
+    kind = lambda d: "f" if dtypes.is_float(d) else dtypes.dtype(d).kind  # noqa: E731
+    if not (kind(lhs_dtype) in "iu" and kind(pet) == "f"):
+        if kind(lhs_dtype) != kind(pet) and not (kind(lhs_dtype) in "iu" and kind(pet) in "iu"):
+            raise DTypeError("Input type is incompatible with `preferred_element_type`. The compatible combinations "
+                             "of (input_type, preferred_element_type) are (integral, integral), (integral, "
+                             f"floating), (floating, floating), (complex, complex; got ({lhs_dtype}, {pet}).")
+        if kind(lhs_dtype) == "i" and kind(pet) != "i":
+            raise DTypeError(f"`preferred_element_type` must have the same signedness as the original type; got "
+                             f"({lhs_dtype}, {pet}).")
+    if pet.itemsize < dtypes.dtype(lhs_dtype).itemsize:
+        raise DTypeError(f"`preferred_element_type` must not be narrower than the original type; got {pet} for "
+                         f"{lhs_dtype} operands.")
+
+
 def _ints(name, values, n):
     """A tuple of n ints (one per spatial dim) from `values`, or a ShapeError naming it."""
     from .errors import ShapeError
@@ -285,6 +310,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     from . import dtypes as _dtypes
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     dn = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+    _check_dtypes(lhs.dtype, rhs.dtype, preferred_element_type)
     if lhs.ndim != rhs.ndim:
         from .errors import ShapeError
         raise ShapeError(f"conv_general_dilated lhs and rhs must have the same number of dimensions, but got "
