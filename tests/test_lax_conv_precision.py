@@ -195,6 +195,23 @@ def test_dot_presets_match_jax_on_cpu(preset, dtype):
             assert got.startswith(want)
 
 
+@pytest.mark.parametrize("preset", ["F16_F16_F16", "F64_F64_F64", "BF16_BF16_F32"])
+def test_dot_preset_gradients_and_vmap_match_jax(preset):
+    a, b = r(4, 8), r(8, 3)
+    loss = lambda L: lambda a, b: (L.dot(a, b, precision=preset) ** 2).sum()  # noqa: E731
+    want = jax.grad(loss(jlax), (0, 1))(a, b)
+    got = podlet.grad(loss(lax), (0, 1))(a, b)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=2e-6, atol=2e-5)
+    a3 = a.reshape(2, 2, 8)
+    got = np.asarray(podlet.vmap(lambda x: lax.dot(x, b, precision=preset))(a3))
+    want = np.asarray(jax.vmap(lambda x: jlax.dot(x, b, precision=preset))(a3))
+    if preset == "BF16_BF16_F32":  # exact f32 products; the f32 sums may round in another order
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    else:  # rounded to float16 values / computed in float64: the same bits
+        np.testing.assert_array_equal(got, want)
+
+
 def test_dot_algorithm_and_precision_values():
     a, b = r(4, 8), r(8, 3)
     want = np.asarray(jlax.dot(a, b))
