@@ -6,7 +6,7 @@
     podlet data export --format tfds|hdf5 --out DIR [--config CONFIG]
     podlet bench [NAME [ARGS ...]]                 # lists bench/, or runs bench/<NAME>.py
     podlet export RUN_DIR --format onnx [--out F]  # the selected checkpoint's inference graph
-    podlet explain RUN_DIR [--split test] [-n 16]  # Grad-CAM overlays
+    podlet explain RUN_DIR [--split test] [-n 16] [--method gradcam|rollout|saliency]  # heatmap overlays
 
 Errors in configs, files and run directories print one line naming the key or file and
 exit with status 2; Ctrl-C during training saves a checkpoint and exits with 130.
@@ -228,7 +228,8 @@ def cmd_explain(args):
     fn = getattr(explain, "explain_run", None)
     if fn is None:
         raise CLIError("podlet.explain has no explain_run(run_dir, ...) yet")
-    out = fn(args.run_dir, split=args.split, n=args.n, checkpoint=args.checkpoint)
+    method = {"gradcam": "grad_cam"}.get(args.method, args.method)
+    out = fn(args.run_dir, split=args.split, n=args.n, checkpoint=args.checkpoint, method=method, layer=args.layer)
     print(f"wrote {out}")
     return 0
 
@@ -299,10 +300,13 @@ def build_parser():
     q.add_argument("--checkpoint", default="best")
     q.set_defaults(fn=cmd_export)
 
-    q = sub.add_parser("explain", help="Grad-CAM overlays of a run's predictions")
+    q = sub.add_parser("explain", help="heatmap overlays (Grad-CAM, attention rollout) of a run's predictions")
     q.add_argument("run_dir")
     q.add_argument("--split", default="test")
     q.add_argument("-n", type=int, default=16)
+    q.add_argument("--method", choices=("gradcam", "grad_cam", "rollout", "saliency"), default=None,
+                   help="default by architecture: rollout for a ViT with a class token, gradcam otherwise")
+    q.add_argument("--layer", default=None, help="Grad-CAM's layer path, e.g. Transformer/encoderblock_11/LayerNorm_0")
     q.add_argument("--checkpoint", default="best")
     q.set_defaults(fn=cmd_explain)
     return p

@@ -1,7 +1,11 @@
-"""``podlet explain RUN_DIR --split test -n 16``: Grad-CAM overlays of a run's predictions.
+"""``podlet explain RUN_DIR --split test -n 16 [--method gradcam|rollout|saliency]``:
+heatmap overlays of a run's predictions.
 
     out_dir = podlet.explain.explain_run("runs/smoke", split="test", n=16)
     # runs/smoke/explain/test/<true class>/grad_cam_0003_pred-<class>.png, summary.json
+
+The method defaults by architecture (:func:`podlet.explain.default_method`): attention
+rollout for a ViT with a class token, Grad-CAM for ResNets and the rest.
 
 The run's selected checkpoint (EMA params when the run kept them) explains the first `n`
 examples of the split, preprocessed as the run evaluated them. On the synthetic patches,
@@ -16,7 +20,7 @@ import numpy as np
 
 from .._src.errors import PodletError
 from .pointing_game import pointing_game, random_baseline
-from .report import explain_to_dir
+from .report import METHODS, default_method, explain_to_dir
 
 __all__ = ["explain_run", "load_run"]
 
@@ -66,15 +70,21 @@ def _write_json_atomic(obj, path):
         raise
 
 
-def explain_run(run_dir, split="test", n=16, checkpoint="best", method="grad_cam", layer=None, out_dir=None,
+def explain_run(run_dir, split="test", n=16, checkpoint="best", method=None, layer=None, out_dir=None,
                 data=None):
     """Writes PNG explanations of the first `n` examples of `split` under
     ``RUN_DIR/explain/<split>/`` (or `out_dir`), one subdirectory per true class, plus
-    summary.json; returns the directory. `data` replaces the run's dataset (an object
-    with ``eval_batches(split, batch_size)`` and ``class_names``, as podlet.training's)."""
+    summary.json; returns the directory. `method` is 'grad_cam', 'rollout', 'saliency'
+    or None (by architecture, :func:`podlet.explain.default_method`). `data` replaces
+    the run's dataset (an object with ``eval_batches(split, batch_size)`` and
+    ``class_names``, as podlet.training's)."""
     if n < 1:
         raise PodletError(f"explain: n must be >= 1, got {n}")
+    if method is not None and method not in METHODS:
+        raise PodletError(f"explain: unknown method {method!r}; expected one of {', '.join(METHODS)}")
     cfg, model, variables = load_run(run_dir, checkpoint)
+    if method is None:
+        method = default_method(model)
     if data is None:
         from ..training.input import make_data
         data = make_data(cfg)
@@ -91,7 +101,7 @@ def explain_run(run_dir, split="test", n=16, checkpoint="best", method="grad_cam
                "accuracy": float(np.mean(res["preds"] == labels)),
                "files": [os.path.relpath(p, out_dir) for p in res["paths"]]}
     source = getattr(data, "sources", {}).get(role)
-    if method == "grad_cam" and source is not None and hasattr(source, "lesion"):
+    if source is not None and hasattr(source, "lesion"):
         lesions = [source.lesion(i) for i in range(len(labels))]
         idx = [i for i, les in enumerate(lesions) if les is not None]
         if idx:
