@@ -16,12 +16,15 @@ from .. import tree_util as _tu
 from .._src.core import eval_shape as _eval_shape
 from .mlp import MLP
 from .resnet import ResNetBlock, BottleneckResNetBlock, ResNet, ResNet18, ResNet34, ResNet50
-from .vit import VisionTransformer, ViTTiny, ViTSmall
-from .import_weights import load_torchvision_resnet, load_flax_params, load_pretrained, torchvision_resnet_layout
+from .vit import VisionTransformer, ViTTiny, ViTSmall, ViTB16, ViTB32
+from .swin import SwinTransformer, SwinT, SwinS
+from .import_weights import (load_torchvision_resnet, load_torchvision_swin, load_torchvision_vit, load_flax_params,
+                             load_pretrained, torchvision_resnet_layout)
 
 __all__ = ["MLP", "ResNetBlock", "BottleneckResNetBlock", "ResNet", "ResNet18", "ResNet34", "ResNet50",
-           "VisionTransformer", "ViTTiny", "ViTSmall", "MODELS", "get_model", "summary", "param_count",
-           "count_params", "load_torchvision_resnet", "load_flax_params", "load_pretrained",
+           "VisionTransformer", "ViTTiny", "ViTSmall", "ViTB16", "ViTB32", "SwinTransformer", "SwinT", "SwinS",
+           "MODELS", "get_model", "summary", "param_count", "count_params", "load_torchvision_resnet",
+           "load_torchvision_swin", "load_torchvision_vit", "load_flax_params", "load_pretrained",
            "torchvision_resnet_layout"]
 
 # Config names (``model: resnet34``) -> constructors.
@@ -32,6 +35,10 @@ MODELS = {
     "resnet50": ResNet50,
     "vit_tiny": ViTTiny,
     "vit_small": ViTSmall,
+    "vit_b16": ViTB16,
+    "vit_b32": ViTB32,
+    "swin_tiny": SwinT,
+    "swin_small": SwinS,
 }
 
 

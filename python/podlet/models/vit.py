@@ -22,7 +22,8 @@ from typing import Any, Optional
 from .. import numpy as jnp
 from .. import nn
 
-__all__ = ["AddPositionEmbs", "MlpBlock", "Encoder1DBlock", "Encoder", "VisionTransformer", "ViTTiny", "ViTSmall"]
+__all__ = ["AddPositionEmbs", "MlpBlock", "Encoder1DBlock", "Encoder", "VisionTransformer", "ViTTiny", "ViTSmall",
+           "ViTB16", "ViTB32"]
 
 
 class AddPositionEmbs(nn.Module):
@@ -47,13 +48,14 @@ class MlpBlock(nn.Module):
     param_dtype: Any = jnp.float32
     kernel_init: Any = nn.initializers.xavier_uniform()
     bias_init: Any = nn.initializers.normal(stddev=1e-6)
+    approximate_gelu: bool = True
 
     @nn.compact
     def __call__(self, inputs, *, deterministic: bool):
         out_dim = inputs.shape[-1] if self.out_dim is None else self.out_dim
         dense = functools.partial(nn.Dense, dtype=self.dtype, param_dtype=self.param_dtype,
                                   kernel_init=self.kernel_init, bias_init=self.bias_init)
-        x = nn.gelu(dense(self.mlp_dim)(inputs))
+        x = nn.gelu(dense(self.mlp_dim)(inputs), approximate=self.approximate_gelu)
         x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
         x = dense(out_dim)(x)
         return nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
@@ -67,6 +69,7 @@ class Encoder1DBlock(nn.Module):
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     drop_path_rate: float = 0.0
+    approximate_gelu: bool = True
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -82,7 +85,8 @@ class Encoder1DBlock(nn.Module):
         x = x + inputs
         y = nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype)(x)
         y = MlpBlock(mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate, dtype=self.dtype,
-                     param_dtype=self.param_dtype)(y, deterministic=deterministic)
+                     param_dtype=self.param_dtype,
+                     approximate_gelu=self.approximate_gelu)(y, deterministic=deterministic)
         y = nn.DropPath(self.drop_path_rate)(y, deterministic=deterministic)
         return x + y
 
@@ -95,6 +99,7 @@ class Encoder(nn.Module):
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     stochastic_depth_rate: float = 0.0
+    approximate_gelu: bool = True
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -106,7 +111,7 @@ class Encoder(nn.Module):
             rate = self.stochastic_depth_rate * i / max(self.num_layers - 1, 1)
             x = Encoder1DBlock(mlp_dim=self.mlp_dim, num_heads=self.num_heads, dropout_rate=self.dropout_rate,
                                attention_dropout_rate=self.attention_dropout_rate, drop_path_rate=rate,
-                               dtype=self.dtype, param_dtype=self.param_dtype,
+                               approximate_gelu=self.approximate_gelu, dtype=self.dtype, param_dtype=self.param_dtype,
                                name=f"encoderblock_{i}")(x, deterministic=not train)
         return nn.LayerNorm(dtype=self.dtype, param_dtype=self.param_dtype, name="encoder_norm")(x)
 
@@ -125,6 +130,8 @@ class VisionTransformer(nn.Module):
       classifier: ``'token'`` (class token, default) or ``'gap'`` (mean of the tokens,
         no class token).
       in_channels: documentation only (the embedding adapts to the input).
+      approximate_gelu: the MLP's GELU in its tanh form (Flax's default, True) or exact
+        (erf; torchvision's ViTs, and so ``ViTB16``/``ViTB32``).
       dtype: the compute dtype; params stay ``param_dtype`` (float32).
     """
     num_classes: int = 5
@@ -138,6 +145,7 @@ class VisionTransformer(nn.Module):
     stochastic_depth_rate: float = 0.0
     classifier: str = "token"
     in_channels: int = 1
+    approximate_gelu: bool = True
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
 
@@ -155,8 +163,8 @@ class VisionTransformer(nn.Module):
             raise ValueError(f"Invalid classifier={self.classifier!r}; expected 'token' or 'gap'")
         x = Encoder(num_layers=self.num_layers, mlp_dim=self.mlp_dim, num_heads=self.num_heads,
                     dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
-                    stochastic_depth_rate=self.stochastic_depth_rate, dtype=self.dtype,
-                    param_dtype=self.param_dtype, name="Transformer")(x, train=train)
+                    stochastic_depth_rate=self.stochastic_depth_rate, approximate_gelu=self.approximate_gelu,
+                    dtype=self.dtype, param_dtype=self.param_dtype, name="Transformer")(x, train=train)
         x = x[:, 0] if self.classifier == "token" else jnp.mean(x, axis=1)
         x = nn.Dense(self.num_classes, dtype=self.dtype, param_dtype=self.param_dtype,
                      kernel_init=nn.initializers.zeros, name="head")(x)
@@ -166,3 +174,10 @@ class VisionTransformer(nn.Module):
 ViTTiny = functools.partial(VisionTransformer, patch_size=16, hidden_size=192, num_layers=12, num_heads=3, mlp_dim=768)
 ViTSmall = functools.partial(VisionTransformer, patch_size=16, hidden_size=384, num_layers=12, num_heads=6,
                              mlp_dim=1536)
+# ViT-B/16 and ViT-B/32 as torchvision's vit_b_16 / vit_b_32 (86.6M / 88.2M params at
+# 1000 classes, 224 px), with its exact GELU, so that load_torchvision_vit's weights give
+# torch's logits.
+ViTB16 = functools.partial(VisionTransformer, patch_size=16, hidden_size=768, num_layers=12, num_heads=12,
+                           mlp_dim=3072, approximate_gelu=False)
+ViTB32 = functools.partial(VisionTransformer, patch_size=32, hidden_size=768, num_layers=12, num_heads=12,
+                           mlp_dim=3072, approximate_gelu=False)
