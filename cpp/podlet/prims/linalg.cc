@@ -1,4 +1,4 @@
-// Dense linear algebra (jax.lax.linalg): cholesky, triangular_solve, lu, eigh, qr, svd.
+// Dense linear algebra (jax.lax.linalg): cholesky, triangular_solve, lu, eigh, eig, qr, svd.
 // Shape rules, Eigen kernels, FLOP counts and batching rules side by side.
 //
 // Every primitive takes matrices in the last two dims and maps over any leading dims
@@ -13,6 +13,10 @@
 //                                                    -> x        op(a) x = b, b (..., n, k); op = a or a^T
 //   lu(a)                                            -> lu, pivots (int32, min(m,n)), permutation (int32, m)
 //   eigh(a; lower)                                   -> v, w     w ascending, a = v diag(w) v^T
+//   eig(a; compute_right_eigenvectors)               -> wr, wi[, vr, vi]   a real, a v = v diag(w):
+//        real and imaginary parts of the eigenvalues (..., n) and right eigenvectors (..., n, n), as
+//        LAPACK geev: conjugate pairs adjacent, positive imaginary part first; each eigenvector of
+//        unit 2-norm, a complex one turned to make its largest component real and positive
 //   qr(a; full_matrices)                             -> q, r
 //   svd(a; full_matrices, compute_uv)                -> s[, u, vt]   s descending
 //
@@ -23,6 +27,7 @@
 #include "podlet/prims/common.h"
 #include <Eigen/Dense>
 #include <cmath>
+#include <complex>
 #include <limits>
 
 namespace podlet {
@@ -277,6 +282,68 @@ double cubic_flops(const std::vector<AVal>& in, double c) {
   return B * c * std::max(m, n) * std::min(m, n) * std::min(m, n);
 }
 
+// ---- eig (nonsymmetric, real input) ------------------------------------------------------
+std::vector<AVal> eig_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 1);
+  Shape b = matrix_operand(in[0], "eig operand", true);
+  const AVal w{in[0].dtype, with(b, {in[0].shape.back()})};
+  if (!flag(a, "compute_right_eigenvectors", true)) return {w, w};
+  return {w, w, in[0], in[0]};
+}
+
+// Eigen's EigenSolver (Hessenberg reduction, then the Francis double-shift QR to the real
+// Schur form, as LAPACK's dgeev). Its eigenvectors have unit norm; a complex one is then
+// multiplied by the conjugate phase of its largest component (the first of equal ones),
+// as geev makes that component real. Non-finite input or no convergence: all NaN.
+template <class T>
+void eig_one(const T* a, int64_t n, T* wr, T* wi, T* vr, T* vi) {
+  using CM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;  // column-major, what EigenSolver takes
+  const bool vec = vr != nullptr;
+  auto all_nan = [&] {
+    fill_nan(wr, n); fill_nan(wi, n);
+    if (vec) { fill_nan(vr, n * n); fill_nan(vi, n * n); }
+  };
+  if (!all_finite(a, n * n)) { all_nan(); return; }
+  const CM A = CMapM<T>(a, n, n);
+  Eigen::EigenSolver<CM> es(A, vec);
+  if (es.info() != Eigen::Success) { all_nan(); return; }
+  const auto& w = es.eigenvalues();
+  for (int64_t i = 0; i < n; ++i) { wr[i] = w(i).real(); wi[i] = w(i).imag(); }
+  if (!vec) return;
+  const Eigen::Matrix<std::complex<T>, Eigen::Dynamic, Eigen::Dynamic> V = es.eigenvectors();
+  MapM<T> VR(vr, n, n), VI(vi, n, n);
+  for (int64_t j = 0; j < n; ++j) {
+    std::complex<T> phase(1);
+    if (wi[j] != T(0)) {
+      int64_t k = 0;
+      T best = -1;
+      for (int64_t i = 0; i < n; ++i) {
+        const T m = std::norm(V(i, j));
+        if (m > best) { best = m; k = i; }
+      }
+      if (best > 0) phase = std::conj(V(k, j)) / std::abs(V(k, j));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const std::complex<T> z = V(i, j) * phase;
+      VR(i, j) = z.real();
+      VI(i, j) = wi[j] != T(0) ? z.imag() : T(0);
+    }
+  }
+}
+
+void eig_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  const bool vec = flag(a, "compute_right_eigenvectors", true);
+  const int64_t n = in[0].shape().back(), B = batch_of(in[0]);
+  for_float_type(in[0].dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for_each_matrix(B, [&](int64_t b) {
+      if (n == 0) return;
+      eig_one<T>(in[0].data<T>() + b * n * n, n, out[0].data<T>() + b * n, out[1].data<T>() + b * n,
+                 vec ? out[2].data<T>() + b * n * n : nullptr, vec ? out[3].data<T>() + b * n * n : nullptr);
+    });
+  });
+}
+
 // ---- qr --------------------------------------------------------------------------------
 std::vector<AVal> qr_shape(const std::vector<AVal>& in, const Attrs& a) {
   check_arity(in, 1);
@@ -383,6 +450,12 @@ static Register reg_eigh("eigh", PrimDef{.shape = eigh_shape, .kernel = eigh_ker
                                          .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&,
                                                      const Attrs&) { return cubic_flops(in, 9.0); },
                                          .batch = batch_leading});
+// LAPACK's operation counts for dgeev: about 10 n^3 for the eigenvalues, 26 n^3 with the
+// right eigenvectors.
+static Register reg_eig("eig", PrimDef{.shape = eig_shape, .kernel = eig_kernel,
+                                       .flops = [](const std::vector<AVal>& in, const std::vector<AVal>& out,
+                                                   const Attrs&) { return cubic_flops(in, out.size() > 2 ? 26.0 : 10.0); },
+                                       .batch = batch_leading});
 static Register reg_qr("qr", PrimDef{.shape = qr_shape, .kernel = qr_kernel,
                                      .flops = [](const std::vector<AVal>& in, const std::vector<AVal>&,
                                                  const Attrs&) { return cubic_flops(in, 4.0); },
