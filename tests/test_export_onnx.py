@@ -31,6 +31,14 @@ def rel_err(got, want):
     ("resnet18", models.ResNet18(num_classes=5), (2, 32, 32, 1)),
     ("resnet18_torchpad", models.ResNet18(num_classes=3, torchvision_padding=True), (1, 40, 40, 3)),
     ("vit_tiny", models.ViTTiny(num_classes=5), (2, 32, 32, 1)),
+    ("vit_gap_bf16", models.VisionTransformer(num_classes=4, patch_size=8, hidden_size=16, num_layers=2, num_heads=2,
+                                              mlp_dim=32, classifier="gap", dtype=jnp.bfloat16), (3, 32, 32, 1)),
+    # shifted windows (roll, masks) in both stages, relative position bias, patch merging
+    ("swin_shifted", models.SwinTransformer(num_classes=5, embed_dim=8, depths=(2, 2), num_heads=(1, 2),
+                                            window_size=2), (2, 32, 32, 1)),
+    # a 7x7 map padded to 9x9 windows of 3, odd sides padded by patch merging
+    ("swin_padded", models.SwinTransformer(num_classes=3, embed_dim=8, depths=(2, 2), num_heads=(2, 2),
+                                           window_size=3), (1, 28, 28, 1)),
 ])
 def test_model_matches_onnxruntime(tmp_path, name, model, shape):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -41,10 +49,11 @@ def test_model_matches_onnxruntime(tmp_path, name, model, shape):
     assert [i.name for i in proto.graph.input] == ["input"] and [o.name for o in proto.graph.output] == ["output"]
     ops = {n.op_type for n in proto.graph.node}
     assert ("Conv" in ops) and ("MatMul" in ops)
-    want = np.asarray(model.apply(variables, jnp.asarray(x), train=False))
+    # a model that computes in bfloat16 is exported in float32 (to_onnx's dtype default)
+    want = np.asarray(model.clone(dtype=jnp.float32).apply(variables, jnp.asarray(x), train=False))
     (got,) = run_onnx(path, x)
     assert got.shape == want.shape and got.dtype == np.float32
-    assert rel_err(got, want) < 1e-4
+    assert rel_err(got, want) < 1e-4 and np.max(np.abs(got - want)) < 1e-4
 
 
 @pytest.mark.parametrize("opset", [13, 17, 18])
@@ -85,6 +94,49 @@ def test_many_primitives_match(tmp_path, opset):
     want = np.asarray(f(jnp.asarray(x)))
     (got,) = run_onnx(path, x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_swin_primitives_on_traced_values(tmp_path):
+    """What a Swin needs when its operands are traced, not folded weights: a gather with
+    constant indices (the relative position bias), static and traced rolls, masks through
+    select, window partitions (6-D transposes), strided patch-merging slices, and the
+    dynamic slices a traced roll lowers to. One graph, run on several inputs."""
+    rng = np.random.default_rng(3)
+    ws = 2
+    yy, xx = np.meshgrid(np.arange(ws), np.arange(ws), indexing="ij")
+    rel = np.stack([yy.ravel()[:, None] - yy.ravel()[None], xx.ravel()[:, None] - xx.ravel()[None]]) + ws - 1
+    index = jnp.asarray((rel[0] * (2 * ws - 1) + rel[1]).astype(np.int32))         # (4, 4) into 9 rows
+    mask = jnp.asarray(np.triu(np.ones((4, 4), bool)))
+
+    def f(x):                                           # x: (2, 4, 4, 3)
+        table = jnp.tanh(x[0, :3, :3, :].reshape(9, 3))             # traced (9, heads=3) bias table
+        bias = jnp.transpose(table[index], (2, 0, 1))                 # gather -> (3, 4, 4)
+        s = jnp.roll(x, (-1, -1), axis=(1, 2))                       # static shift: slices + concatenate
+        w = s.reshape(2, 2, ws, 2, ws, 3).transpose(0, 1, 3, 2, 4, 5).reshape(8, ws * ws, 3)
+        a = jnp.einsum("bqc,bkc->bcqk", w, w) + bias[None]
+        a = nn.softmax(jnp.where(mask, a, -100.0), axis=-1)
+        o = jnp.einsum("bcqk,bkc->bqc", a, w).reshape(2, 2, 2, ws, ws, 3).transpose(0, 1, 3, 2, 4, 5)
+        o = jnp.roll(o.reshape(2, 4, 4, 3), (1, 1), axis=(1, 2))
+        m = jnp.concatenate([o[:, 0::2, 0::2], o[:, 1::2, 0::2], o[:, 0::2, 1::2], o[:, 1::2, 1::2]], axis=-1)
+        k = jnp.argmax(x[:, 0, 0, 0]).astype(jnp.int32)             # a traced shift and start
+        r = jnp.roll(m, k + 1, axis=2)
+        d = lax.dynamic_slice(r, (k, k, jnp.int32(1), jnp.int32(3)), (1, 2, 2, 4))
+        u = lax.dynamic_update_slice(r, d * 10.0, (k, k + 1, jnp.int32(-1), jnp.int32(20)))   # clamped starts
+        return jnp.concatenate([u.reshape(-1), d.reshape(-1), jnp.take(bias.reshape(-1), index.reshape(-1))])
+
+    path = tmp_path / "swin_ops.onnx"
+    proto = export.to_onnx(f, None, podlet.ShapeDtypeStruct((2, 4, 4, 3), jnp.float32), path)
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"Gather", "Where", "Concat", "Slice", "Pad"} <= ops
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    seen = set()
+    for _ in range(4):
+        x = rng.standard_normal((2, 4, 4, 3)).astype(np.float32)
+        x[rng.integers(2), 0, 0, 0] = 5.0
+        seen.add(int(np.argmax(x[:, 0, 0, 0])))
+        (got,) = sess.run(None, {"input": x})
+        np.testing.assert_allclose(got, np.asarray(f(jnp.asarray(x))), rtol=1e-5, atol=1e-5)
+    assert seen == {0, 1}                               # both traced shifts ran through one graph
 
 
 def test_user_module_with_deterministic_flag(tmp_path):

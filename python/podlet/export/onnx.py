@@ -8,6 +8,12 @@ statistics arrive already folded into a scale and a shift, since that arithmetic
 on concrete values while tracing). podlet's layouts are Flax's (NHWC activations, HWIO
 kernels), so a convolution or pooling becomes Transpose -> Conv/MaxPool (NCHW) ->
 Transpose; onnxruntime's optimizer cancels the transposes between consecutive layers.
+Transformers need nothing special: LayerNorm, softmax and GELU arrive as their
+elementwise and reduction primitives, attention as batched dot_generals (MatMul), a
+ViT's class token as a concatenate, a Swin's relative position bias as a take (folded
+when the table is a weight), its shifted windows as slices + concatenate (static rolls)
+and its masks as a select. podlet.models' ResNets, ViTs and Swins are checked against
+onnxruntime in tests/test_export_onnx.py.
 The graph has fixed shapes: those of the sample input.
 """
 import inspect
@@ -253,6 +259,35 @@ def _rev(b, n, ins, ia, oa):
     shape = ia[0][1]
     return b.op("Slice", [ins[0], b.ints([shape[a] - 1 for a in axes]), b.ints([-(2 ** 62)] * len(axes)),
                           b.ints(axes), b.ints([-1] * len(axes))])
+
+
+def _dynamic_starts(b, idx_names, idx_avals, shape, sizes):
+    """The (rank,) int64 start indices of a dynamic slice, clamped as jax clamps them:
+    into [0, dim - size], so the window stays inside the operand."""
+    starts = [b.op("Clip", [b.reshape(b.cast(i, a[0], "int64"), [1], ()), b.ints(0), b.ints(d - s)])
+              for i, a, d, s in zip(idx_names, idx_avals, shape, sizes)]
+    return starts[0] if len(starts) == 1 else b.op("Concat", starts, axis=0)
+
+
+@_rule("dynamic_slice")
+def _dynamic_slice(b, n, ins, ia, oa):
+    shape, sizes = list(ia[0][1]), [int(s) for s in n.attrs["slice_sizes"]]
+    starts = _dynamic_starts(b, ins[1:], ia[1:], shape, sizes)
+    return b.op("Slice", [ins[0], starts, b.op("Add", [starts, b.ints(sizes)]), b.ints(range(len(shape)))])
+
+
+@_rule("dynamic_update_slice")
+def _dynamic_update_slice(b, n, ins, ia, oa):
+    # The update padded to the operand's shape at the clamped starts, chosen where a
+    # padded mask of ones is set.
+    shape, sizes = list(ia[0][1]), list(ia[1][1])
+    starts = _dynamic_starts(b, ins[2:], ia[2:], shape, sizes)
+    ends = b.op("Sub", [b.ints([d - s for d, s in zip(shape, sizes)]), starts])
+    pads = b.op("Concat", [starts, ends], axis=0)
+    upd = b.op("Pad", [ins[1], pads], mode="constant")
+    ones = b.op("Expand", [b.scalar(1, "float32"), b.ints(sizes)])
+    inside = b.op("Cast", [b.op("Pad", [ones, pads], mode="constant")], to=_elem_type("bool"))
+    return b.op("Where", [inside, upd, ins[0]])
 
 
 @_rule("concatenate")
