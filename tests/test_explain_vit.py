@@ -1,7 +1,8 @@
-"""Explaining Vision Transformers: attention weights captured without changing the
-model's outputs (against the Flax twin's sown weights), attention rollout against a
-NumPy loop of Abnar & Zuidema's definition, Grad-CAM on the last block's patch tokens
-against JAX, and the method chosen by architecture."""
+"""Explaining transformers: attention weights captured without changing the model's
+outputs (against the Flax twin's sown weights), attention rollout against a NumPy loop
+of Abnar & Zuidema's definition, Grad-CAM on a ViT's last block's patch tokens against
+JAX, Grad-CAM on a Swin's last stage against the same definition written in NumPy, and
+the method chosen by architecture."""
 import numpy as np
 import pytest
 
@@ -174,3 +175,43 @@ def test_method_by_architecture_and_bad_inputs(vit, tmp_path):
         explain.explain_to_dir(pm, pv, x, str(tmp_path / "l"), method="rollout", layer="Transformer")
     with pytest.raises(podlet.PodletError, match="'lime'"):
         explain.explain_run(str(tmp_path), method="lime")
+
+
+def numpy_swin_grad_cam(acts, params, target, image_size, eps=1e-5):
+    """Grad-CAM of the last Swin block's output A (N, h, w, C), by hand: the rest of the
+    network is LayerNorm -> mean over (h, w) -> Dense, so dy_t/dA is LayerNorm's
+    backward of W[:, t] / (h w)."""
+    a = np.asarray(acts, np.float64)
+    n, h, w, _ = a.shape
+    mu, sig = a.mean(-1, keepdims=True), np.sqrt(a.var(-1, keepdims=True) + eps)
+    xhat = (a - mu) / sig
+    W = np.asarray(params["head"]["kernel"], np.float64)
+    g = (W[:, target].T / (h * w))[:, None, None, :] * np.asarray(params["norm"]["scale"], np.float64)
+    grads = (g - g.mean(-1, keepdims=True) - xhat * (g * xhat).mean(-1, keepdims=True)) / sig
+    cam = np.maximum(np.einsum("nhwc,nc->nhw", a, grads.mean(axis=(1, 2))), 0)
+    cam = np.asarray(jax.image.resize(jjnp.asarray(cam, jjnp.float32), (n,) + image_size, "bilinear"))
+    cam = cam - cam.min(axis=(1, 2), keepdims=True)
+    return cam / (cam.max(axis=(1, 2), keepdims=True) + 1e-7)
+
+
+def test_grad_cam_swin_last_stage_matches_numpy():
+    # 32x32 images: an 8x8 then a 4x4 token grid, both stages with shifted windows
+    m = models.SwinTransformer(num_classes=3, embed_dim=8, depths=(2, 2), num_heads=(1, 2), window_size=2)
+    x = np.random.default_rng(5).standard_normal((2, 32, 32, 1)).astype(np.float32)
+    rs = np.random.RandomState(3)
+    v = podlet.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a) + 0.3 * rs.randn(*a.shape).astype(np.float32)),
+                                  m.init(podlet.random.PRNGKey(0), jnp.asarray(x), train=False))
+    layer = explain.default_layer(m, v, jnp.asarray(x))
+    assert layer == ("stage_1_block_1",) and explain.default_method(m) == "grad_cam"
+    logits, state = m.apply(v, jnp.asarray(x), train=False, capture_intermediates=True, mutable=["intermediates"])
+    acts = np.asarray(state["intermediates"]["stage_1_block_1"]["__call__"][0])
+    assert acts.shape == (2, 4, 4, 16)
+    for target in ([2, 0], [1, 1]):
+        got = np.asarray(explain.grad_cam(m, v, x, target_class=target))
+        assert got.shape == (2, 32, 32) and np.all(got.max(axis=(1, 2)) > 0.99)
+        np.testing.assert_allclose(got, numpy_swin_grad_cam(acts, v["params"], np.array(target), (32, 32)),
+                                   atol=2e-4)
+    plain = np.asarray(m.apply(v, jnp.asarray(x), train=False))
+    np.testing.assert_array_equal(np.asarray(logits), plain)
+    explain_logits, *_ = explain.layer_activations_and_grads(m, v, x)
+    np.testing.assert_allclose(np.asarray(explain_logits), plain, rtol=1e-6, atol=1e-6)

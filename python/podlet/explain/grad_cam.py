@@ -71,12 +71,17 @@ def _find_layers(model, variables, images, apply_kwargs=None):
 def default_layer(model, variables, images, apply_kwargs=None):
     """The layer Grad-CAM explains by default: for a Vision Transformer the first
     LayerNorm of the last encoder block (its tokens, as pytorch-grad-cam advises: after
-    the last block only the class token reaches the head), otherwise the last
-    submodule whose output is a 4-D (N, h, w, C) feature map (for podlet's ResNets, the
-    last residual block: the last conv stage)."""
+    the last block only the class token reaches the head); for a Swin Transformer the
+    last block of the last stage (its tokens, already an (N, h, w, C) grid); otherwise
+    the last submodule whose output is a 4-D (N, h, w, C) feature map (for podlet's
+    ResNets, the last residual block: the last conv stage)."""
+    from ..models.swin import SwinTransformer
     from ..models.vit import VisionTransformer
     if isinstance(model, VisionTransformer):
         return ("Transformer", f"encoderblock_{model.num_layers - 1}", "LayerNorm_0")
+    if isinstance(model, SwinTransformer):
+        stage = len(model.depths) - 1
+        return (f"stage_{stage}_block_{model.depths[stage] - 1}",)
     maps = [p for p, s in find_layers(model, variables, images, apply_kwargs) if len(s) == 4]
     if not maps:
         raise PodletError(f"grad_cam: {type(model).__name__} has no submodule returning a 4-D (N, h, w, C) "
