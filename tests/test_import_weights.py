@@ -1,6 +1,8 @@
-"""Pretrained-weight import: torchvision ResNets (rebuilt here in plain torch, since
-torchvision itself is not installable next to torch 2.13) and Flax msgpack files."""
+"""Pretrained-weight import: torchvision ResNets and ViTs (rebuilt here in plain torch with
+torchvision's module names, since torchvision itself is not installable next to torch
+2.13) and Flax msgpack files. Swin's import is tested in tests/test_swin.py."""
 import os
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -283,3 +285,158 @@ def test_load_pretrained_dispatches_on_file_type(tmp_path):
         models.load_pretrained(tmp_path / "vars.msgpack", "mlp", target=other)
     with pytest.raises(podlet.PodletError, match=r"'\.npz'"):
         models.load_pretrained(tmp_path / "w.npz", "resnet18")
+
+
+# --- torchvision's VisionTransformer (torchvision/models/vision_transformer.py), same names ---
+class TorchEncoderBlock(tnn.Module):
+    def __init__(self, heads, d, mlp):
+        super().__init__()
+        self.ln_1 = tnn.LayerNorm(d, eps=1e-6)
+        self.self_attention = tnn.MultiheadAttention(d, heads, batch_first=True)
+        self.dropout = tnn.Dropout(0.0)
+        self.ln_2 = tnn.LayerNorm(d, eps=1e-6)
+        self.mlp = tnn.Sequential(tnn.Linear(d, mlp), tnn.GELU(), tnn.Dropout(0.0), tnn.Linear(mlp, d),
+                                  tnn.Dropout(0.0))
+
+    def forward(self, inp):
+        x = self.ln_1(inp)
+        x, _ = self.self_attention(x, x, x, need_weights=False)
+        x = self.dropout(x) + inp
+        return x + self.mlp(self.ln_2(x))
+
+
+class TorchViTEncoder(tnn.Module):
+    def __init__(self, seq, layers, heads, d, mlp):
+        super().__init__()
+        self.pos_embedding = tnn.Parameter(torch.randn(1, seq, d) * 0.02)
+        self.dropout = tnn.Dropout(0.0)
+        self.layers = tnn.Sequential(OrderedDict((f"encoder_layer_{i}", TorchEncoderBlock(heads, d, mlp))
+                                                 for i in range(layers)))
+        self.ln = tnn.LayerNorm(d, eps=1e-6)
+
+    def forward(self, x):
+        return self.ln(self.layers(self.dropout(x + self.pos_embedding)))
+
+
+class TorchViT(tnn.Module):
+    def __init__(self, image_size, patch, layers, heads, d, mlp, num_classes=1000):
+        super().__init__()
+        self.patch, self.d = patch, d
+        self.conv_proj = tnn.Conv2d(3, d, patch, patch)
+        self.class_token = tnn.Parameter(torch.zeros(1, 1, d))
+        self.encoder = TorchViTEncoder((image_size // patch) ** 2 + 1, layers, heads, d, mlp)
+        self.heads = tnn.Sequential(OrderedDict(head=tnn.Linear(d, num_classes)))
+
+    def forward(self, x):
+        n = x.shape[0]
+        x = self.conv_proj(x).reshape(n, self.d, -1).permute(0, 2, 1)
+        x = torch.cat([self.class_token.expand(n, -1, -1), x], dim=1)
+        return self.heads(self.encoder(x)[:, 0])
+
+
+VIT_SMALL = {"patch_size": 16, "hidden_size": 48, "num_layers": 2, "num_heads": 4, "mlp_dim": 96}
+
+
+def random_torch_vit(seed, image_size=48, num_classes=1000, arch=VIT_SMALL):
+    torch.manual_seed(seed)
+    net = TorchViT(image_size, arch["patch_size"], arch["num_layers"], arch["num_heads"], arch["hidden_size"],
+                   arch["mlp_dim"], num_classes)
+    with torch.no_grad():  # random class token, norms and biases, so a wrong mapping shows
+        net.class_token.normal_(0, 1.0)
+        for m in net.modules():
+            if isinstance(m, tnn.LayerNorm):
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.normal_(0, 0.2)
+            if isinstance(m, tnn.MultiheadAttention):
+                m.in_proj_bias.normal_(0, 0.2)
+                m.out_proj.bias.normal_(0, 0.2)
+            if isinstance(m, tnn.Linear) and m.bias is not None:
+                m.bias.normal_(0, 0.1)
+        for blk in net.encoder.layers:  # MLP pre-activations of a few units, where GELU's two forms differ
+            blk.mlp[0].weight.mul_(4.0)
+    return net.eval()
+
+
+def small_vit(**kw):
+    return models.VisionTransformer(**VIT_SMALL, approximate_gelu=False, **kw)
+
+
+def test_torchvision_vit_logits_match(tmp_path):
+    net = random_torch_vit(seed=1)
+    torch.save(net.state_dict(), tmp_path / "vit.pth")
+    x = np.random.default_rng(0).standard_normal((2, 3, 48, 48)).astype(np.float32)
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    v = models.load_torchvision_vit(str(tmp_path / "vit.pth"), VIT_SMALL, in_channels=3)
+    model = small_vit(num_classes=1000, in_channels=3)
+    init = podlet.eval_shape(lambda k: model.init(k, jnp.zeros((1, 48, 48, 3)), train=False),
+                             podlet.random.PRNGKey(0))
+    assert podlet.tree_util.tree_map(lambda a: a.shape, v) == podlet.tree_util.tree_map(lambda a: a.shape, dict(init))
+    got = np.asarray(model.apply(v, jnp.asarray(x.transpose(0, 2, 3, 1)), train=False))
+    assert float(np.max(np.abs(got - want))) < 1e-4 and np.std(want) > 0.1
+    # the tanh GELU (Flax's default) is not torchvision's
+    approx = np.asarray(models.VisionTransformer(**VIT_SMALL, num_classes=1000).apply(
+        v, jnp.asarray(x.transpose(0, 2, 3, 1)), train=False))
+    assert float(np.max(np.abs(approx - want))) > 1e-4  # the 1e-4 comparison above tells the two apart
+
+
+def test_torchvision_vit_gray_new_head_and_errors(tmp_path):
+    net = random_torch_vit(seed=2, image_size=32)
+    sd = net.state_dict()
+    v = models.load_torchvision_vit(sd, VIT_SMALL, in_channels=1, num_classes=5, rng=podlet.random.PRNGKey(1))
+    assert v["params"]["embedding"]["kernel"].shape == (16, 16, 1, 48)
+    np.testing.assert_allclose(np.asarray(v["params"]["embedding"]["kernel"])[..., 0, :],
+                               sd["conv_proj.weight"].numpy().sum(1).transpose(1, 2, 0), rtol=1e-6)
+    assert v["params"]["head"]["kernel"].shape == (48, 5) and np.abs(np.asarray(v["params"]["head"]["kernel"])).max() > 0
+    # the class token sits on the patch tokens: a gray image gives torch's logits of its RGB repeat
+    gray = np.random.default_rng(1).standard_normal((2, 1, 32, 32)).astype(np.float32)
+    v_same = models.load_torchvision_vit(sd, VIT_SMALL, in_channels=1)
+    with torch.no_grad():
+        want = net(torch.from_numpy(np.repeat(gray, 3, axis=1))).numpy()
+    got = np.asarray(small_vit(num_classes=1000).apply(v_same, jnp.asarray(gray.transpose(0, 2, 3, 1)), train=False))
+    assert float(np.max(np.abs(got - want))) < 1e-4
+
+    # q/k/v split: the query kernel is the first third of in_proj_weight, transposed, heads split
+    w = sd["encoder.layers.encoder_layer_1.self_attention.in_proj_weight"].numpy()
+    q = np.asarray(v["params"]["Transformer"]["encoderblock_1"]["MultiHeadDotProductAttention_0"]["key"]["kernel"])
+    np.testing.assert_array_equal(q, w[48:96].T.reshape(48, 4, 12))
+
+    bad = dict(sd)
+    del bad["encoder.layers.encoder_layer_0.ln_2.bias"]
+    bad["encoder.layers.encoder_layer_1.self_attention.in_proj_weight"] = torch.zeros(48, 48)
+    bad["encoder.layers.encoder_layer_2.ln_1.weight"] = torch.zeros(48)
+    with pytest.raises(podlet.PodletError) as e:
+        models.load_torchvision_vit(bad, VIT_SMALL)
+    msg = str(e.value)
+    for needle in ["missing keys ['encoder.layers.encoder_layer_0.ln_2.bias']",
+                   "unexpected keys ['encoder.layers.encoder_layer_2.ln_1.weight']",
+                   "in_proj_weight: got (48, 48), expected (144, 48)"]:
+        assert needle in msg, msg
+    with pytest.raises(podlet.PodletError, match=r"torchvision vit_b_16 state_dict.*mis-shaped keys.*"
+                                                 r"conv_proj\.weight: got \(48, 3, 16, 16\), expected \(768, 3, 16, 16\)"):
+        models.load_torchvision_vit(sd, "vit_b_16")
+    with pytest.raises(podlet.PodletError, match="unknown ViT arch 'vit_l_16'"):
+        models.load_torchvision_vit(sd, "vit_l_16")
+
+
+def test_vit_b_configs_match_torchvision_param_counts():
+    # torchvision's ViT_B_16_Weights / ViT_B_32_Weights meta num_params (1000 classes, 224 px, RGB)
+    spec = podlet.ShapeDtypeStruct((1, 224, 224, 3), jnp.float32)
+    assert models.param_count(models.ViTB16(num_classes=1000), spec, train=False) == 86567656
+    assert models.param_count(models.ViTB32(num_classes=1000), spec, train=False) == 88224232
+    assert models.get_model("vit_b16").approximate_gelu is False
+
+
+def test_load_pretrained_dispatches_transformers(tmp_path):
+    # the torchvision name picks the loader; a full-size layout is needed for the registered names
+    net = random_torch_vit(seed=3, image_size=224, arch=dict(VIT_SMALL, hidden_size=768, num_heads=12,
+                                                             mlp_dim=3072, num_layers=1))
+    sd = net.state_dict()
+    torch.save(sd, tmp_path / "vit1.pth")
+    with pytest.raises(podlet.PodletError, match=r"torchvision vit_b_16 state_dict: missing keys "
+                                                 r"\['encoder\.layers\.encoder_layer_1\.ln_1\.weight'"):
+        models.load_pretrained(tmp_path / "vit1.pth", "vit_b16", in_channels=1, num_classes=5)
+    with pytest.raises(podlet.PodletError, match=r"torchvision swin_t state_dict: missing keys \['features"):
+        models.load_pretrained(tmp_path / "vit1.pth", "swin_tiny")
+    with pytest.raises(podlet.PodletError, match=r"no torchvision layout for model 'mlp'.*'swin_tiny'"):
+        models.load_pretrained(tmp_path / "vit1.pth", "mlp")

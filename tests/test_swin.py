@@ -271,3 +271,53 @@ def test_bad_configs_are_named():
         models.SwinT().init(podlet.random.PRNGKey(0), jnp.zeros((1, 2, 2, 1)), train=False)
     with pytest.raises(ValueError, match="window_size must be a positive integer"):
         swin.relative_position_index(0)
+
+
+def test_gray_patch_embedding_and_new_head(tmp_path):
+    net = random_torch_swin(seed=3)
+    gray = np.random.default_rng(4).standard_normal((2, 1, 64, 64)).astype(np.float32)
+    feats = {}
+    net.head.register_forward_hook(lambda m, i, o: feats.setdefault("x", i[0].detach().numpy()))
+    with torch.no_grad():  # a gray image seen as R=G=B by torch
+        net(torch.from_numpy(np.repeat(gray, 3, axis=1)))
+    torch.save(net.state_dict(), tmp_path / "swin.pth")
+    v = models.load_torchvision_swin(tmp_path / "swin.pth", _small_arch(), in_channels=1, num_classes=5,
+                                     rng=podlet.random.PRNGKey(7))
+    assert v["params"]["patch_embed"]["kernel"].shape == (4, 4, 1, 24)
+    np.testing.assert_allclose(np.asarray(v["params"]["patch_embed"]["kernel"])[:, :, 0],
+                               net.features[0][0].weight.detach().numpy().sum(1).transpose(1, 2, 0), rtol=1e-6)
+    assert v["params"]["head"]["kernel"].shape == (192, 5)
+    np.testing.assert_array_equal(np.asarray(v["params"]["head"]["bias"]), np.zeros(5, np.float32))
+    v2 = models.load_torchvision_swin(tmp_path / "swin.pth", _small_arch(), in_channels=1, num_classes=5,
+                                      rng=podlet.random.PRNGKey(7))
+    np.testing.assert_array_equal(np.asarray(v["params"]["head"]["kernel"]), np.asarray(v2["params"]["head"]["kernel"]))
+    # the features under the new head are torch's features of the RGB-repeated image
+    model = podlet_small(in_ch=1, num_classes=5)
+    _, state = model.apply(v, jnp.asarray(gray.transpose(0, 2, 3, 1)), train=False,
+                           capture_intermediates=lambda mdl, name: mdl.name == "head", mutable=["intermediates"])
+    logits = np.asarray(state["intermediates"]["head"]["__call__"][0])
+    np.testing.assert_allclose(logits, feats["x"] @ np.asarray(v["params"]["head"]["kernel"]), rtol=1e-4, atol=1e-4)
+
+
+def test_swin_key_errors_named_in_one_message():
+    sd = random_torch_swin(seed=0).state_dict()
+    del sd["features.3.1.attn.qkv.bias"]
+    sd["features.5.0.mlp.0.weight"] = torch.zeros(7, 96)
+    sd["features.2.reduction.bias"] = torch.zeros(48)
+    with pytest.raises(podlet.PodletError) as e:
+        models.load_torchvision_swin(sd, _small_arch())
+    msg = str(e.value)
+    for needle in ["missing keys ['features.3.1.attn.qkv.bias']", "unexpected keys ['features.2.reduction.bias']",
+                   "features.5.0.mlp.0.weight: got (7, 96), expected (384, 96)"]:
+        assert needle in msg, msg
+    # a small checkpoint is not swin_t: every swin_t key it lacks and every shape that differs is named
+    with pytest.raises(podlet.PodletError, match=r"torchvision swin_t.*missing keys.*features\.5\.2\.norm1\.weight"):
+        models.load_torchvision_swin(random_torch_swin(seed=0).state_dict(), "swin_t")
+    with pytest.raises(podlet.PodletError, match="unknown Swin arch 'swin_b'"):
+        models.load_torchvision_swin(sd, "swin_b")
+    with pytest.raises(podlet.PodletError, match=r"mapping of exactly .*'window_size'"):
+        models.load_torchvision_swin(sd, {"embed_dim": 24})
+    bad = random_torch_swin(seed=0).state_dict()
+    bad["features.1.0.attn.relative_position_index"] = torch.zeros(2401, dtype=torch.int64)
+    with pytest.raises(podlet.PodletError, match=r"features\.1\.0\.attn\.relative_position_index.*7x7 windows"):
+        models.load_torchvision_swin(bad, _small_arch())
