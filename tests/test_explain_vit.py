@@ -215,3 +215,13 @@ def test_grad_cam_swin_last_stage_matches_numpy():
     np.testing.assert_array_equal(np.asarray(logits), plain)
     explain_logits, *_ = explain.layer_activations_and_grads(m, v, x)
     np.testing.assert_allclose(np.asarray(explain_logits), plain, rtol=1e-6, atol=1e-6)
+
+
+def test_rollout_of_bf16_model_close_to_f32(vit):
+    pm, pv, x = vit
+    m16 = models.VisionTransformer(**KW, dtype=jnp.bfloat16)
+    _, w16 = explain.attention_weights(m16, pv, x)
+    assert w16[0][1].dtype == jnp.bfloat16                   # the weights the model really used
+    r16 = np.asarray(explain.attention_rollout(m16, pv, x))
+    r32 = np.asarray(explain.attention_rollout(pm, pv, x))
+    assert r16.dtype == np.float32 and np.max(np.abs(r16 - r32)) < 0.05
