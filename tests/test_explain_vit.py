@@ -161,6 +161,10 @@ def test_method_by_architecture_and_bad_inputs(vit, tmp_path):
     assert out["method"] == "rollout" and out["layer"] is None
     np.testing.assert_allclose(out["maps"], np.asarray(explain.attention_rollout(pm, pv, x)), atol=1e-6)
     assert all("rollout_" in p for p in out["paths"])
+    # a layer given as a path string asks for Grad-CAM on it
+    gc = explain.explain_to_dir(pm, pv, x[:1], str(tmp_path / "g"), layer="Transformer/encoderblock_0/LayerNorm_0")
+    assert gc["method"] == "grad_cam" and gc["layer"] == ("Transformer", "encoderblock_0", "LayerNorm_0")
+    np.testing.assert_allclose(gc["maps"], np.asarray(explain.grad_cam(pm, pv, x[:1], layer=gc["layer"])), atol=1e-6)
     np.testing.assert_array_equal(out["preds"], np.argmax(np.asarray(pm.apply(pv, jnp.asarray(x), train=False)), -1))
     with pytest.raises(podlet.PodletError, match="classifier='gap'"):
         explain.attention_rollout(gap, gv, x)

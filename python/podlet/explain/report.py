@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import numpy as jnp
 from .._src.errors import PodletError
-from .grad_cam import _eval_kwargs, default_layer, grad_cam
+from .grad_cam import _eval_kwargs, _path, default_layer, grad_cam
 from .overlays import save_overlays
 from .rollout import attention_rollout
 from .saliency import saliency
@@ -32,13 +32,14 @@ def default_method(model):
 def explain_to_dir(model, variables, images, out_dir, labels=None, class_names=None, method="grad_cam",
                    layer=None, target_class=None, batch_size=16, apply_kwargs=None):
     """Predicts `images` (N, H, W, C), explains each prediction (or `target_class`) with
-    `method` ('grad_cam', 'rollout', 'saliency', or None for :func:`default_method`) and
+    `method` ('grad_cam', 'rollout', 'saliency', or None: Grad-CAM when `layer` is given,
+    else :func:`default_method`) and
     writes one PNG per image under `out_dir` (a subdirectory per true class when
     `labels` are given, file names carrying the predicted class). Returns
     ``{'paths', 'preds', 'maps', 'layer', 'method'}``. Rollout explains what the class
     token attends to, whatever the class: `target_class` and `layer` do not apply."""
-    if method is None:
-        method = default_method(model)
+    if method is None:  # a layer asks for Grad-CAM
+        method = "grad_cam" if layer is not None else default_method(model)
     if method not in METHODS:
         raise PodletError(f"explain: unknown method {method!r}; expected one of {', '.join(METHODS)}")
     if method == "rollout" and (layer is not None or target_class is not None):
@@ -48,8 +49,9 @@ def explain_to_dir(model, variables, images, out_dir, labels=None, class_names=N
     if images.ndim != 4:
         raise PodletError(f"explain: images must be (N, H, W, C), got shape {images.shape}")
     kw = _eval_kwargs(model) if apply_kwargs is None else dict(apply_kwargs)
-    if method == "grad_cam" and layer is None:
-        layer = default_layer(model, variables, jnp.asarray(images[:1]), apply_kwargs)
+    if method == "grad_cam":
+        layer = _path(layer) if layer is not None else default_layer(model, variables, jnp.asarray(images[:1]),
+                                                                      apply_kwargs)
     preds, maps = [], []
     for s in range(0, len(images), batch_size):
         x = jnp.asarray(images[s:s + batch_size])

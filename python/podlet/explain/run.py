@@ -75,7 +75,8 @@ def explain_run(run_dir, split="test", n=16, checkpoint="best", method=None, lay
     """Writes PNG explanations of the first `n` examples of `split` under
     ``RUN_DIR/explain/<split>/`` (or `out_dir`), one subdirectory per true class, plus
     summary.json; returns the directory. `method` is 'grad_cam', 'rollout', 'saliency'
-    or None (by architecture, :func:`podlet.explain.default_method`). `data` replaces
+    or None (Grad-CAM when `layer` is given, else by architecture:
+    :func:`podlet.explain.default_method`). `data` replaces
     the run's dataset (an object with ``eval_batches(split, batch_size)`` and
     ``class_names``, as podlet.training's)."""
     if n < 1:
@@ -83,8 +84,8 @@ def explain_run(run_dir, split="test", n=16, checkpoint="best", method=None, lay
     if method is not None and method not in METHODS:
         raise PodletError(f"explain: unknown method {method!r}; expected one of {', '.join(METHODS)}")
     cfg, model, variables = load_run(run_dir, checkpoint)
-    if method is None:
-        method = default_method(model)
+    if method is None:  # a layer asks for Grad-CAM
+        method = "grad_cam" if layer is not None else default_method(model)
     if data is None:
         from ..training.input import make_data
         data = make_data(cfg)
