@@ -294,7 +294,8 @@ std::vector<AVal> eig_shape(const std::vector<AVal>& in, const Attrs& a) {
 // Eigen's EigenSolver (Hessenberg reduction, then the Francis double-shift QR to the real
 // Schur form, as LAPACK's dgeev). Its eigenvectors have unit norm; a complex one is then
 // multiplied by the conjugate phase of its largest component (the first of equal ones),
-// as geev makes that component real. Non-finite input or no convergence: all NaN.
+// as geev makes that component real, and its partner is set to its exact conjugate.
+// Non-finite input or no convergence: all NaN.
 template <class T>
 void eig_one(const T* a, int64_t n, T* wr, T* wi, T* vr, T* vi) {
   using CM = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;  // column-major, what EigenSolver takes
@@ -313,20 +314,28 @@ void eig_one(const T* a, int64_t n, T* wr, T* wi, T* vr, T* vi) {
   const Eigen::Matrix<std::complex<T>, Eigen::Dynamic, Eigen::Dynamic> V = es.eigenvectors();
   MapM<T> VR(vr, n, n), VI(vi, n, n);
   for (int64_t j = 0; j < n; ++j) {
-    std::complex<T> phase(1);
-    if (wi[j] != T(0)) {
-      int64_t k = 0;
-      T best = -1;
-      for (int64_t i = 0; i < n; ++i) {
-        const T m = std::norm(V(i, j));
-        if (m > best) { best = m; k = i; }
-      }
-      if (best > 0) phase = std::conj(V(k, j)) / std::abs(V(k, j));
+    if (wi[j] == T(0)) {  // a real eigenvalue: Eigen's real unit vector
+      for (int64_t i = 0; i < n; ++i) { VR(i, j) = V(i, j).real(); VI(i, j) = T(0); }
+      continue;
     }
+    // a pair (w, conj w), w first: turn w's vector so its largest component is real and
+    // positive (exactly: its imaginary part is set to 0, as geev does); conj w's is its conjugate.
+    int64_t k = 0;
+    T best = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      const T m = std::norm(V(i, j));
+      if (m > best) { best = m; k = i; }
+    }
+    const std::complex<T> phase = best > 0 ? std::conj(V(k, j)) / std::abs(V(k, j)) : std::complex<T>(1);
     for (int64_t i = 0; i < n; ++i) {
       const std::complex<T> z = V(i, j) * phase;
       VR(i, j) = z.real();
-      VI(i, j) = wi[j] != T(0) ? z.imag() : T(0);
+      VI(i, j) = i == k ? T(0) : z.imag();
+    }
+    if (j + 1 < n) {
+      VR.col(j + 1) = VR.col(j);
+      VI.col(j + 1) = -VI.col(j);
+      ++j;
     }
   }
 }
