@@ -10,9 +10,11 @@ run:
 	scripts/setup.sh
 	.venv/bin/podlet train configs/experiments/smoke.yaml
 
+# One pytest worker per core, one test file per worker at a time (module fixtures and
+# the JAX oracles' compiles are per file): the suite is mostly single-threaded.
 test:
 	scripts/setup.sh --test
-	$(PY) -m pytest tests -q --durations=30
+	$(PY) -m pytest tests -q -n auto --dist loadfile --durations=30
 
 bench:
 	scripts/setup.sh --test

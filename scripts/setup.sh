@@ -82,7 +82,7 @@ fi
 # Keep these in step with pyproject.toml (dependencies and the test extra): the
 # editable install runs with --no-build-isolation and would otherwise fetch them itself.
 BUILD_DEPS=(scikit-build-core pybind11 numpy ml_dtypes ninja cmake pyyaml tqdm matplotlib)
-TEST_DEPS=(pytest jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 torch==2.13.0
+TEST_DEPS=(pytest pytest-xdist jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 torch==2.13.0
            scikit-learn h5py pillow protobuf scipy mpmath onnx onnxruntime nbclient nbformat ipykernel)
 
 pip_q() {  # pip install, minus the machine config's noise about missing index dirs
