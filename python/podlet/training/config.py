@@ -93,11 +93,12 @@ class ModelConfig:
 
     ResNets take ``stage_sizes``/``widths`` overrides (a smaller ResNet is ``architecture:
     resnet18`` with ``stage_sizes: [1, 1]``); ViTs take ``patch_size``, ``hidden_size``,
-    ``num_layers``, ``num_heads``, ``mlp_dim`` overrides; ``small_cnn`` (the seed's smoke
-    network, podlet.training.small_cnn) takes ``widths``.
+    ``num_layers``, ``num_heads``, ``mlp_dim`` overrides; Swins (``swin_tiny``,
+    ``swin_small``: torchvision's swin_t / swin_s) take none; ``small_cnn`` (the seed's
+    smoke network, podlet.training.small_cnn) takes ``widths``.
     """
     architecture: str = _f("resnet34", choices=("resnet18", "resnet34", "resnet50", "vit_tiny", "vit_small",
-                                                "small_cnn"))
+                                                "vit_b16", "vit_b32", "swin_tiny", "swin_small", "small_cnn"))
     stage_sizes: Optional[list[int]] = _f(None, lo=1, hi=_MAX_DEPTH, why=_SIZE_WHY)
     widths: Optional[list[int]] = _f(None, lo=1, hi=_MAX_WIDTH, why=_SIZE_WHY)
     in_channels: int = _f(1, lo=1, hi=_MAX_SIDE, why=_SIZE_WHY)
@@ -599,14 +600,17 @@ def _check_data_files(d, err):
         raise err("data.data_dir", f"TFDS dataset {d.dataset_name!r}: {info} does not exist")
 
 
+_TORCHVISION_ARCHS = ("resnet", "swin_", "vit_b")  # architectures podlet.models.load_pretrained reads from .pth
+
+
 def _check_init_from(value, arch, err):
     path = os.path.expanduser(value)
     if not path.endswith((".h5", ".pth", ".pt", ".msgpack")):
         raise err("train.init_from", f"{value!r}: expected a podlet checkpoint (.h5), a torchvision state_dict "
                   f"(.pth, .pt) or Flax variables (.msgpack)")
-    if path.endswith((".pth", ".pt")) and not arch.startswith("resnet"):
-        raise err("train.init_from", f"{value!r}: torchvision state_dicts hold ResNets, but model.architecture "
-                  f"is {arch!r}")
+    if path.endswith((".pth", ".pt")) and not arch.startswith(_TORCHVISION_ARCHS):
+        raise err("train.init_from", f"{value!r}: torchvision state_dicts hold ResNets, Swins (swin_tiny, "
+                  f"swin_small) or ViT-Bs (vit_b16, vit_b32), but model.architecture is {arch!r}")
     if not os.path.isfile(path):
         raise err("train.init_from", f"{path} {'is not a file' if os.path.exists(path) else 'does not exist'}")
 
@@ -678,6 +682,10 @@ def validate(cfg: ExperimentConfig, *, num_devices=None, origin=None, default_or
             raise err(key, f"hidden_size {hidden} is not divisible by {heads} heads (attention splits the "
                       f"width evenly over the heads)")
     else:
+        if m.architecture.startswith("swin"):
+            for k in ("stage_sizes", "widths"):
+                if getattr(m, k) is not None:
+                    raise err(f"model.{k}", f"a ResNet key, but model.architecture is {m.architecture!r}")
         if m.architecture == "small_cnn" and m.stage_sizes is not None:
             raise err("model.stage_sizes", "a ResNet key, but model.architecture is 'small_cnn' (use widths)")
         for k in ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim"):
@@ -703,6 +711,10 @@ def validate(cfg: ExperimentConfig, *, num_devices=None, origin=None, default_or
         if h % p or w % p:
             src = "model.patch_size" if m.patch_size is not None else f"{m.architecture}'s patch size"
             raise err("data.image_size", f"{h}x{w} is not a multiple of the ViT patch size {p} ({src})")
+    elif m.architecture.startswith("swin"):  # a patch_size x patch_size 'VALID' patch partition; windows pad
+        if min(h, w) < arch["patch_size"]:
+            raise err("data.image_size", f"{h}x{w} is smaller than one {arch['patch_size']}x{arch['patch_size']} "
+                      f"patch of {m.architecture}")
     elif m.architecture == "small_cnn":  # a 2x2 'VALID' max pool (floor(side / 2)) between stages
         n = len(m.widths or arch["widths"])
         need = 2 ** (n - 1)
