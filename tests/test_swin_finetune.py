@@ -39,7 +39,8 @@ def test_recipe_validates_and_builds_swin_t(swin_t_pth):
     assert isinstance(model, SwinTransformer)
     assert (model.embed_dim, tuple(model.depths), model.stochastic_depth_rate, model.num_classes) == \
         (96, (2, 2, 6, 2), 0.2, 5)
-    # the default path names torchvision's download location; a missing file is named before training
+    assert C.load_config(CONFIG, num_devices=8).train.init_from is None  # the weights are the user's to give
+    # a missing file is named before training
     with pytest.raises(C.ConfigError, match="swin_t-704ceda3.pth does not exist"):
         C.load_config(CONFIG, ["train.init_from=/nonexistent/swin_t-704ceda3.pth"], num_devices=8)
     with pytest.raises(C.ConfigError, match=r"model\.stage_sizes: a ResNet key, but model\.architecture is "
