@@ -1,11 +1,12 @@
 """podlet.numpy.linalg / podlet.lax.linalg against jax.numpy.linalg (and NumPy float64).
 
-The six primitives (cholesky, triangular_solve, lu, eigh, qr, svd) go through
+The seven primitives (cholesky, triangular_solve, lu, eigh, eig, qr, svd) go through
 check_prim (forward, eager == jit bits, vmap == loop bits, triangular_solve's VJP
 against finite differences); the public functions are compared with JAX on batched
 float32 inputs, values and gradients, under jit and vmap; each custom derivative rule
-is checked once against float64 central differences. Eigenvectors and singular vectors
-are compared through sign-invariant quantities. Kept small: the whole file is meant to
+is checked once against float64 central differences; second derivatives (hessians,
+jacrev of jacrev, grad of grad) against jax.hessian. Eigenvectors and singular vectors
+are compared through sign-invariant quantities, eig's complex eigenvectors up to a phase. Kept small: the whole file is meant to
 take seconds.
 """
 import numpy as np
@@ -377,17 +378,6 @@ def test_bits_do_not_depend_on_thread_count():
         assert x.tobytes() == y.tobytes()
 
 
-def test_second_derivatives_through_a_factorisation_are_a_named_error():
-    # The factorisations are differentiated by custom_jvp rules evaluated on the bare
-    # primitives, which have no VJP of their own: an error naming one, never a zero.
-    a = spd(n=3)
-    with pytest.raises(podlet.PodletError, match="'cholesky'"):
-        podlet.grad(lambda x: jnp.sum(podlet.grad(lambda y: jnp.sum(la.cholesky(y)))(x)))(a)
-    with pytest.raises(podlet.PodletError, match="'lu'"):
-        podlet.grad(lambda x: jnp.sum(lla.lu(x)[0]))(a)
-    assert podlet.jacfwd(la.eigvalsh)(a).shape == (3, 3, 3)
-
-
 def test_empty_matrices_like_jax():
     z = lambda *s: np.zeros(s, np.float32)
     assert la.cholesky(z(0, 0)).shape == (0, 0)
@@ -399,3 +389,214 @@ def test_empty_matrices_like_jax():
     assert float(la.det(z(0, 0))) == 1.0 and [float(x) for x in la.slogdet(z(0, 0))] == [1.0, 0.0]
     assert la.solve(z(0, 0), z(0, 2)).shape == (0, 2)
     assert la.pinv(z(0, 3)).shape == (3, 0)
+
+
+# ---- second derivatives through the factorisations ------------------------------------
+_W = RNG.standard_normal((4, 4)).astype(np.float32)
+HESS_CASES = {  # name: (f(numpy module, linalg module), a (4, 4) input)
+    "cholesky": (lambda np_, L: lambda a: np_.sum(L.cholesky(a) * _W), spd()),
+    "solve": (lambda np_, L: lambda a: np_.sum(L.solve(a, _W[:, :2]) * _W[:, 2:]), well()),
+    "inv": (lambda np_, L: lambda a: np_.sum(L.inv(a) * _W), well()),
+    "det": (lambda np_, L: lambda a: L.det(a), well()),
+    "slogdet": (lambda np_, L: lambda a: L.slogdet(a)[1], -well()),
+    "eigh": (lambda np_, L: lambda a: np_.sum(L.eigh(a)[0] * _W[0]), spd()),
+    "qr": (lambda np_, L: lambda a: np_.sum(L.qr(a)[0] * _W) + np_.sum(L.qr(a)[1] * _W.T), well()),
+    "svdvals": (lambda np_, L: lambda a: np_.sum(L.svdvals(a) * _W[0]), well()),
+    "pinv": (lambda np_, L: lambda a: np_.sum(L.pinv(a) * _W), well()),
+    "lu": (lambda np_, L: lambda a: np_.sum(L.lu(a)[0] * _W), well()),
+}
+
+
+JAX_HESS = ["cholesky", "solve", "inv", "det", "slogdet", "eigh", "qr", "svdvals"]
+
+
+@pytest.fixture(scope="module")
+def jax_hessians(request):
+    """jax.hessian of the JAX_HESS cases from one jitted program compiled without XLA's
+    optimisation passes (same semantics) and kept in the persistent compilation cache, as
+    jax_grads: eager jax.hessian would compile op by op (a minute)."""
+    cache = getattr(request.config, "cache", None)
+    if cache is not None and not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(cache.mkdir("jax_oracle_xla_cache")))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    before = jax.config.read("jax_disable_most_optimizations")
+    jax.config.update("jax_disable_most_optimizations", True)
+    try:
+        f = jax.jit(lambda *xs: [jax.hessian(HESS_CASES[n][0](jnp_jax, jnp_jax.linalg))(x)
+                                 for n, x in zip(JAX_HESS, xs)])
+        return dict(zip(JAX_HESS, f(*[HESS_CASES[n][1] for n in JAX_HESS])))
+    finally:
+        jax.config.update("jax_disable_most_optimizations", before)
+
+
+@pytest.mark.parametrize("name", JAX_HESS)
+def test_hessians_match_jax(name, jax_hessians):
+    make, a = HESS_CASES[name]
+    want = np.asarray(jax_hessians[name])
+    h = podlet.hessian(make(jnp, la))(a)
+    assert h.shape == (4, 4, 4, 4)
+    close(h, want, rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("name", ["lu", "pinv", "det", "eigh"])
+def test_hessians_finite_differences_float64(name, x64):
+    # the rest (lax.linalg.lu, pinv: JAX's hessians take long to compile) and two checked
+    # against JAX above: the hessian against central differences of podlet's gradient
+    # (itself checked against JAX), along random directions.
+    make, a = HESS_CASES[name]
+    f = make(jnp, lla if name == "lu" else la)
+    a = jnp.asarray(a.astype(np.float64))
+    h = np.asarray(podlet.hessian(f)(a))
+    assert h.dtype == np.float64
+    g = podlet.grad(f)
+    rng = np.random.default_rng(3)
+    eps = 1e-5
+    for _ in range(2):
+        d = rng.standard_normal((4, 4))
+        if name == "eigh":
+            d = d + d.T
+        fd = (np.asarray(g(a + eps * d)) - np.asarray(g(a - eps * d))) / (2 * eps)
+        np.testing.assert_allclose(np.einsum("ijkl,kl->ij", h, d), fd, rtol=1e-6, atol=1e-6 * np.abs(fd).max())
+
+
+@pytest.mark.parametrize("name", ["cholesky", "inv"])
+def test_second_derivatives_every_way(name, jax_hessians):
+    # jacrev of jacrev, jacfwd of grad under jit, grad of grad: JAX's hessian each time.
+    make, a = HESS_CASES[name]
+    f = make(jnp, la)
+    want = np.asarray(jax_hessians[name])
+    tol = dict(rtol=1e-3, atol=1e-3 * float(np.abs(want).max()))
+    close(podlet.jacrev(podlet.jacrev(f))(a), want, **tol)
+    close(podlet.jit(podlet.jacfwd(podlet.grad(f)))(a), want, **tol)
+    d = rand(4, 4)
+    gg = podlet.grad(lambda x: jnp.sum(podlet.grad(f)(x) * d))(a)
+    close(gg, np.einsum("ijkl,ij->kl", want, d), **tol)
+
+
+def test_derivatives_past_the_rule_depth_are_a_named_error():
+    # Each level of a factorisation's rule holds its function again, to lla._RULE_DEPTH
+    # levels; one order more reaches the bare primitive: an error naming it, never a zero.
+    a = spd(n=2, dtype=np.float32)
+    f = lambda x: jnp.sum(la.cholesky(x))
+    for _ in range(lla._RULE_DEPTH + 1):
+        f = (lambda g: lambda x: jnp.sum(podlet.grad(g)(x)))(f)
+    with pytest.raises(podlet.PodletError, match="'cholesky'"):
+        f(a)
+
+
+# ---- eig / eigvals / roots ------------------------------------------------------------
+def _match_columns(w, v, w_ref, v_ref):
+    """v's columns reordered to w_ref's order (nearest eigenvalue), each turned by the
+    phase that best aligns it with v_ref's column (eigenvectors are unique up to one)."""
+    w, v, w_ref, v_ref = (np.asarray(x, np.complex128) for x in (w, v, w_ref, v_ref))
+    idx = [int(np.argmin(np.abs(w - x))) for x in w_ref]
+    assert sorted(idx) == list(range(len(w))), (w, w_ref)
+    v = v[:, idx]
+    ph = np.sum(np.conj(v) * v_ref, axis=0)
+    return w[idx], v * (ph / np.abs(ph))
+
+
+def test_eig_primitive():
+    a = rand(3, 5, 5)
+    for vec in (0, 1):
+        outs = check_prim("eig", [a], {"compute_right_eigenvectors": vec})
+        assert len(outs) == (4 if vec else 2)
+    wr, wi, vr, vi = check_prim("eig", [a.astype(np.float64)], {"compute_right_eigenvectors": 1})
+    w, v = wr + 1j * wi, vr + 1j * vi
+    np.testing.assert_allclose(a @ v, v * w[:, None, :], atol=1e-12)
+    np.testing.assert_allclose(np.linalg.norm(v, axis=-2), 1, rtol=1e-12)
+    # LAPACK's conventions: pairs adjacent, positive imaginary part first; largest component real
+    for b in range(3):
+        for j in range(5):
+            if wi[b, j] > 0:
+                assert wi[b, j + 1] == -wi[b, j] and wr[b, j + 1] == wr[b, j]
+                np.testing.assert_array_equal(v[b, :, j + 1], np.conj(v[b, :, j]))
+            k = np.argmax(np.abs(v[b, :, j]))
+            assert vi[b, k, j] == 0
+    with pytest.raises(podlet.ShapeError, match=r"eig operand must be square.*\(3, 4\)"):
+        podlet._core.apply("eig", [podlet._core.Array.from_numpy(np.ones((3, 4), np.float32))], {})
+    with pytest.raises(podlet.DTypeError, match="int32"):
+        podlet._core.apply("eig", [podlet._core.Array.from_numpy(np.ones((3, 3), np.int32))], {})
+
+
+def test_eig_eigvals_like_jax():
+    a = rand(2, 6, 6)
+    w, v = la.eig(a)
+    jw, jv = jnp_jax.linalg.eig(a)
+    assert w.dtype == v.dtype == np.complex64 and w.shape == (2, 6) and v.shape == (2, 6, 6)
+    for b in range(2):
+        mw, mv = _match_columns(w[b], v[b], jw[b], jv[b])
+        np.testing.assert_allclose(mw, np.asarray(jw[b]), rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(mv, np.asarray(jv[b]), atol=2e-4)
+    ev = la.eigvals(a)
+    np.testing.assert_allclose(np.asarray(ev), np.asarray(w), rtol=1e-5, atol=1e-5)
+    # jit and vmap give the eager bits
+    np.testing.assert_array_equal(np.asarray(podlet.jit(la.eigvals)(a)), np.asarray(ev))
+    jv_ = podlet.vmap(la.eig)(a)
+    np.testing.assert_array_equal(np.asarray(jv_.eigenvectors), np.asarray(v))
+    # dtypes: integers promote to float32 -> complex64; lax.linalg.eig's [w, vl, vr]
+    assert la.eigvals(np.array([[1, 2], [3, 4]])).dtype == np.complex64
+    lw, lvl, lvr = lla.eig(a[0])
+    jw0, jvl, _ = jax.lax.linalg.eig(a[0])
+    _, mvl = _match_columns(lw, lvl, jw0, jvl)
+    np.testing.assert_allclose(mvl, np.asarray(jvl), atol=5e-4)
+    assert la.eig(np.zeros((0, 0), np.float32)).eigenvectors.shape == (0, 0)
+    assert np.isnan(np.asarray(la.eigvals(np.full((3, 3), np.nan, np.float32)))).all()
+    with pytest.raises(ValueError, match=r"square matrix. Got shape \(2, 3\)"):
+        la.eig(np.ones((2, 3), np.float32))
+    with pytest.raises(TypeError, match="eig"):
+        la.eigvals(jnp.asarray(np.eye(2)) * 1j)
+
+
+def test_eig_under_x64_is_complex128(x64):
+    a = rand(5, 5, dtype=np.float64)
+    w = la.eigvals(a)
+    assert w.dtype == np.complex128
+    np.testing.assert_allclose(np.sort_complex(np.asarray(w)), np.sort_complex(np.linalg.eigvals(a)), rtol=1e-12)
+
+
+def test_eig_derivatives_like_jax():
+    a = rand(4, 4)
+    f = lambda L: lambda x: L.linalg.eigvals(x).real * 1.5 + L.linalg.eigvals(x).imag
+    pf = lambda x: jnp.real(la.eigvals(x)) * 1.5 + jnp.imag(la.eigvals(x))
+    # rows in podlet's eigenvalue order (LAPACK's and Eigen's QR iterations may order them differently)
+    w, jw = np.asarray(la.eigvals(a)), np.asarray(jnp_jax.linalg.eigvals(a))
+    idx = [int(np.argmin(np.abs(jw - x))) for x in w]
+    assert sorted(idx) == list(range(4))
+    want = np.asarray(jax.jacfwd(f(jnp_jax))(a))[idx]
+    close(podlet.jacfwd(pf)(a), want, **GRAD32)
+    close(podlet.jacrev(pf)(a), want, **GRAD32)
+    close(podlet.grad(lambda x: jnp.sum(pf(x)))(a), want.sum(0), **GRAD32)
+    # eigenvectors: no derivative (JAX raises NotImplementedError); eig itself under jit is fine
+    with pytest.raises(podlet.PodletError, match="'eig'"):
+        podlet.grad(lambda x: jnp.sum(jnp.real(la.eig(x).eigenvectors)))(a)
+    with pytest.raises(NotImplementedError):
+        jax.grad(lambda x: jnp_jax.sum(jnp_jax.linalg.eig(x)[1].real))(a)
+    # second derivatives of the eigenvalues need the eigenvectors' derivative: an error, as in JAX
+    with pytest.raises(podlet.PodletError, match="'eig'"):
+        podlet.hessian(lambda x: jnp.sum(pf(x)))(a)
+    np.testing.assert_array_equal(np.asarray(podlet.jit(lambda x: la.eig(x).eigenvectors)(a)),
+                                  np.asarray(la.eig(a).eigenvectors))
+
+
+@pytest.mark.parametrize("p", [[1.0, -6, 11, -6], [0.0, 0, 1, -3, 2], [1.0, 0, 1], [1.0, 2, 0, 0], [3.0],
+                               [0.0, 0, 0], [2.0, -1, 0.5, 4, -3, 1]])
+def test_roots_like_jax(p):
+    p = np.array(p, np.float32)
+    for strip in (True, False):
+        got, want = jnp.roots(p, strip_zeros=strip), jnp_jax.roots(p, strip_zeros=strip)
+        assert got.dtype == want.dtype == np.complex64 and got.shape == want.shape
+        g, w = np.asarray(got), np.asarray(want)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+        fin = ~np.isnan(w)
+        np.testing.assert_allclose(np.sort_complex(g[fin]), np.sort_complex(w[fin]), rtol=1e-3, atol=1e-3)
+    jit_roots = podlet.jit(lambda q: jnp.roots(q, strip_zeros=False))(p)
+    np.testing.assert_array_equal(np.asarray(jit_roots), np.asarray(jnp.roots(p, strip_zeros=False)))
+
+
+def test_roots_errors_like_jax():
+    with pytest.raises(ValueError, match="rank-1"):
+        jnp.roots(np.ones((2, 2), np.float32))
+    with pytest.raises(podlet.ConcretizationError, match="strip_zeros=False"):
+        podlet.jit(jnp.roots)(np.array([1.0, -3, 2], np.float32))
+    assert jnp.roots(np.array([1, -3, 2])).dtype == np.complex64

@@ -34,8 +34,16 @@ float0 = np.dtype([("float0", np.void, 0)])
 
 class _Tracing:
     """Marks a custom function whose rules are being traced: a rule calling the function
-    itself (``ans = f(x)`` inside f's jvp, JAX's documented idiom) gets the plain
-    function there instead of a new node (which would trace the rule again, forever)."""
+    itself (``ans = f(x)`` inside f's jvp, JAX's documented idiom) gets a new node whose
+    rule is traced one level deeper, down to the function's ``_rule_depth`` (1 by
+    default: the plain function at once, since each level traces the rule again); past
+    it, the plain function (its primitives, with whatever derivatives they have).
+
+    A rule's graph holds the function's own node at the next level, so differentiating
+    the rule's transpose again (grad of grad, jacfwd of jacrev) goes through that node's
+    rule instead of the raw primitives: ``_rule_depth`` levels give derivatives of that
+    order through functions whose primitives have none (the linear-algebra
+    factorisations of lax_linalg.py set it to 3)."""
 
     def __init__(self, obj):
         self.obj = obj
@@ -141,6 +149,8 @@ class _CustomRule:
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self._busy = 0
+        self._rule_depth = 1         # levels of rule tracing (see _Tracing)
+        self._defer_rule_errors = False  # see custom_jvp._call_traced
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -156,7 +166,7 @@ class _CustomRule:
             raise AttributeError(self._undefined_message(name))
         args = _resolve_args(self.fun, args, kwargs)
         self._check_args(args)
-        if self._busy or not _has_tracer(args):
+        if self._busy >= self._rule_depth or not _has_tracer(args):
             return self.fun(*args)
         nd_idx, diff_idx = _split(args, self.nondiff_argnums)
         nondiff = [args[i] for i in nd_idx]
@@ -420,7 +430,16 @@ class custom_jvp(_CustomRule):
 
         j_sig = list(sig) + [sig[i] for i in float_in]
         j_tree = tree_util.tree_structure(tuple([0] * len(j_sig)))
-        j_e = _trace(jvp_flat, j_sig, j_tree)
+        try:
+            j_e = _trace(jvp_flat, j_sig, j_tree)
+        except NotImplementedError:
+            # A rule that refuses to differentiate (svd of full matrices, eig's vectors)
+            # must not stop a trace that never differentiates (jit, vmap): a function that
+            # asks for it gets its plain primitives, which have no derivative, so the error
+            # comes if and when a derivative is taken, naming the primitive.
+            if not self._defer_rule_errors:
+                raise
+            return self.fun(*args)
         _check_rule_primals(j_e, n_out, out_avals, f"Custom JVP rule for {name}")
         operands = conv + list(f_e.captures) + list(j_e.captures)
         try:

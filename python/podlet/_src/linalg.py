@@ -1,7 +1,7 @@
 """podlet.numpy.linalg (jax.numpy.linalg): compositions of the primitives of podlet.lax.linalg
 (python/podlet/_src/lax_linalg.py, which documents dtypes, NaN behaviour and derivatives)
-and of podlet.numpy, written like jax/_src/numpy/linalg.py. Not here: eig / eigvals
-(complex results; podlet has no complex dtype).
+and of podlet.numpy, written like jax/_src/numpy/linalg.py. eig / eigvals take real input
+and return complex results as ComplexArray (python/podlet/_src/complex.py).
 """
 import functools
 import math
@@ -13,13 +13,18 @@ import numpy as _np
 from .. import numpy as jnp
 from .custom_derivatives import custom_jvp
 from . import lax_linalg as _ll
-from .lax_linalg import (_T, _bcast_batch, _eye_like, _inexact, _lu_raw, _lu_solve, _solve, _solve_raw,
-                         _square, _svd_thin)
+from .lax_linalg import (_T, _bcast_batch, _eye_like, _inexact, _linalg_rule, _lu_raw, _solve, _solve_lu, _square,
+                         _svd_thin)
 
-__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eigh", "eigvalsh", "inv", "lstsq", "matmul",
+__all__ = ["cholesky", "cond", "cross", "det", "diagonal", "eig", "eigh", "eigvals", "eigvalsh", "inv", "lstsq", "matmul",
            "matrix_norm", "matrix_power", "matrix_rank", "matrix_transpose", "multi_dot", "norm", "outer", "pinv",
            "qr", "slogdet", "solve", "svd", "svdvals", "tensordot", "tensorinv", "tensorsolve", "trace", "vecdot",
-           "vector_norm", "EighResult", "QRResult", "SlogdetResult", "SVDResult"]
+           "vector_norm", "EigResult", "EighResult", "QRResult", "SlogdetResult", "SVDResult"]
+
+
+class EigResult(NamedTuple):
+    eigenvalues: object
+    eigenvectors: object
 
 
 class EighResult(NamedTuple):
@@ -101,6 +106,7 @@ def _slogdet_raw(a):
     return sign, logdet
 
 
+@_linalg_rule
 @custom_jvp
 def _slogdet_lu(a):
     return _slogdet_raw(a)
@@ -109,8 +115,8 @@ def _slogdet_lu(a):
 @_slogdet_lu.defjvp
 def _slogdet_jvp(primals, tangents):
     (a,), (da,) = primals, tangents
-    sign, ans = _slogdet_raw(a)
-    ans_dot = jnp.trace(_solve_raw(a, da), axis1=-1, axis2=-2)
+    sign, ans = _slogdet_lu(a)
+    ans_dot = jnp.trace(_solve_lu(a, da), axis1=-1, axis2=-2)
     return (sign, ans), (jnp.zeros_like(sign), ans_dot)
 
 
@@ -136,6 +142,7 @@ def slogdet(a, *, method=None):
     return SlogdetResult(*_slogdet_lu(a))
 
 
+@_linalg_rule
 @custom_jvp
 def _det(a):
     sign, logdet = _slogdet_raw(a)
@@ -147,7 +154,7 @@ def _det_jvp(primals, tangents):
     # d det = det tr(a^-1 da) (JAX uses a cofactor solve that also covers singular a).
     (a,), (da,) = primals, tangents
     y = _det(a)
-    return y, y * jnp.trace(_solve_raw(a, da), axis1=-1, axis2=-2)
+    return y, y * jnp.trace(_solve_lu(a, da), axis1=-1, axis2=-2)
 
 
 def det(a):
@@ -162,6 +169,19 @@ def det(a):
     if len(s) >= 2 and s[-1] == s[-2]:
         return _det(a)
     raise ValueError(f"Argument to _det() must have shape [..., n, n], got {s}")
+
+
+def eig(a):
+    """jnp.linalg.eig of a real square matrix (or batch): EigResult(eigenvalues, eigenvectors),
+    complex64 for float32 input (complex128 for float64). As JAX, differentiable in the
+    eigenvalues only."""
+    w, v = _ll.eig(a, compute_left_eigenvectors=False)
+    return EigResult(w, v)
+
+
+def eigvals(a):
+    """jnp.linalg.eigvals of a real square matrix (or batch), complex64 for float32 input."""
+    return _ll.eig(a, compute_left_eigenvectors=False, compute_right_eigenvectors=False)[0]
 
 
 def eigh(a, UPLO=None, symmetrize_input=True):
@@ -194,6 +214,7 @@ def qr(a, mode="reduced"):
     return r if mode == "r" else QRResult(q, r)
 
 
+@_linalg_rule
 @functools.partial(custom_jvp, nondiff_argnums=(1, 2))
 def _pinv(a, rtol, hermitian):
     m, n = a.shape[-2:]

@@ -20,7 +20,7 @@ __all__ = [
     "trim_zeros", "select", "piecewise", "choose", "put", "put_along_axis", "place", "apply_along_axis",
     "apply_over_axes", "vectorize", "ediff1d", "gradient", "trapezoid", "cross", "vecdot", "matvec", "vecmat",
     "interp", "convolve", "correlate", "polyfit", "polyval", "polyadd", "polysub", "polymul", "polydiv", "polyder", "polyint",
-    "poly",
+    "poly", "roots",
 ]
 
 _i32 = _np.int32
@@ -982,6 +982,52 @@ def polyint(p, m=1, k=None):
     grid = _np.arange(n + m, dtype=_np.float64)[None, :] - _np.arange(m, dtype=_np.float64)[:, None]
     coeff = _np.maximum(1, grid).prod(0)[::-1].astype(_np.float32)
     return jnp.true_divide(jnp.concatenate([p, k]), jnp.asarray(coeff).astype(p.dtype))
+
+
+def roots(p, *, strip_zeros=True):
+    """jnp.roots: the eigenvalues of the companion matrix of p (rank 1, highest power first),
+    complex64 for float32 coefficients. strip_zeros=True drops leading zeros (a concrete
+    count, so not under jit); strip_zeros=False keeps the length and returns NaN for the
+    roots that leading zeros remove, as JAX."""
+    from . import complex as _c
+    from .linalg import eigvals
+    if isinstance(p, _c.ComplexArray) or _c.is_complex_value(p):
+        raise TypeError("roots: podlet takes real coefficients only (its eigensolver is real)")
+    (p,) = jnp._promote_float(p)
+    p = jnp.atleast_1d(p)
+    if p.ndim != 1:
+        raise ValueError("Input must be a rank-1 array.")
+    if p.shape[0] < 2:
+        return _c.make(jnp.zeros((0,), p.dtype), None)
+    is_zero = p == 0
+    lead = jnp.where(jnp.all(is_zero), p.shape[0], jnp.argmin(is_zero))
+    if strip_zeros:
+        if isinstance(lead, Tracer):
+            raise ConcretizationError("Abstract tracer value encountered where concrete value is expected: the "
+                                      "number of leading zeros of p. The error occurred in the jnp.roots() "
+                                      "function. To use this within a JIT-compiled context, pass "
+                                      "strip_zeros=False, but be aware that leading zeros will result in some "
+                                      "returned roots being set to NaN.")
+        lead = int(lead)
+        return _roots_no_zeros(p[lead:], eigvals, _c)
+    n = p.shape[0]
+    p = jnp.where(lead == n, jnp.ones((), p.dtype), p)
+    r = _roots_no_zeros(jnp.roll(p, -lead), eigvals, _c)
+    # zero roots to the end (stable), then NaN for the roots the leading zeros remove
+    order = jnp.argsort(jnp.astype((r.real == 0) & (r.imag == 0), jnp.int32), stable=True)
+    re, im = jnp.take(r.real, order), jnp.take(r.imag, order)
+    keep = jnp.arange(n - 1) < (n - 1) - lead
+    nan = jnp.full((), _np.nan, re.dtype)
+    return _c.make(jnp.where(keep, re, nan), jnp.where(keep, im, nan))
+
+
+def _roots_no_zeros(p, eigvals, _c):
+    if p.shape[0] < 2:
+        return _c.make(jnp.zeros((0,), p.dtype), None)
+    m = p.shape[0] - 1
+    a = jnp.eye(m, k=-1, dtype=p.dtype)
+    a = a.at[0, :].set(-p[1:] / p[0])
+    return eigvals(a)
 
 
 def poly(seq_of_zeros):
