@@ -478,10 +478,25 @@ def test_derivatives_past_the_rule_depth_are_a_named_error():
     # levels; one order more reaches the bare primitive: an error naming it, never a zero.
     a = spd(n=2, dtype=np.float32)
     f = lambda x: jnp.sum(la.cholesky(x))
-    for _ in range(lla._RULE_DEPTH + 1):
+    for _ in range(lla._RULE_DEPTH):
         f = (lambda g: lambda x: jnp.sum(podlet.grad(g)(x)))(f)
+    assert np.isfinite(float(f(a)))  # third order
+    f = (lambda g: lambda x: jnp.sum(podlet.grad(g)(x)))(f)
     with pytest.raises(podlet.PodletError, match="'cholesky'"):
         f(a)
+
+
+def test_refusing_rules_do_not_stop_jit():
+    # svd's full matrices, qr of a wide matrix: no derivative (JAX raises when one is
+    # taken), but jit and vmap of the functions themselves work, as in JAX.
+    x = rand(3, 5)
+    u = la.svd(x).U
+    np.testing.assert_array_equal(np.asarray(podlet.jit(lambda y: la.svd(y).U)(x)), np.asarray(u))
+    np.testing.assert_array_equal(np.asarray(podlet.vmap(lambda y: la.qr(y).R)(x[None])[0]), np.asarray(la.qr(x).R))
+    with pytest.raises(podlet.PodletError, match="'svd'"):
+        podlet.grad(lambda y: jnp.sum(la.svd(y).U))(x)
+    with pytest.raises(podlet.PodletError, match="'qr'"):
+        podlet.grad(lambda y: jnp.sum(la.qr(y).R))(x)
 
 
 # ---- eig / eigvals / roots ------------------------------------------------------------
