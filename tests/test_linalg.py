@@ -270,6 +270,10 @@ GRAD_CASES = {
     "norm": (lambda np_, L: lambda a: np_.sum(L.norm(a, 2, axis=(1, 2))) + np_.sum(L.norm(a, "nuc", axis=(1, 2)))
              + np_.sum(L.norm(a, axis=1)), rand(2, 4, 3)),
     "lstsq": (lambda np_, L: lambda a: np_.sum(L.lstsq(a, C(5, 2))[0] * C(3, 2)), rand(5, 3)),
+    # lax.linalg.lu (JAX's _lu_jvp_rule), a tall and a wide matrix
+    "lu": (lambda np_, L: lambda a: np_.sum((jax.lax.linalg.lu if np_ is jnp_jax else lla.lu)(a)[0] * C(2, 5, 3))
+           + np_.sum((jax.lax.linalg.lu if np_ is jnp_jax else lla.lu)(np_.swapaxes(a, 1, 2))[0] * C(2, 3, 5)),
+           rand(2, 5, 3)),
 }
 
 
