@@ -619,3 +619,11 @@ def test_roots_errors_like_jax():
     with pytest.raises(podlet.ConcretizationError, match="strip_zeros=False"):
         podlet.jit(jnp.roots)(np.array([1.0, -3, 2], np.float32))
     assert jnp.roots(np.array([1, -3, 2])).dtype == np.complex64
+
+
+def test_poly_of_a_square_matrix_like_jax():
+    # the characteristic polynomial, from eigvals: complex, as JAX's
+    for m in (np.array([[1.0, 2], [3, 4]], np.float32), np.array([[0.0, -1], [1, 0]], np.float32), well(n=4)):
+        got, want = jnp.poly(m), jnp_jax.poly(m)
+        assert got.dtype == want.dtype == np.complex64 and got.shape == want.shape
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-4 * np.abs(want).max())

@@ -1031,12 +1031,21 @@ def _roots_no_zeros(p, eigvals, _c):
 
 
 def poly(seq_of_zeros):
-    """The coefficients of the monic polynomial with the given roots (1-D input; a square
-    matrix's characteristic polynomial needs eigenvalues, which podlet.numpy lacks)."""
+    """The coefficients of the monic polynomial with the given roots (1-D input), or a square
+    matrix's characteristic polynomial (complex, from its eigenvalues, as JAX)."""
     (z,) = jnp._promote_float(seq_of_zeros)
     z = jnp.atleast_1d(z)
     if z.ndim == 2 and z.shape[0] == z.shape[1] and z.shape[0] != 0:
-        raise NotImplementedError("jnp.poly of a square matrix needs linalg.eigvals, which podlet does not have")
+        from . import complex as _c
+        from .linalg import eigvals
+        w = eigvals(z)
+        re, im = jnp.ones((1,), z.dtype), jnp.zeros((1,), z.dtype)
+        zero = jnp.zeros((1,), z.dtype)
+        for i in range(z.shape[0]):  # a(x) (x - w_i), in real and imaginary parts
+            wr, wi = w.real[i], w.imag[i]
+            sr, si = jnp.concatenate([zero, re]), jnp.concatenate([zero, im])
+            re, im = jnp.concatenate([re, zero]) - (wr * sr - wi * si), jnp.concatenate([im, zero]) - (wr * si + wi * sr)
+        return _c.make(re, im)
     if z.ndim != 1:
         raise ValueError(f"input must be 1d or non-empty square 2d array; got shape {tuple(z.shape)}")
     if z.shape[0] == 0:
