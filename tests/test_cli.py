@@ -148,7 +148,8 @@ def test_bad_config_stops_before_anything_is_built(tmp_path, capsys, monkeypatch
         (["--set", "data.dataset_name=hdf5", "--set", f"data.data_dir={missing}"],
          f"data.data_dir: {missing} does not exist (dataset 'hdf5' is read from it)"),
         (["--set", "model.architecture=resnet99"], "model.architecture: expected one of ['resnet18', 'resnet34', "
-                                                   "'resnet50', 'vit_tiny', 'vit_small', 'small_cnn'], got 'resnet99'"),
+                                                   "'resnet50', 'vit_tiny', 'vit_small', 'vit_b16', 'vit_b32', 'swin_tiny', "
+                                                   "'swin_small', 'small_cnn'], got 'resnet99'"),
         (["--set", "data.image_size=[72,72,1]", "--set", "model=vit_tiny"],
          "data.image_size: 72x72 is not a multiple of the ViT patch size 16"),
     ]:
