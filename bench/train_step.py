@@ -1,17 +1,30 @@
-"""One full training step (forward, backward, AdamW) of ResNet-18 and ResNet-34 on
-224x224x1 images, 5 classes, batch 32, in podlet (jit; f32 and bf16 compute; bf16 with
-its default Winograd 3x3 convolutions and, as podlet-direct, with the direct kernels), JAX +
+"""One full training step (forward, backward, AdamW) of ResNet-18 and ResNet-34 (and, with
+--models, ViT-Tiny/16, ViT-Small/16 and Swin-T) on 224x224x1 images, 5 classes, batch 32,
+in podlet (jit; f32 and bf16 compute; bf16 with its default Winograd 3x3 convolutions and,
+as podlet-direct, with the direct kernels), JAX +
 Flax + Optax on CPU (jit; the same model written in Flax below; f32 and bf16) and
 PyTorch CPU (eager; f32 and bf16 autocast; the same ResNet in plain torch below), all
 in one run. Each framework/model/dtype runs in its own subprocess (its own peak RSS),
 nice'd, on --threads threads. Prints images/s, the ratio to podlet (same model and
 dtype), MFU (model FLOPs / time / measured peak of the threads used for the dtype: the
 f32 FMA loop for f32, the vdpbf16ps loop for bf16 on AVX512_BF16 hosts), trace/compile
-time and peak RSS; writes bench/results/train_step.json.
+time and peak RSS; writes bench/results/train_step.json (or --out).
 
     nice -n 10 .venv/bin/python bench/train_step.py                   # everything (~15 min)
     nice -n 10 .venv/bin/python bench/train_step.py --rounds 2        # twice, interleaved; best of each
     .venv/bin/python bench/train_step.py --models resnet18 --frameworks podlet --steps 3
+    nice -n 10 .venv/bin/python bench/train_step.py --models vit_tiny,vit_small,swin_tiny   # the transformers
+
+Models: resnet18, resnet34 (the default), vit_tiny, vit_small, swin_tiny. The transformers
+are podlet.models.ViTTiny / ViTSmall / SwinT (dropout and stochastic depth 0, as the
+ResNets' dropout; softmax cross-entropy and AdamW as for them); their Flax and plain-torch
+twins live in bench/_transformer_twins.py (torchvision is not installed: its swin_t is
+rebuilt there module for module; it has no ViT-Tiny/Small, so those follow its
+VisionTransformer layout). Before anything is timed, a subprocess checks that every
+framework's model has podlet's parameter count at --size (ViT's position embeddings
+depend on it). ViT needs --size a multiple of 16 to use the whole image; Swin-T takes any
+size >= 4 (maps are padded to whole windows as torchvision does). The transformers have no
+3x3 convolution, so they get no podlet-direct row (it would time the same program).
 
 Model FLOPs per step = the FLOPs of podlet's traced train-step graph (convolutions,
 dots and elementwise ops; the same model in every framework). Timed steps follow one
@@ -24,6 +37,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -31,6 +45,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 STAGES = {"resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3]}
 NUM_CLASSES = 5
+sys.path.insert(0, HERE)
+import _transformer_twins as twins  # noqa: E402  ViT-Tiny/Small and Swin-T in Flax and plain torch
+assert twins.NUM_CLASSES == NUM_CLASSES
+
+
+def _count(tree):
+    """Number of parameters in a pytree (podlet's or jax's: anything whose leaves have .shape)."""
+    leaves, stack = [], [tree]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, Mapping):
+            stack.extend(t.values())
+        elif isinstance(t, (list, tuple)):
+            stack.extend(t)
+        elif hasattr(t, "shape"):
+            leaves.append(int(np.prod(t.shape)))
+    return sum(leaves)
 
 
 def data(batch, size):
@@ -63,17 +94,23 @@ def run_podlet(model_name, dtype, batch, size, steps):
     from podlet._src import fusion
     from podlet.training import train_state
 
-    model = models.ResNet(stage_sizes=STAGES[model_name], num_classes=NUM_CLASSES,
-                          dtype=jnp.bfloat16 if dtype == "bf16" else jnp.float32)
+    cdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
+    if model_name in STAGES:
+        model = models.ResNet(stage_sizes=STAGES[model_name], num_classes=NUM_CLASSES, dtype=cdt)
+    else:
+        model = twins.podlet_model(model_name, cdt)
     xn, yn = data(batch, size)
     x, y = jnp.asarray(xn), jnp.asarray(yn)
     v = model.init(podlet.random.PRNGKey(0), x[:1], train=False)
+    v.setdefault("batch_stats", {})  # the transformers have none: an empty tree through the step
     st = train_state.TrainState.create(apply_fn=model.apply, params=v["params"],
                                        tx=optim.adamw(1e-3, weight_decay=1e-4))
+    mutable = ["batch_stats"] if model_name in STAGES else False
 
     def train_step(st, bs, x, y):
         def loss_fn(p):
-            logits, upd = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=["batch_stats"])
+            out = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=mutable)
+            logits, upd = out if mutable else (out, {"batch_stats": bs})
             return optim.softmax_cross_entropy_with_integer_labels(logits, y).mean(), upd
         (loss, upd), g = podlet.value_and_grad(loss_fn, has_aux=True)(st.params)
         return st.apply_gradients(grads=g), upd["batch_stats"], loss
@@ -98,8 +135,8 @@ def run_podlet(model_name, dtype, batch, size, steps):
     _core.reset_peak_memory()
     first, ts = timed_steps(step, steps)
     return {"first_step_s": first, "step_s": ts, "compile_s": t_trace + t_plan, "trace_s": t_trace,
-            "fusion_s": t_plan, "flops_per_step": flops, "podlet_peak_buffers_bytes": _core.memory_stats()[1],
-            "podlet_live_before_bytes": live0}
+            "fusion_s": t_plan, "flops_per_step": flops, "params": _count(state["st"].params),
+            "podlet_peak_buffers_bytes": _core.memory_stats()[1], "podlet_live_before_bytes": live0}
 
 
 # ---------------------------------------------------------------------------------
@@ -153,17 +190,20 @@ def run_jax(model_name, dtype, batch, size, steps):
     import optax
 
     cdt = jnp.bfloat16 if dtype == "bf16" else jnp.float32
-    model = flax_resnet(STAGES[model_name], cdt)
+    model = flax_resnet(STAGES[model_name], cdt) if model_name in STAGES else twins.flax_model(model_name, cdt)
     xn, yn = data(batch, size)
     x, y = jnp.asarray(xn), jnp.asarray(yn)
     v = model.init(jax.random.PRNGKey(0), x[:1], train=False)
     tx = optax.adamw(1e-3, weight_decay=1e-4)
-    params, bs, opt = v["params"], v["batch_stats"], tx.init(v["params"])
+    params, bs, opt = v["params"], v.get("batch_stats", {}), tx.init(v["params"])
+    mutable = ["batch_stats"] if model_name in STAGES else False
+    n_params = _count(params)
 
     @jax.jit
     def train_step(params, bs, opt, x, y):
         def loss_fn(p):
-            logits, upd = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=["batch_stats"])
+            out = model.apply({"params": p, "batch_stats": bs}, x, train=True, mutable=mutable)
+            logits, upd = out if mutable else (out, {"batch_stats": bs})
             return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), upd
         (loss, upd), g = jax.value_and_grad(loss_fn, has_aux=True)(params)
         u, opt = tx.update(g, opt, params)
@@ -181,7 +221,7 @@ def run_jax(model_name, dtype, batch, size, steps):
         float(loss)
 
     first, ts = timed_steps(step, steps)
-    return {"first_step_s": first, "step_s": ts, "compile_s": t_compile}
+    return {"first_step_s": first, "step_s": ts, "compile_s": t_compile, "params": n_params}
 
 
 # ---------------------------------------------------------------------------------
@@ -230,7 +270,7 @@ def run_torch(model_name, dtype, batch, size, steps, threads):
             x = self.blocks(x)
             return self.fc(x.mean((2, 3))).float()
 
-    model = ResNet(STAGES[model_name])
+    model = ResNet(STAGES[model_name]) if model_name in STAGES else twins.torch_model(model_name).build(size)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=1e-4)
     xn, yn = data(batch, size)
     x = torch.from_numpy(xn).permute(0, 3, 1, 2).contiguous()
@@ -246,10 +286,40 @@ def run_torch(model_name, dtype, batch, size, steps, threads):
         float(loss)
 
     first, ts = timed_steps(step, steps)
-    return {"first_step_s": first, "step_s": ts, "compile_s": 0.0}
+    return {"first_step_s": first, "step_s": ts, "compile_s": 0.0,
+            "params": sum(p.numel() for p in model.parameters())}
 
 
 # ---------------------------------------------------------------------------------
+def param_counts(model_names, size):
+    """{model: {framework: parameter count}} of each model as every framework builds it for
+    size x size x 1 images (abstractly where the framework can: eval_shape)."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import podlet
+    import podlet.numpy as pjnp
+    from podlet import models
+    import jax
+    import jax.numpy as jnp
+
+    out = {}
+    for name in model_names:
+        if name in STAGES:
+            pm = models.ResNet(stage_sizes=STAGES[name], num_classes=NUM_CLASSES)
+            fm = flax_resnet(STAGES[name], jnp.float32)
+            tm = None
+        else:
+            pm, fm = twins.podlet_model(name, pjnp.float32), twins.flax_model(name, jnp.float32)
+            tm = twins.torch_model(name).build(size)
+        shapes = jax.eval_shape(lambda k, x: fm.init(k, x, train=False), jax.random.PRNGKey(0),
+                                jax.ShapeDtypeStruct((1, size, size, 1), jnp.float32))
+        out[name] = {"podlet": models.param_count(pm, podlet.ShapeDtypeStruct((1, size, size, 1), pjnp.float32),
+                                                  train=False),
+                     "jax": _count(shapes["params"])}
+        if tm is not None:  # the torch ResNet is local to run_torch; its count comes back with its row
+            out[name]["torch"] = sum(p.numel() for p in tm.parameters())
+    return out
+
+
 def run_worker(cmd, timeout, env=None):
     """Runs a worker subprocess; its last 'RESULT {json}' line as a dict, or {"error": ...}."""
     try:
@@ -292,11 +362,31 @@ def main():
     p.add_argument("--rounds", type=int, default=1,
                    help="run the whole grid this many times, interleaved, and keep each cell's best round: the "
                         "machine's speed drifts over minutes, and a cell timed once may land in a slow spell")
+    p.add_argument("--out", default=os.path.join(HERE, "results", "train_step.json"),
+                   help="results JSON (a tiny trial run may go to /tmp instead of over the committed results)")
     p.add_argument("--worker", nargs=3, metavar=("FRAMEWORK", "MODEL", "DTYPE"), help=argparse.SUPPRESS)
+    p.add_argument("--param-counts", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
         a.framework, a.model, a.dtype = a.worker
         return worker(a)
+    if a.param_counts:
+        print("RESULT " + json.dumps(param_counts(a.models.split(","), a.size)), flush=True)
+        return
+
+    unknown = [m for m in a.models.split(",") if m not in STAGES and m not in twins.TRANSFORMERS]
+    if unknown:
+        p.error(f"unknown model(s) {unknown}; expected some of {list(STAGES) + list(twins.TRANSFORMERS)}")
+    # The same architecture in every framework: equal parameter counts, checked before anything is timed
+    # (in a subprocess, so that no framework is loaded in this one).
+    counts = run_worker(["nice", "-n", "10", sys.executable, os.path.abspath(__file__), "--param-counts",
+                         "--models", a.models, "--size", str(a.size)], a.timeout)
+    if "error" in counts:
+        sys.exit(f"parameter counts: {counts['error']}")
+    for model, c in counts.items():
+        if len(set(c.values())) != 1:
+            sys.exit(f"{model}: parameter counts differ between frameworks: {c}")
+        print(f"{model}: {next(iter(c.values())):,} parameters in " + ", ".join(c), flush=True)
 
     sys.path.insert(0, HERE)
     import peak as peak_mod
@@ -307,11 +397,12 @@ def main():
           f"Batch {a.batch}, {a.size}x{a.size}x1, {NUM_CLASSES} classes, {a.threads} threads, {a.steps} timed "
           f"steps; shared machine.", flush=True)
     results = {"peak": pk, "batch": a.batch, "size": a.size, "threads": a.threads, "steps": a.steps,
-               "rounds": a.rounds, "runs": []}
+               "rounds": a.rounds, "param_counts": counts, "runs": []}
     flops = {}
     cells = [(model, dtype, fw) for model in a.models.split(",") for dtype in a.dtypes.split(",")
              for fw in a.frameworks.split(",")
-             if not (fw == "podlet-direct" and dtype != "bf16")]  # Winograd is bf16 only: f32 podlet is direct
+             if not (fw == "podlet-direct" and (dtype != "bf16" or model not in STAGES))]
+    # Winograd is bf16 only (f32 podlet is direct) and only the ResNets have 3x3 convolutions
     rounds_of = {c: [] for c in cells}
     for rnd in range(a.rounds):
         for model, dtype, fw in cells:
@@ -328,6 +419,10 @@ def main():
                 r["images_per_s"] = a.batch / t
                 if model in flops:
                     r["mfu"] = flops[model] / t / 1e9 / peaks[dtype]
+            want = counts.get(model, {}).get("podlet")
+            if "params" in r and want is not None and r["params"] != want:  # e.g. the torch ResNet, built in its row
+                r = {**{k: r[k] for k in ("framework", "model", "dtype", "wall_s", "round")},
+                     "error": f"{r['params']:,} parameters, podlet's model has {want:,}"}
             rounds_of[(model, dtype, fw)].append(r)
             print(f"[round {rnd + 1}/{a.rounds}] " + _row(r), flush=True)
     for c in cells:  # each cell's fastest round (its first if every round failed)
@@ -336,8 +431,8 @@ def main():
             best["other_rounds_images_per_s"] = [r["images_per_s"] for r in rounds_of[c]
                                                  if r is not best and "images_per_s" in r]
         results["runs"].append(best)
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "train_step.json"), "w") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out, "w") as f:
         json.dump(results, f, indent=2)
     print("\n" + table(results))
 
