@@ -67,7 +67,10 @@ else
   # NumPy's OpenBLAS (the tests' float64 references) keeps its own uninstrumented thread
   # pool, synchronised by spin-waits TSan cannot see: every np.matmul would be a report.
   export OPENBLAS_NUM_THREADS=1
-  export TSAN_OPTIONS="log_path=$LOGS/tsan:halt_on_error=0:second_deadlock_stack=1:suppressions=$ROOT/scripts/sanitize-thread.supp"
+  # history_size=7: the longest access history, so a race with an uninstrumented JAX thread
+  # still shows its libjax_common.so stack and meets the suppression instead of
+  # "[failed to restore the stack]".
+  export TSAN_OPTIONS="log_path=$LOGS/tsan:halt_on_error=0:second_deadlock_stack=1:history_size=7:suppressions=$ROOT/scripts/sanitize-thread.supp"
 fi
 # libstdc++ with it: Python is C, so libstdc++ would load after the runtime, which then
 # finds no real __cxa_throw to intercept (ASan CHECK-fails at the first C++ exception).

@@ -200,10 +200,15 @@ static podlet_bindings::Binder reg_data([](py::module_& m) {
     std::vector<Record> recs(static_cast<size_t>(n));
     {
       py::gil_scoped_release nogil;
-      tbb::task_arena arena(std::max(1, threads > 0 ? threads : num_threads()));
-      arena.execute([&] {
-        tbb::parallel_for(int64_t(0), n, [&](int64_t i) { recs[size_t(i)] = src->get(indices[size_t(i)]); });
-      });
+      const int nt = std::max(1, threads > 0 ? threads : num_threads());
+      auto one = [&](int64_t i) { recs[size_t(i)] = src->get(indices[size_t(i)]); };
+#if defined(PODLET_SANITIZE_THREAD)
+      // TBB's task hand-offs are invisible to TSan (sanitize.h): plain threads in that build.
+      dynamic_on_threads(nt, n, one);
+#else
+      tbb::task_arena arena(nt);
+      arena.execute([&] { tbb::parallel_for(int64_t(0), n, one); });
+#endif
     }
     int h = n ? recs[0].height : 0, w = n ? recs[0].width : 0, c = n ? recs[0].channels : 0;
     py::array_t<uint8_t> out({py::ssize_t(n), py::ssize_t(h), py::ssize_t(w), py::ssize_t(c)});
