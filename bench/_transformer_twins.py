@@ -46,6 +46,8 @@ def podlet_model(name, dtype):
 
 
 # --- shared window geometry (numpy; podlet.models.swin's, as torchvision computes it) ---
+# Copied, not imported: the JAX and torch workers of train_step.py never load podlet's
+# runtime (its OpenMP pool beside torch's would be part of what they time).
 def relative_position_index(ws):
     ys, xs = np.meshgrid(np.arange(ws), np.arange(ws), indexing="ij")
     ys, xs = ys.reshape(-1), xs.reshape(-1)
