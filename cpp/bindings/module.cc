@@ -278,6 +278,14 @@ PYBIND11_MODULE(_core, m) {
         Graph r = batch_graph(g, in_bdim, size, axis_name, ob);
         return py::make_tuple(std::move(r), ob);
       }, py::arg("in_bdims"), py::arg("size"), py::arg("axis_name") = "")
+      .def("partition", [](const Graph& g, const std::vector<int>& in_dim, int64_t n, const std::string& axis_name,
+                           bool gather_outputs) {
+        std::vector<int> od;
+        std::map<std::string, int> fb;
+        Graph r = partition_graph(g, in_dim, n, axis_name, gather_outputs, od, fb);
+        r.dce();
+        return py::make_tuple(std::move(r), od, fb);
+      }, py::arg("in_dims"), py::arg("n"), py::arg("axis_name"), py::arg("gather_outputs") = false)
       .def("copy", [](const Graph& g) { return Graph(g); })
       .def("run", [](const Graph& g, const std::vector<Array>& args) {
         py::gil_scoped_release nogil;

@@ -84,4 +84,13 @@ Graph batch_graph(const Graph& g, const std::vector<int>& in_bdim, int64_t size,
 Graph batch_graph_materialized(const Graph& g, const std::vector<int>& in_bdim, int64_t size,
                                const std::string& axis_name);
 
+// Data-parallel partitioning (partition.cc): `g` is the global computation; in_dim[i]
+// is the dimension input i is split along over n replicas (-1: replicated). Returns the
+// per-replica graph (inputs are the local blocks), to run on the pmap executor with
+// collectives over `axis_name`; out_dim gives each output's split dimension (-1:
+// replicated; with gather_outputs every output is gathered whole). `fallbacks` counts,
+// per primitive, the nodes that had to gather their inputs and run unsplit.
+Graph partition_graph(const Graph& g, const std::vector<int>& in_dim, int64_t n, const std::string& axis_name,
+                      bool gather_outputs, std::vector<int>& out_dim, std::map<std::string, int>& fallbacks);
+
 }  // namespace podlet

@@ -718,22 +718,147 @@ def check_jit_args(in_shardings, dyn_args, what="jit in_shardings"):
 from .core import JittedFunction  # noqa: E402  (core is loaded first; it imports this module lazily)
 
 
+_DP_AXIS = "__mesh_batch__"  # the collectives' axis name inside a partitioned graph
+
+
+class _Partitioned:
+    """A sharded jit's per-device graph (cpp/podlet/ir/partition.cc) for one trace."""
+
+    def __init__(self, graph, n, out_dims, fallbacks, gathered):
+        self.graph = graph
+        self.n = n
+        self.out_dims = out_dims
+        self.fallbacks = dict(fallbacks)
+        self.gathered = gathered
+
+
 class ShardedJittedFunction(JittedFunction):
-    """``jit(f, in_shardings=..., out_shardings=...)``: the positional arguments and the
+    """``jit(f, in_shardings=..., out_shardings=...)``. The positional arguments and the
     outputs are checked against their shardings on every call (as JAX checks them at
-    dispatch), the computation is ``jit(f)``'s: the global arrays, on the host."""
+    dispatch). When some argument is split over n > 1 devices along its batch axis (a
+    data-parallel layout), the traced global computation is partitioned
+    (``cpp/podlet/ir/partition.cc``) and each of the n devices runs its share on the pmap
+    executor: local blocks of the batch, replicated parameters, a psum where the batch
+    axis is reduced or contracted (loss means, weight gradients, BatchNorm statistics).
+    The results are the global arrays, equal to the unsharded jit's up to the order of
+    floating-point sums. Under ``mpirun`` a mesh over every process's devices runs each
+    process's devices there and gathers the results on every process.
+    ``partition_report(*args)`` says which primitives could not be split and ran whole."""
 
     def __init__(self, fun, static_argnums, static_argnames, donate_argnums, in_shardings, out_shardings):
         super().__init__(fun, static_argnums, static_argnames, donate_argnums)
         self._in_shardings = in_shardings
         self._out_shardings = out_shardings
+        self._partitioned = {}
+
+    def _dyn_args(self, args):
+        n = len(args)
+        static_pos = {i if i >= 0 else n + i for i in self._static_argnums}
+        return [a for i, a in enumerate(args) if i not in static_pos]
+
+    def _split_dims(self, dyn_args, kwargs):
+        """(n, dims): the number of devices the batch is split over and, per flattened
+        leaf of (args, kwargs), 0 when it is split along dimension 0, -1 when
+        replicated; None when nothing is split (or the layout mixes device counts)."""
+        shardings = self._in_shardings
+        if _is_spec_leaf(shardings):
+            per_arg = [shardings] * len(dyn_args)
+        else:
+            per_arg = list(shardings) if isinstance(shardings, (tuple, list)) else None
+            if per_arg is None or len(per_arg) != len(dyn_args):
+                return None
+        dims, counts, mesh = [], set(), None
+        for s, a in zip(per_arg, dyn_args):
+            for _, leaf, sh in _broadcast_prefix(s, a, "jit in_shardings"):
+                sh = _as_sharding(sh, "jit in_shardings")
+                f = 1
+                if isinstance(sh, NamedSharding) and np.ndim(leaf) > 0:
+                    f = sh._factors(np.ndim(leaf))[0]
+                    if f > 1:
+                        mesh = sh.mesh
+                dims.append(0 if f > 1 else -1)
+                if f > 1:
+                    counts.add(f)
+        if len(counts) != 1:
+            return None
+        n = counts.pop()
+        dims += [-1] * len(tree_util.tree_leaves(kwargs))
+        return n, dims, mesh
+
+    def _plan(self, args, kwargs):
+        from . import core, pmap
+        if core._trace_stack or core._flags["disable_jit"] or self._in_shardings is None:
+            return None
+        split = self._split_dims(self._dyn_args(args), kwargs)
+        if split is None:
+            return None
+        n, dims, mesh = split
+        nproc = pmap.process_count()
+        nl = pmap.local_device_count()
+        if (nproc == 1 and n > nl) or (nproc > 1 and n != nl * nproc):
+            raise ValueError(f"jit in_shardings split the batch over {n} devices, but podlet has {nl} local "
+                             f"device(s) x {nproc} process(es); make the mesh from podlet.devices() "
+                             "(podlet.config.update('num_devices', n) sets the local count)")
+        entry, conv = self._get(args, kwargs)
+        if entry is core._OP_BY_OP or entry.effects or entry.captures:
+            return None
+        key = (id(entry), tuple(dims), n, nproc)
+        part = self._partitioned.get(key)
+        if part is None:
+            g, out_dims, fb = entry.graph.partition(dims, n, _DP_AXIS, nproc > 1)
+            part = _Partitioned(g, n, out_dims, fb, nproc > 1)
+            self._partitioned[key] = part
+        return entry, conv, dims, part
+
+    def partition_report(self, *args, **kwargs):
+        """For these arguments: ``{"devices": n, "unsplit": {primitive: count}}``, the
+        primitives that had to gather their inputs and run on whole arrays (None: the
+        call is not partitioned)."""
+        plan = self._plan(args, kwargs)
+        if plan is None:
+            return None
+        part = plan[3]
+        return {"devices": part.n, "unsplit": dict(part.fallbacks)}
+
+    def _run_partitioned(self, plan):
+        from .. import _core
+        from .. import numpy as jnp
+        from . import fusion, pmap
+        entry, conv, dims, part = plan
+        n, nproc = part.n, pmap.process_count()
+        nl = n // nproc
+        lo = pmap.process_index() * nl
+        vals, flags = [], []
+        for x, d in zip(conv, dims):
+            if d < 0:
+                vals.append(x)
+                flags.append(True)
+                continue
+            blocks = jnp.reshape(x, (n, x.shape[0] // n) + tuple(x.shape[1:]))
+            vals.append(blocks if nproc == 1 else blocks[lo:lo + nl])
+            flags.append(False)
+        outs, reps = _core.run_pmap(fusion.pmap_graph(part), vals, flags, nl)
+        res = []
+        for o, r, d, w in zip(outs, reps, part.out_dims, entry.out_weak):
+            if d >= 0:  # [n, ..., block along d, ...] -> the global array
+                o = jnp.moveaxis(o, 0, d)
+                s = tuple(o.shape)
+                o = jnp.reshape(o, s[:d] + (s[d] * s[d + 1],) + s[d + 2:])
+            elif not r:  # equal on every device (a psum's result): one copy
+                o = o[0]
+            if w:
+                o.weak_type = True
+            res.append(o)
+        return tree_util.tree_unflatten(entry.out_tree, res)
 
     def __call__(self, *args, **kwargs):
         if self._in_shardings is not None:
-            n = len(args)
-            static_pos = {i if i >= 0 else n + i for i in self._static_argnums}
-            check_jit_args(self._in_shardings, [a for i, a in enumerate(args) if i not in static_pos])
-        out = super().__call__(*args, **kwargs)
+            check_jit_args(self._in_shardings, self._dyn_args(args))
+        plan = self._plan(args, kwargs)
+        if plan is not None:
+            out = self._run_partitioned(plan)
+        else:
+            out = super().__call__(*args, **kwargs)
         if self._out_shardings is not None:
             check_tree(self._out_shardings, out, "jit out_shardings", base="output")
         return out
