@@ -241,7 +241,8 @@ def test_data_parallel_jit_one_device_is_jax():
 @pytest.mark.parametrize("n", [2, 8])
 def test_data_parallel_jit_several_devices(n):
     """Batch sharded over n podlet devices, params replicated: the values of JAX's
-    unsharded computation (podlet computes the global arrays on the host)."""
+    unsharded computation (each device computes its block; tests/test_sharding_partition.py
+    checks the split itself)."""
     params, batch = _mlp_data()
     jm = JMesh(jmesh_utils.create_device_mesh((1,)), ("data",))
     jl, jp = _run_sharded(jax, jjnp, optax, jm, JNS, JP, params, batch)
@@ -250,9 +251,9 @@ def test_data_parallel_jit_several_devices(n):
     np.testing.assert_allclose(pl, jl, rtol=1e-6)
     for k in jp:
         np.testing.assert_allclose(np.asarray(pp[k]), np.asarray(jp[k]), rtol=1e-5, atol=1e-7)
-    # and bit for bit podlet's unsharded run
+    # and podlet's unsharded run, up to the order of the loss's and gradients' sums
     pl1, pp1 = _run_sharded(podlet, pjnp, poptax, PMesh(podlet.devices()[:1], "data"), PNS, PP, params, batch)
-    assert pl == pl1
+    np.testing.assert_allclose(pl, pl1, rtol=1e-6)
     # a 2-D mesh whose second axis (size 1) is named on a parameter dimension: still data parallel
     m2 = PMesh(pmesh_utils.create_device_mesh((n, 1), podlet.devices()[:n]), ("data", "model"))
     x = podlet.device_put(params["w1"], PNS(m2, PP(None, "model")))

@@ -1,18 +1,22 @@
 """jax.sharding on podlet: meshes, partition specs, named shardings (issue 26).
 
-What is real and what is not. podlet runs a jitted (or eager) computation once, on the
-host, over the *global* arrays: a sharded ``jit`` gives exactly the bits of the
-unsharded one. The sharding annotations (``device_put(x, sharding)``, ``jit``'s
-``in_shardings`` / ``out_shardings``, ``lax.with_sharding_constraint``) are checked as
-JAX checks them — the mesh axis names exist, no mesh axis is used twice in a spec, a
-spec is no longer than the array's rank, a sharded dimension divides evenly by the mesh
-axes over it — and then placement is a no-op:
+What is real and what is not. podlet's arrays live on the host, whole. The sharding
+annotations (``device_put(x, sharding)``, ``jit``'s ``in_shardings`` /
+``out_shardings``, ``lax.with_sharding_constraint``) are checked as JAX checks them —
+the mesh axis names exist, no mesh axis is used twice in a spec, a spec is no longer
+than the array's rank, a sharded dimension divides evenly by the mesh axes over it —
+and then:
 
 * a one-device mesh (every axis of size 1): an exact no-op, as on JAX;
 * a data-parallel layout (mesh axes of size > 1 only on dimension 0, the batch axis;
-  everything else replicated): accepted; the values are those of the global computation
-  (what JAX's data-parallel jit computes), the work is not split across podlet's pmap
-  replicas (use ``pmap`` for that);
+  everything else replicated) in ``jit``'s ``in_shardings``: the work is split. The
+  traced global computation is partitioned over the n devices
+  (``cpp/podlet/ir/partition.cc``: local batch blocks, replicated parameters, a psum
+  where the batch axis is reduced or contracted) and run on the pmap executor, under
+  ``mpirun`` across processes too; the results are the global arrays, equal to the
+  unsharded jit's up to the order of floating-point sums (see
+  ``ShardedJittedFunction``). ``device_put`` and ``with_sharding_constraint`` only check:
+  an array does not remember its sharding, so a jit without ``in_shardings`` runs whole;
 * any other layout (a mesh axis of size > 1 on dimension 1 or later: tensor / model
   parallelism) raises ``NotImplementedError`` naming the mesh axis and the array.
 """
@@ -811,14 +815,20 @@ class ShardedJittedFunction(JittedFunction):
         return entry, conv, dims, part
 
     def partition_report(self, *args, **kwargs):
-        """For these arguments: ``{"devices": n, "unsplit": {primitive: count}}``, the
-        primitives that had to gather their inputs and run on whole arrays (None: the
-        call is not partitioned)."""
+        """For these arguments (None when the call is not partitioned)::
+
+            {"devices": n,                        # the batch is split over n devices
+             "unsplit": {primitive: count},       # nodes that gathered their inputs and
+                                                  # ran on whole arrays
+             "flops": (per_device, global)}       # FLOPs of one device's graph and of
+                                                  # the unsplit computation
+        """
         plan = self._plan(args, kwargs)
         if plan is None:
             return None
-        part = plan[3]
-        return {"devices": part.n, "unsplit": dict(part.fallbacks)}
+        entry, part = plan[0], plan[3]
+        return {"devices": part.n, "unsplit": dict(part.fallbacks),
+                "flops": (part.graph.flops(), entry.graph.flops())}
 
     def _run_partitioned(self, plan):
         from .. import _core
