@@ -60,8 +60,49 @@ struct Partitioner {
     return G.add1("all_gather", {v}, a);
   }
 
-  // The local block (along d) of a replicated value.
+  std::map<std::pair<int, int64_t>, int> local_of;  // (replicated id in G, dim) -> its local block
+
+  // The local block (along d) of a replicated value. A replicated value made by
+  // broadcasting or by elementwise ops on such values (the VJP's zeros, a broadcast mean,
+  // a mask) is rebuilt at the local shape from its sources, so no device materialises
+  // the global array just to slice it; anything else is sliced.
   int localize(int v, int64_t d) {
+    auto key = std::make_pair(v, d);
+    auto it = local_of.find(key);
+    if (it != local_of.end()) return it->second;
+    const int r = localize_uncached(v, d);
+    local_of[key] = r;
+    return r;
+  }
+
+  int localize_uncached(int v, int64_t d) {
+    const int pi = v < int(G.producer.size()) ? G.producer[v] : -1;
+    if (pi >= 0) {
+      const Node nd = G.nodes[pi];  // a copy: adding nodes may move the list
+      const std::string& p = nd.prim->name;
+      const Shape os = G.aval(v).shape;
+      if (p == "broadcast_in_dim" && nd.out.size() == 1) {
+        auto dims = nd.attrs.ints("broadcast_dimensions");
+        const Shape is = G.aval(nd.in[0]).shape;
+        int x = nd.in[0];
+        for (size_t k = 0; k < dims.size(); ++k)
+          if (dims[k] == d && is[k] != 1) x = localize(x, int64_t(k));
+        Attrs a = nd.attrs;
+        Shape s = os;
+        s[d] /= n;
+        a.set("shape", s);
+        return G.add(*nd.prim, {x}, a, nd.where)[0];
+      }
+      if (elementwise_prims().count(p) && nd.out.size() == 1) {
+        std::vector<int> in;
+        for (int x : nd.in) {
+          const Shape& xs = G.aval(x).shape;
+          const int64_t j = d - int64_t(os.size() - xs.size());
+          in.push_back(j >= 0 && xs[j] != 1 ? localize(x, j) : x);
+        }
+        return G.add(*nd.prim, in, nd.attrs, nd.where)[0];
+      }
+    }
     const Shape s = G.aval(v).shape;
     Shape sz = s;
     sz[d] = s[d] / n;
