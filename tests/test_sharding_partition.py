@@ -291,3 +291,35 @@ def test_two_processes_match_one_process_bitwise(tmp_path):
     assert sorted(a.files) == sorted(b.files) and len(a.files) == 3
     for k in a.files:
         np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_device_put_commits_and_a_plain_jit_splits_by_it():
+    """JAX's other idiom: device_put the batch to a sharding, jit without in_shardings."""
+    step, (w, x, y) = _mlp()
+    rep, data = _shardings(4)
+    xs, ys = podlet.device_put((x, y), data)
+    assert xs.sharding == data and ys.sharding == data
+    np.testing.assert_array_equal(np.asarray(xs), x)
+    wr = podlet.device_put(w, rep)  # replicated: nothing to split, nothing remembered
+    assert not hasattr(wr["a"], "_sharding")
+    assert isinstance(wr["a"].sharding, podlet.sharding.SingleDeviceSharding)
+    f = podlet.jit(step)
+    rpt = f.partition_report(wr, xs, ys)
+    assert rpt["devices"] == 4 and rpt["unsplit"] == {}
+    assert f.partition_report(w, x, y) is None  # the same function on uncommitted arrays runs whole
+    _close(f(wr, xs, ys), f(w, x, y), rtol=1e-6)
+    # an output split along the batch stays committed, so the next jit splits too
+    h = podlet.jit(lambda x: jnp.tanh(x) * 2)(xs)
+    assert h.sharding == NamedSharding(_mesh(4), P("data"))
+    g = podlet.jit(lambda h: (h ** 2).sum(0))
+    assert g.partition_report(h)["devices"] == 4
+    _close(g(h), ((np.tanh(x.astype(np.float64)) * 2) ** 2).sum(0), rtol=1e-5)
+
+
+def test_device_put_with_a_spec_under_set_mesh():
+    with podlet.set_mesh(_mesh(2)):
+        xs = podlet.device_put(X, P("data"))
+    assert xs.sharding.spec == P("data") and xs.sharding.mesh.shape["data"] == 2
+    f = podlet.jit(lambda x: x.mean(0))
+    assert f.partition_report(xs)["devices"] == 2
+    _close(f(xs), X.mean(0), rtol=1e-6)

@@ -485,6 +485,18 @@ class JittedFunction:
             return tree_util.keystr(path)
 
     def __call__(self, *args, **kwargs):
+        if committed_hook[0] is not None and not _trace_stack and not _flags["disable_jit"]:
+            out = committed_hook[0](self, args, kwargs)  # arrays device_put to a split sharding
+            if out is not _sharding_mod().NOT_SPLIT:
+                return out
+        return self._call_whole(args, kwargs)
+
+    def partition_report(self, *args, **kwargs):
+        """How a call with these arguments is split over devices (see
+        ShardedJittedFunction.partition_report); None when it runs whole."""
+        return _sharding_mod().partition_report(self, *args, **kwargs)
+
+    def _call_whole(self, args, kwargs):
         if _flags["disable_jit"]:
             return self._fun(*args, **kwargs)
         entry, conv = self._get(args, kwargs)
@@ -520,6 +532,15 @@ class JittedFunction:
 
 
 user_contexts = []  # podlet.make_user_context's contexts (_src/config_contexts.py)
+# Set by _src/sharding.commit the first time device_put commits an array to a split
+# sharding: from then on jit looks for such arguments (before that, the check costs
+# nothing on the hot path).
+committed_hook = [None]
+
+
+def _sharding_mod():
+    from . import sharding
+    return sharding
 _OP_BY_OP = object()  # cache marker: this signature runs the Python function op by op
 
 

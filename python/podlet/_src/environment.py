@@ -66,9 +66,11 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     and tracers pass through, NumPy arrays and Python scalars are converted, scalars
     keep jax's weak type). A sharding (or a tree prefix of shardings, or a
     PartitionSpec under ``set_mesh``) is checked against each leaf as JAX checks it
-    (_src/sharding.py); the values stay where they are."""
+    (_src/sharding.py); the values stay where they are, and a leaf split along its
+    batch axis comes back committed (``x.sharding``): jit splits its work by it."""
     del src, donate, may_alias
-    if device is not None and not _is_device(device):
+    sharded = device is not None and not _is_device(device)
+    if sharded:
         from .sharding import device_put_checked
         device_put_checked(x, device)
 
@@ -80,7 +82,11 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
             out.weak_type = True
         return out
 
-    return tree_util.tree_map(put, x)
+    out = tree_util.tree_map(put, x)
+    if sharded:  # split along the batch axis: a later jit splits its work by them
+        from .sharding import commit
+        out = commit(out, device)
+    return out
 
 
 def clear_caches():

@@ -15,8 +15,10 @@ and then:
   where the batch axis is reduced or contracted) and run on the pmap executor, under
   ``mpirun`` across processes too; the results are the global arrays, equal to the
   unsharded jit's up to the order of floating-point sums (see
-  ``ShardedJittedFunction``). ``device_put`` and ``with_sharding_constraint`` only check:
-  an array does not remember its sharding, so a jit without ``in_shardings`` runs whole;
+  ``ShardedJittedFunction``). ``device_put(x, sharding)`` with a split batch axis
+  commits the array (``x.sharding``), and any jit called on committed arrays splits by
+  them, as JAX's jit follows its arguments' shardings; ``with_sharding_constraint``
+  only checks;
 * any other layout (a mesh axis of size > 1 on dimension 1 or later: tensor / model
   parallelism) raises ``NotImplementedError`` naming the mesh axis and the array.
 """
@@ -676,10 +678,59 @@ _EMPTY_MESH = _empty_mesh()
 # ---------------------------------------------------------------------------------
 def device_put_checked(x, sharding):
     """device_put(x, sharding-or-tree-of-them): checks each leaf against its sharding
-    (podlet arrays live on the host: placement itself is a no-op)."""
+    (podlet arrays live on the host: the values do not move)."""
     if isinstance(sharding, PartitionSpec) and not isinstance(_state.mesh, Mesh):
         raise ValueError("Please set a mesh via `podlet.set_mesh` if a PartitionSpec is passed to device_put")
     check_tree(sharding, x, "device_put")
+
+
+_committed = [False]  # whether any array was ever committed to a split sharding
+
+
+def _split_factor(sh, ndim):
+    if isinstance(sh, NamedSharding) and ndim > 0 and isinstance(sh.mesh, Mesh):
+        return sh._factors(ndim)[0]
+    return 1
+
+
+def commit(x, sharding):
+    """The leaves of ``x`` (podlet Arrays, after device_put's conversion) whose sharding
+    splits dimension 0 over several devices come back as new Arrays (same buffer) that
+    remember it, as JAX's committed arrays do: a later ``jit`` without ``in_shardings``
+    splits its work by them (``Array.sharding`` reports it)."""
+    from .core import Array, Tracer
+    marks = {}
+    for path, leaf, sh in _broadcast_prefix(sharding, x, "device_put"):
+        if isinstance(sh, PartitionSpec) and not isinstance(_state.mesh, Mesh):
+            continue
+        sh = _as_sharding(sh, "device_put")
+        if isinstance(leaf, Array) and not isinstance(leaf, Tracer) and _split_factor(sh, leaf.ndim) > 1:
+            marks[tuple(path)] = sh
+    if not marks:
+        return x
+    from . import core
+    core.committed_hook[0] = committed_call  # from now on plain jit calls look for them
+    from .. import numpy as jnp
+
+    def mark(path, leaf):
+        sh = marks.get(tuple(path))
+        if sh is None:
+            return leaf
+        out = jnp.reshape(leaf, leaf.shape)  # a new Array over the same buffer
+        out.weak_type = getattr(leaf, "weak_type", False)
+        out._sharding = sh
+        return out
+    return tree_util.tree_map_with_path(mark, x)
+
+
+def _array_sharding(self):
+    """jax.Array.sharding: the sharding the array was committed to by device_put (or a
+    split jit output), else the one device's SingleDeviceSharding."""
+    sh = getattr(self, "_sharding", None)
+    if sh is not None:
+        return sh
+    from .pmap import devices
+    return SingleDeviceSharding(devices()[0])
 
 
 def with_sharding_constraint(x, shardings):
@@ -728,12 +779,11 @@ _DP_AXIS = "__mesh_batch__"  # the collectives' axis name inside a partitioned g
 class _Partitioned:
     """A sharded jit's per-device graph (cpp/podlet/ir/partition.cc) for one trace."""
 
-    def __init__(self, graph, n, out_dims, fallbacks, gathered):
+    def __init__(self, graph, n, out_dims, fallbacks):
         self.graph = graph
         self.n = n
         self.out_dims = out_dims
         self.fallbacks = dict(fallbacks)
-        self.gathered = gathered
 
 
 class ShardedJittedFunction(JittedFunction):
@@ -747,13 +797,14 @@ class ShardedJittedFunction(JittedFunction):
     The results are the global arrays, equal to the unsharded jit's up to the order of
     floating-point sums. Under ``mpirun`` a mesh over every process's devices runs each
     process's devices there and gathers the results on every process.
-    ``partition_report(*args)`` says which primitives could not be split and ran whole."""
+    ``partition_report(*args)`` says which primitives could not be split and ran whole.
+    Without ``in_shardings`` (any jit), arguments committed by ``device_put(x,
+    sharding)`` decide the split the same way."""
 
     def __init__(self, fun, static_argnums, static_argnames, donate_argnums, in_shardings, out_shardings):
         super().__init__(fun, static_argnums, static_argnames, donate_argnums)
         self._in_shardings = in_shardings
         self._out_shardings = out_shardings
-        self._partitioned = {}
 
     def _dyn_args(self, args):
         n = len(args)
@@ -761,9 +812,10 @@ class ShardedJittedFunction(JittedFunction):
         return [a for i, a in enumerate(args) if i not in static_pos]
 
     def _split_dims(self, dyn_args, kwargs):
-        """(n, dims): the number of devices the batch is split over and, per flattened
-        leaf of (args, kwargs), 0 when it is split along dimension 0, -1 when
-        replicated; None when nothing is split (or the layout mixes device counts)."""
+        """(n, dims, sharding): the number of devices the batch is split over, per
+        flattened leaf of (args, kwargs) 0 when it is split along dimension 0 and -1 when
+        replicated, and the batch axis's sharding; None when nothing is split (or the
+        layout mixes device counts)."""
         shardings = self._in_shardings
         if _is_spec_leaf(shardings):
             per_arg = [shardings] * len(dyn_args)
@@ -771,48 +823,25 @@ class ShardedJittedFunction(JittedFunction):
             per_arg = list(shardings) if isinstance(shardings, (tuple, list)) else None
             if per_arg is None or len(per_arg) != len(dyn_args):
                 return None
-        dims, counts, mesh = [], set(), None
+        dims, counts, batch = [], set(), None
         for s, a in zip(per_arg, dyn_args):
             for _, leaf, sh in _broadcast_prefix(s, a, "jit in_shardings"):
                 sh = _as_sharding(sh, "jit in_shardings")
-                f = 1
-                if isinstance(sh, NamedSharding) and np.ndim(leaf) > 0:
-                    f = sh._factors(np.ndim(leaf))[0]
-                    if f > 1:
-                        mesh = sh.mesh
+                f = _split_factor(sh, np.ndim(leaf))
                 dims.append(0 if f > 1 else -1)
                 if f > 1:
                     counts.add(f)
+                    batch = batch or NamedSharding(sh.mesh, PartitionSpec(sh.spec[0]))
         if len(counts) != 1:
             return None
-        n = counts.pop()
         dims += [-1] * len(tree_util.tree_leaves(kwargs))
-        return n, dims, mesh
+        return counts.pop(), dims, batch
 
     def _plan(self, args, kwargs):
-        from . import core, pmap
-        if core._trace_stack or core._flags["disable_jit"] or self._in_shardings is None:
-            return None
-        split = self._split_dims(self._dyn_args(args), kwargs)
+        split = self._split_dims(self._dyn_args(args), kwargs) if self._in_shardings is not None else None
         if split is None:
-            return None
-        n, dims, mesh = split
-        nproc = pmap.process_count()
-        nl = pmap.local_device_count()
-        if (nproc == 1 and n > nl) or (nproc > 1 and n != nl * nproc):
-            raise ValueError(f"jit in_shardings split the batch over {n} devices, but podlet has {nl} local "
-                             f"device(s) x {nproc} process(es); make the mesh from podlet.devices() "
-                             "(podlet.config.update('num_devices', n) sets the local count)")
-        entry, conv = self._get(args, kwargs)
-        if entry is core._OP_BY_OP or entry.effects or entry.captures:
-            return None
-        key = (id(entry), tuple(dims), n, nproc)
-        part = self._partitioned.get(key)
-        if part is None:
-            g, out_dims, fb = entry.graph.partition(dims, n, _DP_AXIS, nproc > 1)
-            part = _Partitioned(g, n, out_dims, fb, nproc > 1)
-            self._partitioned[key] = part
-        return entry, conv, dims, part
+            return committed_plan(self, args, kwargs)
+        return _plan(self, args, kwargs, split)
 
     def partition_report(self, *args, **kwargs):
         """For these arguments (None when the call is not partitioned)::
@@ -823,52 +852,123 @@ class ShardedJittedFunction(JittedFunction):
              "flops": (per_device, global)}       # FLOPs of one device's graph and of
                                                   # the unsplit computation
         """
-        plan = self._plan(args, kwargs)
-        if plan is None:
-            return None
-        entry, part = plan[0], plan[3]
-        return {"devices": part.n, "unsplit": dict(part.fallbacks),
-                "flops": (part.graph.flops(), entry.graph.flops())}
-
-    def _run_partitioned(self, plan):
-        from .. import _core
-        from .. import numpy as jnp
-        from . import fusion, pmap
-        entry, conv, dims, part = plan
-        n, nproc = part.n, pmap.process_count()
-        nl = n // nproc
-        lo = pmap.process_index() * nl
-        vals, flags = [], []
-        for x, d in zip(conv, dims):
-            if d < 0:
-                vals.append(x)
-                flags.append(True)
-                continue
-            blocks = jnp.reshape(x, (n, x.shape[0] // n) + tuple(x.shape[1:]))
-            vals.append(blocks if nproc == 1 else blocks[lo:lo + nl])
-            flags.append(False)
-        outs, reps = _core.run_pmap(fusion.pmap_graph(part), vals, flags, nl)
-        res = []
-        for o, r, d, w in zip(outs, reps, part.out_dims, entry.out_weak):
-            if d >= 0:  # [n, ..., block along d, ...] -> the global array
-                o = jnp.moveaxis(o, 0, d)
-                s = tuple(o.shape)
-                o = jnp.reshape(o, s[:d] + (s[d] * s[d + 1],) + s[d + 2:])
-            elif not r:  # equal on every device (a psum's result): one copy
-                o = o[0]
-            if w:
-                o.weak_type = True
-            res.append(o)
-        return tree_util.tree_unflatten(entry.out_tree, res)
+        return partition_report(self, *args, **kwargs)
 
     def __call__(self, *args, **kwargs):
         if self._in_shardings is not None:
             check_jit_args(self._in_shardings, self._dyn_args(args))
         plan = self._plan(args, kwargs)
         if plan is not None:
-            out = self._run_partitioned(plan)
+            out = _run_partitioned(plan)
         else:
-            out = super().__call__(*args, **kwargs)
+            out = JittedFunction._call_whole(self, args, kwargs)
         if self._out_shardings is not None:
             check_tree(self._out_shardings, out, "jit out_shardings", base="output")
         return out
+
+
+def partition_report(jf, *args, **kwargs):
+    """ShardedJittedFunction.partition_report for any jitted function (a plain jit
+    splits by committed arguments)."""
+    plan = jf._plan(args, kwargs) if isinstance(jf, ShardedJittedFunction) else committed_plan(jf, args, kwargs)
+    if plan is None:
+        return None
+    entry, part = plan[0], plan[3]
+    return {"devices": part.n, "unsplit": dict(part.fallbacks), "flops": (part.graph.flops(), entry.graph.flops())}
+
+
+def _plan(jf, args, kwargs, split):
+    """(entry, converted leaves, dims, partitioned graph, batch sharding) for a call of
+    the JittedFunction ``jf`` whose leaves are split as ``split`` = (n, dims, sharding)
+    says; None when the call must run whole (inside a trace, disable_jit, a function
+    calling Python at run time, host callbacks, a closure over tracers)."""
+    from . import core, pmap
+    if core._trace_stack or core._flags["disable_jit"]:
+        return None
+    n, dims, batch_sharding = split
+    nproc = pmap.process_count()
+    nl = pmap.local_device_count()
+    if (nproc == 1 and n > nl) or (nproc > 1 and n != nl * nproc):
+        raise ValueError(f"jit in_shardings split the batch over {n} devices, but podlet has {nl} local "
+                         f"device(s) x {nproc} process(es); make the mesh from podlet.devices() "
+                         "(podlet.config.update('num_devices', n) sets the local count)")
+    entry, conv = jf._get(args, kwargs)
+    if entry is core._OP_BY_OP or entry.effects or entry.captures:
+        return None
+    cache = jf.__dict__.setdefault("_partitioned", {})
+    key = (id(entry), tuple(dims), n, nproc)
+    part = cache.get(key)
+    if part is None:
+        g, out_dims, fb = entry.graph.partition(dims, n, _DP_AXIS, nproc > 1)
+        part = _Partitioned(g, n, out_dims, fb)
+        cache[key] = part
+    return entry, conv, dims, part, batch_sharding
+
+
+def committed_plan(jf, args, kwargs):
+    """The plan of a call whose arguments include arrays committed to a split sharding
+    by device_put (or returned split by a partitioned jit); None when none is."""
+    from . import core
+    if core.committed_hook[0] is None:
+        return None
+    dyn_args, dyn_kwargs, _, _ = jf._split(args, kwargs)
+    dims, counts, batch = [], set(), None
+    for leaf in tree_util.tree_leaves((dyn_args, dyn_kwargs)):
+        sh = getattr(leaf, "_sharding", None)
+        f = _split_factor(sh, getattr(leaf, "ndim", 0)) if sh is not None else 1
+        dims.append(0 if f > 1 else -1)
+        if f > 1:
+            counts.add(f)
+            batch = batch or NamedSharding(sh.mesh, PartitionSpec(sh.spec[0]))
+    if len(counts) != 1:
+        return None
+    return _plan(jf, args, kwargs, (counts.pop(), dims, batch))
+
+
+NOT_SPLIT = object()
+
+
+def committed_call(jf, args, kwargs):
+    """core.JittedFunction.__call__'s hook once some array was committed to a split
+    sharding: the partitioned run, or NOT_SPLIT."""
+    plan = committed_plan(jf, args, kwargs)
+    return NOT_SPLIT if plan is None else _run_partitioned(plan)
+
+
+def _run_partitioned(plan):
+    from .. import _core
+    from .. import numpy as jnp
+    from . import fusion, pmap
+    entry, conv, dims, part, batch_sharding = plan
+    n, nproc = part.n, pmap.process_count()
+    nl = n // nproc
+    lo = pmap.process_index() * nl
+    vals, flags = [], []
+    for x, d in zip(conv, dims):
+        if d < 0:
+            vals.append(x)
+            flags.append(True)
+            continue
+        blocks = jnp.reshape(x, (n, x.shape[0] // n) + tuple(x.shape[1:]))
+        vals.append(blocks if nproc == 1 else blocks[lo:lo + nl])
+        flags.append(False)
+    outs, reps = _core.run_pmap(fusion.pmap_graph(part), vals, flags, nl)
+    res = []
+    for o, r, d, w in zip(outs, reps, part.out_dims, entry.out_weak):
+        if d >= 0:  # [n, ..., block along d, ...] -> the global array
+            o = jnp.moveaxis(o, 0, d)
+            s = tuple(o.shape)
+            o = jnp.reshape(o, s[:d] + (s[d] * s[d + 1],) + s[d + 2:])
+            if d == 0:  # split along the batch: it stays committed, as JAX's outputs do
+                o._sharding = batch_sharding
+        elif not r:  # equal on every device (a psum's result): one copy
+            o = o[0]
+        if w:
+            o.weak_type = True
+        res.append(o)
+    return tree_util.tree_unflatten(entry.out_tree, res)
+
+
+from .core import Array as _Array  # noqa: E402
+
+_Array.sharding = property(_array_sharding)
