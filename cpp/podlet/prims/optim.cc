@@ -34,26 +34,18 @@
 // so the result is bit-identical to the unfused chain. The clip is (grad / gnorm) *
 // max_norm, not grad * (max_norm / gnorm): the latter differs by up to an ulp.
 // bc1 = 1 - b1**count and bc2 are computed by the caller in f32, as optax does.
-#include "podlet/prims/common.h"
-#include "podlet/ir/batch_ops.h"
+#include "podlet/prims/optim_common.h"
 #include <cmath>
 #include "podlet/kernels/optim.h"
 
 namespace podlet {
 namespace {
 
-// Rounds a double to dtype D the way a weakly typed Python float becomes a D array
-// (NumPy/ml_dtypes: f64 -> f32 -> bf16), returned as a double.
-double round_to(DType d, double x) {
-  switch (d) {
-    case DType::f32: return double(float(x));
-    case DType::bf16: return double(float(bf16(float(x))));
-    case DType::f64: return x;
-    default: throw DTypeError(fmt("adamw_update: expected a float dtype, got ", dtype_name(d)));
-  }
-}
+using optim::add_first;
+using optim::Lane;
+using optim::scalar_value;
 
-double scalar_value(const Array& a) { return get_as_double(a, 0); }
+double round_to(DType d, double x) { return optim::round_to(d, x, "adamw_update"); }
 
 struct AdamWConsts {
   double one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm;
@@ -61,31 +53,6 @@ struct AdamWConsts {
 };
 
 using Out = kernels::AdamWOut;
-
-// Loads, rounds and stores of T in its arithmetic type A (float for bf16). The bf16 ones
-// are bf16::from_f32 / to_f32 written branch-free (a select for NaN instead of an early
-// return: same bits), so that the loop below vectorises.
-template <class T> struct Lane {
-  using A = acc_t<T>;
-  static A load(const T* x, int64_t i) { return A(x[i]); }
-  static A round(A v) { return v; }
-  static void store(T* x, int64_t i, A v) { x[i] = v; }
-};
-template <> struct Lane<bf16> {
-  static uint16_t bits_of(float f) {
-    const uint32_t u = __builtin_bit_cast(uint32_t, f);
-    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;  // canonical quiet NaN, sign kept
-    return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
-  }
-  static float from_bits(uint16_t b) { return __builtin_bit_cast(float, uint32_t(b) << 16); }
-  static float load(const bf16* x, int64_t i) { return from_bits(reinterpret_cast<const uint16_t*>(x)[i]); }
-  static float round(float v) { return from_bits(bits_of(v)); }
-  static void store(bf16* x, int64_t i, float v) { reinterpret_cast<uint16_t*>(x)[i] = bits_of(v); }
-};
-
-// a + b, returning a (quieted: a + a) when both are NaN; a select, so it vectorises.
-template <class A> inline A add_first(A a, A b) { return a != a ? a + a : a + b; }
 
 // One chunk [b, e). A function of its own so that every pointer is a restrict argument and
 // every constant a local: reading them through a lambda's closure, the compiler must assume
@@ -266,19 +233,10 @@ double adamw_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const 
   return per * double(in.at(0).size());
 }
 
-// vmap: the update is elementwise over the arrays, so with the same scalars for every
-// element the node runs once on the batched arrays; per-element scalars (lr, gnorm, bc1,
-// bc2) make it the batched loop (batching::looped): each element's update with its own
-// scalars, the bits of the unbatched kernel.
+// vmap: lr, gnorm, bc1 and bc2 (inputs 4-7) are the step scalars (optim_common.h).
 std::vector<int> adamw_batch(Graph& g, const BatchCtx& c, const std::vector<int>& in, const std::vector<int>& bd,
                              std::vector<int>& ob) {
-  bool scalars = c.n.attrs.has("vmap_size");
-  for (int k = 4; k < 8; ++k) scalars |= bd[k] >= 0;
-  if (scalars) return batching::loop_rule(g, c, in, bd, ob);
-  std::vector<int> x(in);
-  for (size_t k = 0; k < in.size(); ++k)
-    if (k < 4 || k == 8) x[k] = batching::materialize(g, in[k], bd[k], c.size);
-  return batching::reapply(g, c, x, c.n.attrs, ob);
+  return optim::update_batch(g, c, in, bd, ob, 4, 4);
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ from .alias import (MaskOrFn, adabelief, adadelta, adafactor, adagrad, adam, ada
                     fromage, lamb, lars, lbfgs, lion, nadam, nadamw, noisy_sgd, novograd, optimistic_adam,
                     optimistic_adam_v2, optimistic_gradient_descent, polyak_sgd, radam, rmsprop, rprop, sgd,
                     sign_sgd, signum, sm3, yogi)
-from ._fused import fused_adamw  # podlet extra (not optax), so not in __all__
+from ._fused import fused_adamw, fused_lion, fused_sgd  # podlet extras (not optax), so not in __all__
 from . import schedules
 from .schedules import (InjectHyperparamsState, InjectStatefulHyperparamsState, WrappedSchedule,
                         constant_schedule, cosine_decay_schedule, cosine_onecycle_schedule, exponential_decay,

@@ -110,13 +110,23 @@ def sgd(learning_rate, momentum=None, nesterov: bool = False,
 
     Returns:
       A :class:`GradientTransformationExtraArgs`; the state is
-      ``(TraceState(trace) or EmptyState(), <learning-rate state>)``.
+      ``(TraceState(trace) or EmptyState(), <learning-rate state>)``. With momentum, the
+      fused one-pass transform (:func:`fused_sgd`, same state and numbers) when the
+      arguments allow it (Python numbers, accumulator_dtype None), the chain otherwise.
     """
+    if momentum is not None and _fused.can_fuse_sgd(learning_rate, momentum, accumulator_dtype):
+        return _fused.fused_sgd(learning_rate, momentum=momentum, nesterov=nesterov)
+    return _sgd_unfused(learning_rate, momentum, nesterov, accumulator_dtype)
+
+
+def _sgd_unfused(learning_rate, momentum=None, nesterov: bool = False,
+                 accumulator_dtype=None) -> GradientTransformationExtraArgs:
+    """:func:`sgd` as optax's chain (no fusion)."""
     if momentum is not None:
         opt = transform.trace(decay=momentum, nesterov=nesterov, accumulator_dtype=accumulator_dtype)
     else:
         opt = identity()
-    return chain(opt, transform.scale_by_learning_rate(learning_rate))
+    return _chain(opt, transform.scale_by_learning_rate(learning_rate))
 
 
 # ---------------------------------------------------------------------------------
@@ -177,9 +187,19 @@ def adan(learning_rate, b1=0.98, b2=0.92, b3=0.99, eps=1e-8, eps_root=1e-8, weig
 
 def lion(learning_rate, b1=0.9, b2=0.99, mu_dtype=None, weight_decay=1e-3,
          mask: MaskOrFn = None) -> GradientTransformationExtraArgs:
-    """Lion (Chen et al. 2023): ``scale_by_lion``, decoupled weight decay, the learning rate."""
-    return chain(_m.scale_by_lion(b1=b1, b2=b2, mu_dtype=mu_dtype), transform.add_decayed_weights(weight_decay, mask),
-                 transform.scale_by_learning_rate(learning_rate))
+    """Lion (Chen et al. 2023): ``scale_by_lion``, decoupled weight decay, the learning rate;
+    the fused one-pass transform (:func:`fused_lion`, same state and numbers) when the
+    arguments allow it (Python numbers, mu_dtype None, a constant weight decay)."""
+    if _fused.can_fuse_lion(learning_rate, b1, b2, mu_dtype, weight_decay, mask):
+        return _fused.fused_lion(learning_rate, b1=b1, b2=b2, weight_decay=weight_decay, mask=mask)
+    return _lion_unfused(learning_rate, b1, b2, mu_dtype, weight_decay, mask)
+
+
+def _lion_unfused(learning_rate, b1=0.9, b2=0.99, mu_dtype=None, weight_decay=1e-3,
+                  mask: MaskOrFn = None) -> GradientTransformationExtraArgs:
+    """:func:`lion` as optax's chain of three transformations (no fusion)."""
+    return _chain(_m.scale_by_lion(b1=b1, b2=b2, mu_dtype=mu_dtype),
+                  transform.add_decayed_weights(weight_decay, mask), transform.scale_by_learning_rate(learning_rate))
 
 
 def amsgrad(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, mu_dtype=None, bias_correction_mu: bool = True,
