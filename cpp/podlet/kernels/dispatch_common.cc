@@ -7,6 +7,8 @@
 #include <cctype>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
+#include "podlet/kernels/attention.h"
 #include "podlet/kernels/conv.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/gemm.h"
@@ -202,5 +204,60 @@ bool maxpool_scatter(const Pool2d& q, const int8_t* sel, const float* src, float
   return true;
 }
 int64_t maxpool_select_fast_calls() { return g_maxpool_select_fast.load(); }
+
+
+// ---- fused attention: avx512 > avx2 > ref (the same bits on each; f64: ref) ----------
+namespace {
+std::atomic<const char*> g_attention_isa{"none"};
+}  // namespace
+
+const char* attention_last_isa() { return g_attention_isa.load(); }
+
+template <class T, class A>
+void attention_fwd(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse) {
+  if constexpr (std::is_same_v<T, double>) {
+    g_attention_isa = "ref";
+    attention_fwd_ref(p, q, k, v, out, lse);
+  } else if (isa_at_least(Isa::avx512)) {
+    g_attention_isa = "avx512";
+    attention_fwd_avx512(p, q, k, v, out, lse);
+  } else if (use_avx2()) {
+    g_attention_isa = "avx2";
+    attention_fwd_avx2(p, q, k, v, out, lse);
+  } else {
+    g_attention_isa = "ref";
+    attention_fwd_ref(p, q, k, v, out, lse);
+  }
+}
+
+template <class T, class A>
+void attention_bwd(const Attn& p, const T* q, const T* k, const T* v, const T* out, const A* lse, const T* dout,
+                   T* dq, T* dk, T* dv, A* dbias) {
+  if constexpr (std::is_same_v<T, double>) {
+    g_attention_isa = "ref";
+    attention_bwd_ref(p, q, k, v, out, lse, dout, dq, dk, dv, dbias);
+  } else if (isa_at_least(Isa::avx512)) {
+    g_attention_isa = "avx512";
+    attention_bwd_avx512(p, q, k, v, out, lse, dout, dq, dk, dv, dbias);
+  } else if (use_avx2()) {
+    g_attention_isa = "avx2";
+    attention_bwd_avx2(p, q, k, v, out, lse, dout, dq, dk, dv, dbias);
+  } else {
+    g_attention_isa = "ref";
+    attention_bwd_ref(p, q, k, v, out, lse, dout, dq, dk, dv, dbias);
+  }
+}
+
+template void attention_fwd<float, float>(const Attn&, const float*, const float*, const float*, float*, float*);
+template void attention_fwd<bf16, float>(const Attn&, const bf16*, const bf16*, const bf16*, bf16*, float*);
+template void attention_fwd<double, double>(const Attn&, const double*, const double*, const double*, double*,
+                                            double*);
+template void attention_bwd<float, float>(const Attn&, const float*, const float*, const float*, const float*,
+                                          const float*, const float*, float*, float*, float*, float*);
+template void attention_bwd<bf16, float>(const Attn&, const bf16*, const bf16*, const bf16*, const bf16*,
+                                         const float*, const bf16*, bf16*, bf16*, bf16*, float*);
+template void attention_bwd<double, double>(const Attn&, const double*, const double*, const double*,
+                                            const double*, const double*, const double*, double*, double*,
+                                            double*, double*);
 
 }  // namespace podlet::kernels

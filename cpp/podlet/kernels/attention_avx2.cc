@@ -1,0 +1,5 @@
+// The AVX2 + FMA build of the fused attention kernels (attention_impl.h; the same bits
+// as the reference: -ffp-contract=off, lane-wise loops only).
+#include "podlet/kernels/attention_impl.h"
+
+PODLET_ATTN_DEFINE(avx2)
