@@ -139,6 +139,7 @@ def special_params(rng, dtype):
     # Values the sign and the adds must treat as the chain does: NaN (the grad's and the
     # state's, with different payloads, meet in the adds), inf, +-0 (sign keeps -0).
     p["mat"][0, :3] = [np.nan, -0.0, np.inf]
+    p["mat"][1, 0] = -np.nan  # meets the update's NaN (the grad's, +) in the apply add
     g["mat"][1, :4] = [np.nan, 0.0, -0.0, -np.inf]
     m["mat"][1, :4] = [-np.nan, 0.0, -0.0, 1.0]
     m["mat"][2, :2] = [-0.0, 0.0]
@@ -174,6 +175,15 @@ def test_one_step_on_special_values_bitwise(name, gscale, dtype):
         uf, sf = fus.update(grads, st, params)
         assert_trees_bitwise(uf, ur)
         assert_trees_bitwise(sf, sr)
+        # Under jit apply_updates' add runs inside the fused node (apply=1): the NaN it
+        # keeps is still the add's.
+        def step(p, s, g):
+            u, s = fus.update(g, s, p)
+            return poptax.apply_updates(p, u), s
+
+        jstep = podlet.jit(step)
+        assert _core.optimizer_fusion_stats(jstep.lower(params, st, grads).graph)["applies_folded"] == len(params)
+        assert_trees_bitwise(jstep(params, st, grads), (poptax.apply_updates(params, ur), sr))
 
 
 # ---------------------------------------------------------------------------------
@@ -197,6 +207,9 @@ def test_jit_takes_the_fused_path_and_equals_eager_and_unfused(name, dtype):
         counts = podlet.make_graph(step, params, st0, grads_for(rng, params, 0)).prim_counts()
         assert counts.get(prim, 0) == (len(params) if which == "fused" else 0), counts
         jstep = podlet.jit(step)
+        # jit's optimizer pass folds apply_updates' add into each fused node (apply=1).
+        stats = _core.optimizer_fusion_stats(jstep.lower(params, st0, grads_for(rng, params, 0)).graph)
+        assert stats["applies_folded"] == (len(params) if which == "fused" else 0), stats
         pj_, sj_, pe, se = params, st0, params, st0
         r = np.random.default_rng(12)
         for i in range(25):

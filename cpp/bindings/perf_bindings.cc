@@ -100,7 +100,8 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   m.def("set_memory_plan", &set_memory_plan, py::arg("on"));
   m.def("memory_plan_enabled", &memory_plan_enabled);
   m.def("fuse_optimizer", [](const Graph& g) { return fuse_optimizer(g); }, py::arg("graph"),
-        "A copy of the graph with apply_updates' add and an EMA of the new params folded into adamw_update "
+        "A copy of the graph with apply_updates' add folded into adamw_update, sgd_momentum_update or "
+        "lion_update and an EMA of the new params into adamw_update "
         "(bit-identical results).");
   m.def("fuse_pool_selection", [](const Graph& g) { return fuse_pool_selection(g); }, py::arg("graph"),
         "A copy of the graph whose max-pool gradients reuse the forward pass's selection (reduce_window_argmax / "

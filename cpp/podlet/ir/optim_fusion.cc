@@ -30,6 +30,12 @@ bool is_adamw(const Node& n) { return is_prim(n, "adamw_update") && !n.attrs.has
 
 bool applies(const Node& n) { return n.attrs.i("apply", 1) != 0; }
 
+// The fused updates whose kernels also apply the update (param + u, apply=1): AdamW (before
+// an EMA is attached), SGD with momentum and Lion (prims/optim_sgd_lion.cc).
+bool takes_apply(const Node& n) {
+  return is_adamw(n) || is_prim(n, "sgd_momentum_update") || is_prim(n, "lion_update");
+}
+
 // The other operand of a binary node reading v (nullopt-like -1 if v is not an operand).
 int other_operand(const Node& n, int v) {
   if (n.in.size() != 2) return -1;
@@ -75,13 +81,14 @@ void compact(Graph& g, const std::vector<char>& drop) {
   g.dce();
 }
 
-// Rewrite 1: adamw_update(apply=0) followed by add(param, update) -> apply=1.
+// Rewrite 1: adamw_update / sgd_momentum_update / lion_update (apply=0) followed by
+// add(param, update) -> apply=1.
 int fold_apply(Graph& g) {
   const Uses uses(g);
   std::vector<char> drop(g.nodes.size(), 0);
   int folded = 0;
   for (Node& n : g.nodes) {
-    if (!is_adamw(n) || applies(n)) continue;
+    if (!takes_apply(n) || applies(n)) continue;
     const int u = n.out[0];
     const int j = uses.sole_user(u);
     if (j < 0 || drop[j]) continue;

@@ -8,6 +8,8 @@
 //              TrainState.apply_gradients calls it), where u = adamw_update(param, ...,
 //              apply=0)[0] has no other reader
 //              -> adamw_update(..., apply=1), whose output 0 is that add's value.
+//              The same for sgd_momentum_update and lion_update (prims/optim_sgd_lion.cc),
+//              the only rewrite that applies to them.
 //   2. EMA:    add(mul(C1, ema), mul(C2, p_new)) (any operand order) where
 //              p_new = adamw_update(..., apply=1)[0], C1 and C2 are scalar constants of
 //              the param dtype (a 0-d constant as a weakly typed Python float becomes, a
@@ -37,7 +39,7 @@
 namespace podlet {
 
 struct OptimFusionStats {
-  int applies_folded = 0;  // apply_updates adds folded into adamw_update (apply=1)
+  int applies_folded = 0;  // apply_updates adds folded into a fused update (apply=1)
   int emas_folded = 0;     // EMA mul/mul/add triples folded into adamw_update
   int grads_widened = 0;   // bf16 -> param dtype grad converts folded into adamw_update
 };

@@ -284,13 +284,20 @@ def fused_sgd(learning_rate, momentum, nesterov: bool = False,
         t_leaves, t_def = _tu.tree_flatten(trace_state.trace)
         if treedef != t_def or not all(map(_leaves_ok, g_leaves, t_leaves)):
             return ref_update(updates, state, params, **extra_args)
+        # SGD's update does not read the params (optax's takes none), and apply=False
+        # never reads the param slot. Given params fill it, so that jit's optimizer pass
+        # (ir/optim_fusion.h) can fold apply_updates' add(param, update) into the node;
+        # without them (or with params that are not the grads' twins) the grads do.
+        slot = g_leaves
+        if params is not None:
+            p_leaves, p_def = _tu.tree_flatten(params)
+            if p_def == treedef and all(map(_leaves_ok, p_leaves, g_leaves)):
+                slot = p_leaves
         g_norm, max_norm = _clip_scalars(updates, clip_norm)
         lr, new_lr_state = _learning_rate(learning_rate, lr_state)
         new_u, new_t = [], []
-        for g, t in zip(g_leaves, t_leaves):
-            # SGD's update does not read the params (optax's takes none): the grad fills
-            # the param slot, which the update (apply=False) never reads.
-            u, t2 = sgd_momentum_update(g, g, t, lr, g_norm, momentum=momentum, nesterov=nesterov,
+        for p, g, t in zip(slot, g_leaves, t_leaves):
+            u, t2 = sgd_momentum_update(p, g, t, lr, g_norm, momentum=momentum, nesterov=nesterov,
                                         max_norm=max_norm, apply=False)
             new_u.append(u)
             new_t.append(t2)
