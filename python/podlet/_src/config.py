@@ -39,7 +39,11 @@ class _Config:
                         # bf16 3x3 stride-1 convs at precision DEFAULT as Winograd F(2x2,
                         # 3x3): faster, ~2.5x the rounding error of the direct kernels; on
                         # unless PODLET_CONV_WINOGRAD=0 (precision HIGHEST: direct per layer)
-                        "conv_winograd": _core.conv_winograd_stats()["enabled"]}
+                        "conv_winograd": _core.conv_winograd_stats()["enabled"],
+                        # Flax's dot_product_attention as the fused primitive when it
+                        # computes the same thing (_src/attention.py); PODLET_FUSED_ATTENTION=0
+                        # keeps Flax's op-by-op rounding
+                        "fused_attention": os.environ.get("PODLET_FUSED_ATTENTION", "1") != "0"}
         if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true"):
             self.update("enable_x64", True)
 

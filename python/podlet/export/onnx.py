@@ -380,6 +380,61 @@ def _dot_general(b, n, ins, ia, oa):
     return b.cast(y, ld, oa[0][0])
 
 
+@_rule("dot_product_attention")
+def _attention(b, n, ins, ia, oa):
+    """The fused attention node as ONNX's plain ops: MatMuls in f32, Where for the
+    combined mask (jax's large negative), Softmax over the keys; lse from ReduceLogSumExp."""
+    a = n.attrs
+    (qd, qs), (_, ks) = ia[0], ia[1]
+    B, T, N, H = qs
+    S, K = ks[1], ks[2]
+    G = N // K
+    f32 = "float32" if qd != "float64" else "float64"
+    pos = 3
+    opt = {}
+    for flag, name in (("has_bias", "bias"), ("has_mask", "mask"), ("has_qlen", "qlen"), ("has_kvlen", "kvlen")):
+        if int(a.get(flag, 0)):
+            opt[name] = (ins[pos], ia[pos])
+            pos += 1
+    q = b.cast(b.transpose(ins[0], [0, 2, 1, 3]), qd, f32)            # B N T H
+    k = b.cast(b.transpose(ins[1], [0, 2, 3, 1]), qd, f32)            # B K H S
+    v = b.cast(b.transpose(ins[2], [0, 2, 1, 3]), qd, f32)            # B K S H
+    if G > 1:  # query head n reads kv head n // G
+        idx = b.ints(np.arange(N) // G)
+        k, v = b.op("Gather", [k, idx], axis=1), b.op("Gather", [v, idx], axis=1)
+    logits = b.op("Mul", [b.op("MatMul", [q, k]), b.scalar(float(a["scale"]), f32)])  # B N T S
+    if "bias" in opt:
+        name, (bd, _) = opt["bias"]
+        logits = b.op("Add", [logits, b.cast(name, bd, f32)])
+    allowed = np.ones((T, S), bool)  # the static masks, folded to a constant
+    t, s_ = np.arange(T)[:, None], np.arange(S)[None, :]
+    if int(a.get("causal", 0)):
+        allowed &= s_ <= t
+    if int(a.get("window_left", -1)) >= 0:
+        allowed &= s_ >= t - int(a["window_left"])
+    if int(a.get("window_right", -1)) >= 0:
+        allowed &= s_ <= t + int(a["window_right"])
+    keep = None if allowed.all() else b.constant(allowed[None, None])
+    if "mask" in opt:
+        keep = opt["mask"][0] if keep is None else b.op("And", [keep, opt["mask"][0]])
+    lengths = {}
+    for name, axis, size in (("qlen", 2, T), ("kvlen", 3, S)):
+        if name in opt:
+            shape = [B, 1, 1, 1]
+            ar = b.constant(np.arange(size, dtype=np.int32).reshape([1, 1, size, 1] if axis == 2 else [1, 1, 1, size]))
+            lengths[name] = b.op("Less", [ar, b.reshape(opt[name][0], shape, [B])])
+            keep = lengths[name] if keep is None else b.op("And", [keep, lengths[name]])
+    if keep is not None:
+        logits = b.op("Where", [keep, logits, b.scalar(-0.7 * np.finfo(np.float32).max, f32)])
+    probs = b.op("Softmax", [logits], axis=-1)
+    out = b.op("MatMul", [probs, v])                                   # B N T H
+    if "qlen" in lengths:
+        out = b.op("Mul", [out, b.cast(lengths["qlen"], "bool", f32)])
+    out = b.cast(b.transpose(out, [0, 2, 1, 3]), f32, oa[0][0])
+    lse = b.reduce("ReduceLogSumExp", logits, [3])
+    return [out, b.cast(lse, f32, oa[1][0])]
+
+
 @_rule("conv_general_dilated")
 def _conv(b, n, ins, ia, oa):
     (xd, xs), (wd, ws) = ia

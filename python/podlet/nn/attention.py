@@ -16,6 +16,7 @@ from typing import Any, Callable
 from .. import lax
 from .. import numpy as jnp
 from .. import random
+from .._src import attention as _attention
 from . import initializers
 from .activations import softmax
 from .linear import DenseGeneral, default_kernel_init, promote_dtype
@@ -83,18 +84,38 @@ def dot_product_attention_weights(query, key, bias=None, mask=None, broadcast_dr
     return attn_weights
 
 
+_JAX_NN_ONLY = ("scale", "is_causal", "query_seq_lengths", "key_value_seq_lengths", "local_window_size",
+                "implementation", "return_residual")
+
+
 def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
                           dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
                           force_fp32_for_softmax=False, einsum_dot_general=None, qk_attn_weights_einsum=None,
-                          attn_weights_value_einsum=None):
-    """Scaled dot-product attention (https://arxiv.org/abs/1706.03762).
+                          attn_weights_value_einsum=None, **jax_nn_kwargs):
+    """Scaled dot-product attention (https://arxiv.org/abs/1706.03762): Flax's
+    ``flax.linen.dot_product_attention`` and ``jax.nn.dot_product_attention`` in one.
 
-    Args: as :func:`dot_product_attention_weights`, plus ``value``
-    ``[batch..., kv_length, num_heads, v_depth]``.
+    Flax's form (args as :func:`dot_product_attention_weights`, plus ``value``
+    ``[batch..., kv_length, num_heads, v_depth]``) returns ``[batch..., q_length,
+    num_heads, v_depth]``; without attention-weight dropout, sown weights, custom einsums
+    or precision it runs as one fused primitive (``_src/attention.py``).
 
-    Returns:
-      ``[batch..., q_length, num_heads, v_depth]``.
+    jax.nn's form: any of its keyword-only arguments (``scale``, ``is_causal``,
+    ``query_seq_lengths``, ``key_value_seq_lengths``, ``local_window_size``,
+    ``implementation``, ``return_residual``) selects jax.nn's semantics: query
+    ``[B, T, N, H]`` (or ``[T, N, H]``), key / value ``[B, S, K, H]`` with grouped-query
+    heads, f32 logits and softmax, always fused. A call with none of them and no Flax-only
+    argument computes the same thing either way.
     """
+    if jax_nn_kwargs:
+        unknown = set(jax_nn_kwargs) - set(_JAX_NN_ONLY)
+        if unknown:
+            raise TypeError(f"dot_product_attention() got unexpected keyword argument(s) {sorted(unknown)}")
+        if dropout_rate or dropout_rng is not None or dtype is not None or precision is not None or module:
+            raise TypeError("dot_product_attention: jax.nn's keyword arguments "
+                            f"({', '.join(sorted(jax_nn_kwargs))}) cannot be combined with Flax's dropout, dtype, "
+                            "precision or module arguments")
+        return _attention.jax_nn_dot_product_attention(query, key, value, bias, mask, **jax_nn_kwargs)
     if bool(qk_attn_weights_einsum) != bool(attn_weights_value_einsum):
         raise ValueError("qk_attn_weights_einsum and attn_weights_value_einsum must be specified together.")
     if (precision or einsum_dot_general) and (qk_attn_weights_einsum or attn_weights_value_einsum):
@@ -106,6 +127,12 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
     assert query.shape[:-3] == key.shape[:-3] == value.shape[:-3], "q, k, v batch dims must match."
     assert query.shape[-2] == key.shape[-2] == value.shape[-2], "q, k, v num_heads must match."
     assert key.shape[-3] == value.shape[-3], "k, v lengths must match."
+    if _attention.flax_fusable(query, key, value, bias, mask, dropout_rate > 0.0 and not deterministic,
+                               precision, einsum_dot_general, qk_attn_weights_einsum, attn_weights_value_einsum):
+        if module:  # the weights are sown (Flax's switch); the output stays the fused one
+            dot_product_attention_weights(query, key, bias, mask, dtype=dtype, module=module,
+                                          force_fp32_for_softmax=force_fp32_for_softmax, deterministic=True)
+        return _attention.flax_fused(query, key, value, bias, mask)
     attn_weights = dot_product_attention_weights(query, key, bias, mask, broadcast_dropout, dropout_rng, dropout_rate,
                                                  deterministic, dtype, precision, module, force_fp32_for_softmax,
                                                  einsum_dot_general=einsum_dot_general, einsum=qk_attn_weights_einsum)

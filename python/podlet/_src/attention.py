@@ -1,0 +1,153 @@
+"""jax.nn.dot_product_attention on the fused primitive (cpp/podlet/prims/attention.cc).
+
+One ``dot_product_attention`` node computes softmax((q . k) * scale + bias, masked) . v
+in flash-style tiles (the [T, S] score matrix of a head is never materialised); its VJP
+is one ``dot_product_attention_bwd`` node. ``podlet.nn.dot_product_attention`` is both
+Flax's function and jax.nn's (their positional arguments agree; jax.nn's are keyword
+only): jax.nn's keywords select jax.nn's semantics, and Flax's form takes the fused path
+whenever it computes the same thing (no attention-weight dropout, no custom einsums or
+precision; sown weights are computed beside it, so capturing them leaves the output's
+bits unchanged). ``podlet.config.update("fused_attention", False)`` (or
+PODLET_FUSED_ATTENTION=0) makes the Flax form run op by op as before, for Flax's exact
+rounding (it computes bf16 logits and softmax in bf16; the fused kernel works in f32).
+"""
+import numpy as np
+
+from . import dtypes
+from .core import bind
+
+
+def _as4(x):
+    from .. import numpy as jnp
+    x = jnp.asarray(x)
+    return jnp.reshape(x, (1,) * (4 - x.ndim) + tuple(x.shape)) if x.ndim < 4 else x
+
+
+def fused(query, key, value, bias=None, mask=None, *, scale, is_causal=False, query_seq_lengths=None,
+          key_value_seq_lengths=None, local_window_size=None):
+    """The primitive on 4-D [B, T, N, H] / [B, S, K, H] operands: (out, lse [B, N, T])."""
+    args = [query, key, value]
+    attrs = {"scale": float(scale), "causal": int(bool(is_causal))}
+    if bias is not None:
+        args.append(bias)
+        attrs["has_bias"] = 1
+    if mask is not None:
+        args.append(mask)
+        attrs["has_mask"] = 1
+    if query_seq_lengths is not None:
+        args.append(query_seq_lengths)
+        attrs["has_qlen"] = 1
+    if key_value_seq_lengths is not None:
+        args.append(key_value_seq_lengths)
+        attrs["has_kvlen"] = 1
+    if local_window_size is not None:
+        attrs["window_left"], attrs["window_right"] = (int(w) for w in local_window_size)
+    return bind("dot_product_attention", *args, **attrs)
+
+
+def jax_nn_dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None, is_causal=False,
+                                 query_seq_lengths=None, key_value_seq_lengths=None, local_window_size=None,
+                                 implementation=None, return_residual=False):
+    """jax.nn.dot_product_attention (implementation 'xla' semantics, fused)."""
+    from .. import numpy as jnp
+    from .. import lax
+    if implementation not in (None, "xla"):
+        if implementation == "cudnn":
+            raise RuntimeError("implementation='cudnn' is cuDNN flash attention, a GPU kernel; podlet runs on the "
+                               "CPU: use implementation=None or 'xla'")
+        raise ValueError(f"Unsupported implementation option: {implementation}")
+    query, key, value = jnp.asarray(query), jnp.asarray(key), jnp.asarray(value)
+    out_shape = tuple(query.shape)
+    q, k, v = _as4(query), _as4(key), _as4(value)
+    bias = _as4(bias) if bias is not None else None
+    mask = _as4(mask) if mask is not None else None
+
+    def check(t, shape, dtype, name):
+        if t is None:
+            return
+        if t.ndim != len(shape):
+            raise ValueError(f"{name} ndim should be {len(shape)}, but got {t.ndim}")
+        if dtype is not None and np.dtype(t.dtype) != np.dtype(dtype):
+            raise ValueError(f"{name} dtype should be {np.dtype(dtype)}, but got {np.dtype(t.dtype)}")
+        for i in range(t.ndim):
+            if shape[i] != -1 and t.shape[i] != shape[i]:
+                raise ValueError(f"{name} shape should be {shape}: but got {tuple(t.shape)}")
+
+    if query_seq_lengths is not None:
+        query_seq_lengths = jnp.asarray(query_seq_lengths)
+    if key_value_seq_lengths is not None:
+        key_value_seq_lengths = jnp.asarray(key_value_seq_lengths)
+    if isinstance(local_window_size, int):
+        local_window_size = (local_window_size, local_window_size)
+    B, S, K, H = k.shape
+    check(v, [B, S, K, H], k.dtype, "value")
+    check(q, [B, -1, -1, H], k.dtype, "query")
+    check(mask, [-1] * 4, np.bool_, "mask")
+    check(bias, [-1] * 4, None, "bias")
+    check(query_seq_lengths, [B], np.int32, "query_seq_lengths")
+    check(key_value_seq_lengths, [B], np.int32, "key_value_seq_lengths")
+    if q.shape[-2] % K != 0:
+        raise ValueError(f"The number of query heads must be a multiple of key/value heads, but got "
+                         f"{q.shape[-2]} vs {K}")
+    if not dtypes.is_float(q.dtype):
+        raise ValueError(f"dot_product_attention needs floating-point query/key/value, got {np.dtype(q.dtype)}")
+    scale_val = (1.0 / np.sqrt(H)) if scale is None else scale
+    if bias is not None or mask is not None:  # 4-D, each dim 1 or the full size, as the primitive takes them
+        full = (B, q.shape[2], q.shape[1], S)
+        for name, t in (("bias", bias), ("mask", mask)):
+            if t is not None and any(d not in (1, f) for d, f in zip(t.shape, full)):
+                t = jnp.broadcast_to(t, full)
+                bias, mask = (t, mask) if name == "bias" else (bias, t)
+    out, lse = fused(q, k, v, bias, mask, scale=scale_val, is_causal=is_causal,
+                     query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
+                     local_window_size=local_window_size)
+    out = jnp.reshape(out, out_shape)
+    if not return_residual:
+        return out
+    res = lax.stop_gradient(jnp.transpose(lse, (0, 2, 1)).astype(k.dtype))  # B N T -> B T N, as jax
+    return out, jnp.reshape(res, out_shape[:-1])
+
+
+def flax_fusable(query, key, value, bias, mask, dropout_active, precision, einsum_dot_general, qk_einsum,
+                 av_einsum):
+    """Whether Flax's dot_product_attention may run as the fused primitive: the same
+    softmax(q k^T / sqrt(d) + bias, masked) v, only rounded differently."""
+    from .config import config
+    if not config.fused_attention or dropout_active or precision is not None:
+        return False
+    if einsum_dot_general is not None or qk_einsum is not None or av_einsum is not None:
+        return False
+    if getattr(query, "ndim", 0) != 4 or key.ndim != 4 or value.ndim != 4:
+        return False
+    if query.shape[2] != key.shape[2] or key.shape != value.shape or query.shape[0] != key.shape[0]:
+        return False  # Flax's own assertions report these
+    for t in (bias, mask):
+        if t is not None and (getattr(t, "ndim", np.ndim(t)) > 4):
+            return False
+    return True
+
+
+def flax_fused(query, key, value, bias, mask):
+    """Flax's dot_product_attention (query, key, value promoted to one dtype) fused: the
+    scale is 1/sqrt(depth), masked logits take a large negative value as Flax's
+    finfo.min does (a fully masked row averages the values, as in Flax)."""
+    from .. import numpy as jnp
+    B, T, N, _ = query.shape
+    S = key.shape[1]
+    full = (B, N, T, S)
+
+    def four(t, dtype=None):
+        t = jnp.asarray(t) if dtype is None else jnp.asarray(t, dtype)
+        t = jnp.reshape(t, (1,) * (4 - t.ndim) + tuple(t.shape)) if t.ndim < 4 else t
+        if any(d not in (1, f) for d, f in zip(t.shape, full)):
+            t = jnp.broadcast_to(t, full)
+        return t
+
+    if mask is not None:
+        mask = four(mask)
+        if mask.dtype != np.bool_:
+            mask = mask.astype(bool)
+    if bias is not None:
+        bias = four(bias)
+    out, _ = fused(query, key, value, bias, mask, scale=1.0 / np.sqrt(query.shape[-1]))
+    return out
