@@ -1,12 +1,14 @@
 // What the fused optimizer updates (prims/optim.cc: adamw_update; prims/optim_sgd_lion.cc:
 // sgd_momentum_update, lion_update) share: the rounding of constants and intermediates to
-// the parameter dtype, the NaN rule of the unfused chain's add, and the batching rule of
-// an elementwise update whose step scalars are inputs.
+// the parameter dtype (and, from kernels/optim_lanes.h, the element loads / rounds / stores
+// and the NaN rule of the unfused chain's add), and the batching rule of an elementwise
+// update whose step scalars are inputs.
 #pragma once
 #include <cstdint>
 #include <vector>
 #include "podlet/prims/common.h"
 #include "podlet/ir/batch_ops.h"
+#include "podlet/kernels/optim_lanes.h"
 
 namespace podlet::optim {
 
@@ -24,32 +26,8 @@ inline double round_to(DType d, double x, const char* prim) {
 
 inline double scalar_value(const Array& a) { return get_as_double(a, 0); }
 
-// Loads, rounds and stores of T in its arithmetic type A (float for bf16). The bf16 ones
-// are bf16::from_f32 / to_f32 written branch-free (a select for NaN instead of an early
-// return: same bits), so that the loops vectorise.
-template <class T> struct Lane {
-  using A = acc_t<T>;
-  static A load(const T* x, int64_t i) { return A(x[i]); }
-  static A round(A v) { return v; }
-  static void store(T* x, int64_t i, A v) { x[i] = v; }
-};
-template <> struct Lane<bf16> {
-  static uint16_t bits_of(float f) {
-    const uint32_t u = __builtin_bit_cast(uint32_t, f);
-    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t nan = ((u >> 16) & 0x8000u) | 0x7fc0u;  // canonical quiet NaN, sign kept
-    return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
-  }
-  static float from_bits(uint16_t b) { return __builtin_bit_cast(float, uint32_t(b) << 16); }
-  static float load(const bf16* x, int64_t i) { return from_bits(reinterpret_cast<const uint16_t*>(x)[i]); }
-  static float round(float v) { return from_bits(bits_of(v)); }
-  static void store(bf16* x, int64_t i, float v) { reinterpret_cast<uint16_t*>(x)[i] = bits_of(v); }
-};
-
-// a + b, returning a (quieted: a + a) when both are NaN, as the unfused chain's add does
-// (x86's addps); a select, so it vectorises, and explicit, since a compiler may commute
-// a plain a + b.
-template <class A> inline A add_first(A a, A b) { return a != a ? a + a : a + b; }
+using kernels::add_first;
+using kernels::Lane;
 
 // vmap of an update that is elementwise over its arrays and reads the 0-d step scalars
 // in[first_scalar, first_scalar + n_scalars): with the same scalars for every element the

@@ -31,146 +31,34 @@
 //   u      = T(-lr) * u
 //   outputs (apply ? T(param + u) : u, mu')
 //
-// Both are chunked by parallel_for's fixed-size chunks and purely elementwise, so the
-// bits do not depend on the thread count.
+// The element loops are kernels/optim_sgd_lion_loops.h, compiled here (the `ref` path) and
+// for AVX2 (kernels/optim_sgd_lion_avx2.cc), with the same bits.
 #include "podlet/prims/optim_common.h"
+#include "podlet/cpu/isa.h"
+#include "podlet/kernels/optim_sgd_lion_loops.h"
 
 namespace podlet {
 namespace {
 
-using optim::add_first;
-using optim::Lane;
 using optim::scalar_value;
 
-// The scalars common to both updates, already rounded to T.
-struct StepConsts {
-  double neg_lr, gnorm, max_norm;
-  bool clip;
-};
-
-// The clip decision and the rounded lr / norm constants; `prim` names the caller in errors.
-StepConsts step_consts(const std::vector<Array>& in, const Attrs& a, const char* prim) {
+// The lr / norm constants rounded to T and the clip decision, into `s` (SgdStep or
+// LionStep); `prim` names the caller in errors.
+template <class Step>
+void step_consts(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a, const char* prim, Step& s) {
   const DType t = in[0].dtype();
   const double max_norm = a.f("max_norm", 0.0);
   const double gnorm_raw = scalar_value(in[4]);
-  StepConsts c;
   // The trigger compares the norm in its own dtype with max_norm rounded to it (weak typing).
-  c.clip = max_norm > 0.0 && !(gnorm_raw < optim::round_to(in[4].dtype(), max_norm, prim));
-  c.neg_lr = -optim::round_to(t, scalar_value(in[3]), prim);  // RNE is sign-symmetric: T(-lr) == -T(lr)
-  c.gnorm = optim::round_to(t, gnorm_raw, prim);
-  c.max_norm = optim::round_to(t, max_norm, prim);
-  return c;
+  s.clip = max_norm > 0.0 && !(gnorm_raw < optim::round_to(in[4].dtype(), max_norm, prim));
+  s.neg_lr = -optim::round_to(t, scalar_value(in[3]), prim);  // RNE is sign-symmetric: T(-lr) == -T(lr)
+  s.gnorm = optim::round_to(t, gnorm_raw, prim);
+  s.max_norm = optim::round_to(t, max_norm, prim);
+  s.apply = a.i("apply", 1) != 0;
+  s.buf = kernels::UpdateBuffers{t, in[0].raw(), in[1].raw(), in[2].raw(), out[0].raw(), out[1].raw()};
 }
 
-// ---- sgd_momentum_update ------------------------------------------------------------
-
-// One chunk [b, e), a function of its own so that every pointer is a restrict argument and
-// every constant a local (see adamw_chunk): otherwise the loop does not vectorise.
-template <class T, bool kClip, bool kNesterov, bool kApply>
-void sgd_chunk(const T* __restrict p, const T* __restrict gr, const T* __restrict tr, T* __restrict o,
-               T* __restrict to, double momentum_d, const StepConsts& c, int64_t b, int64_t e) {
-  using A = acc_t<T>;
-  using L = Lane<T>;
-  const A momentum = A(momentum_d), neg_lr = A(c.neg_lr), gnorm = A(c.gnorm), max_norm = A(c.max_norm);
-  auto R = [](A x) { return L::round(x); };  // an intermediate rounded to T (no-op for f32/f64)
-  for (int64_t i = b; i < e; ++i) {
-    A g = L::load(gr, i);
-    if constexpr (kClip) g = R(R(g / gnorm) * max_norm);
-    const A t = R(add_first(g, R(momentum * L::load(tr, i))));
-    A u = t;
-    if constexpr (kNesterov) u = R(add_first(g, R(momentum * t)));
-    u = R(neg_lr * u);
-    if constexpr (kApply) L::store(o, i, add_first(L::load(p, i), u));
-    else L::store(o, i, u);
-    L::store(to, i, t);
-  }
-}
-
-template <class T, bool kClip, bool kNesterov, bool kApply>
-void sgd_loop(const std::vector<Array>& in, std::vector<Array>& out, double momentum, const StepConsts& c) {
-  const T* p = in[0].data<T>();
-  const T* g = in[1].data<T>();
-  const T* tr = in[2].data<T>();
-  T* o = out[0].data<T>();
-  T* to = out[1].data<T>();
-  parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
-    sgd_chunk<T, kClip, kNesterov, kApply>(p, g, tr, o, to, momentum, c, b, e);
-  });
-}
-
-template <class T>
-void sgd_dispatch(const std::vector<Array>& in, std::vector<Array>& out, double momentum, const StepConsts& c,
-                  bool nesterov, bool apply) {
-  // Flags as template parameters: no branch in the element loop.
-  const int k = (c.clip ? 4 : 0) | (nesterov ? 2 : 0) | (apply ? 1 : 0);
-  switch (k) {
-    case 0: return sgd_loop<T, false, false, false>(in, out, momentum, c);
-    case 1: return sgd_loop<T, false, false, true>(in, out, momentum, c);
-    case 2: return sgd_loop<T, false, true, false>(in, out, momentum, c);
-    case 3: return sgd_loop<T, false, true, true>(in, out, momentum, c);
-    case 4: return sgd_loop<T, true, false, false>(in, out, momentum, c);
-    case 5: return sgd_loop<T, true, false, true>(in, out, momentum, c);
-    case 6: return sgd_loop<T, true, true, false>(in, out, momentum, c);
-    default: return sgd_loop<T, true, true, true>(in, out, momentum, c);
-  }
-}
-
-// ---- lion_update ----------------------------------------------------------------------
-
-struct LionConsts {
-  double one_m_b1, b1, one_m_b2, b2, wd;
-};
-
-template <class T, bool kClip, bool kDecay, bool kApply>
-void lion_chunk(const T* __restrict p, const T* __restrict gr, const T* __restrict m, T* __restrict o,
-                T* __restrict mo, const LionConsts& l, const StepConsts& c, int64_t b, int64_t e) {
-  using A = acc_t<T>;
-  using L = Lane<T>;
-  const A one_m_b1 = A(l.one_m_b1), b1 = A(l.b1), one_m_b2 = A(l.one_m_b2), b2 = A(l.b2), wd = A(l.wd);
-  const A neg_lr = A(c.neg_lr), gnorm = A(c.gnorm), max_norm = A(c.max_norm);
-  auto R = [](A x) { return L::round(x); };
-  for (int64_t i = b; i < e; ++i) {
-    A g = L::load(gr, i);
-    if constexpr (kClip) g = R(R(g / gnorm) * max_norm);
-    const A mi = L::load(m, i);
-    const A x = R(add_first(R(one_m_b1 * g), R(b1 * mi)));
-    // podlet's sign: +-1, or x itself for +-0 and NaN (exact in T, no rounding needed).
-    A u = x > A(0) ? A(1) : (x < A(0) ? A(-1) : x);
-    if constexpr (kDecay) u = R(add_first(u, R(wd * L::load(p, i))));
-    u = R(neg_lr * u);
-    if constexpr (kApply) L::store(o, i, add_first(L::load(p, i), u));
-    else L::store(o, i, u);
-    L::store(mo, i, add_first(R(one_m_b2 * g), R(b2 * mi)));
-  }
-}
-
-template <class T, bool kClip, bool kDecay, bool kApply>
-void lion_loop(const std::vector<Array>& in, std::vector<Array>& out, const LionConsts& l, const StepConsts& c) {
-  const T* p = in[0].data<T>();
-  const T* g = in[1].data<T>();
-  const T* m = in[2].data<T>();
-  T* o = out[0].data<T>();
-  T* mo = out[1].data<T>();
-  parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
-    lion_chunk<T, kClip, kDecay, kApply>(p, g, m, o, mo, l, c, b, e);
-  });
-}
-
-template <class T>
-void lion_dispatch(const std::vector<Array>& in, std::vector<Array>& out, const LionConsts& l, const StepConsts& c,
-                   bool decay, bool apply) {
-  const int k = (c.clip ? 4 : 0) | (decay ? 2 : 0) | (apply ? 1 : 0);
-  switch (k) {
-    case 0: return lion_loop<T, false, false, false>(in, out, l, c);
-    case 1: return lion_loop<T, false, false, true>(in, out, l, c);
-    case 2: return lion_loop<T, false, true, false>(in, out, l, c);
-    case 3: return lion_loop<T, false, true, true>(in, out, l, c);
-    case 4: return lion_loop<T, true, false, false>(in, out, l, c);
-    case 5: return lion_loop<T, true, false, true>(in, out, l, c);
-    case 6: return lion_loop<T, true, true, false>(in, out, l, c);
-    default: return lion_loop<T, true, true, true>(in, out, l, c);
-  }
-}
+bool use_avx2() { return int(cpu::active_isa()) >= int(cpu::Isa::avx2); }
 
 // ---- shared rules -----------------------------------------------------------------------
 
@@ -205,34 +93,38 @@ std::vector<int> update_batch(Graph& g, const BatchCtx& c, const std::vector<int
   return optim::update_batch(g, c, in, bd, ob, 3, 2);
 }
 
-template <class F>
-void by_dtype(DType t, const char* prim, F&& f) {
-  switch (t) {
-    case DType::f32: return f(float());
-    case DType::bf16: return f(bf16());
-    case DType::f64: return f(double());
-    default: throw DTypeError(fmt(prim, ": unsupported dtype ", dtype_name(t)));
-  }
-}
-
+// Fixed-size chunks (parallel_for) of an elementwise loop: the bits do not depend on the
+// thread count. Outputs never alias inputs (the executor gives each output its own buffer).
 void sgd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
   const DType t = in[0].dtype();
-  const StepConsts c = step_consts(in, a, "sgd_momentum_update");
-  const double momentum = optim::round_to(t, a.f("momentum"), "sgd_momentum_update");
-  const bool nesterov = a.i("nesterov", 0) != 0, apply = a.i("apply", 1) != 0;
-  by_dtype(t, "sgd_momentum_update", [&](auto tag) {
-    sgd_dispatch<decltype(tag)>(in, out, momentum, c, nesterov, apply);
+  kernels::SgdStep s{};
+  step_consts(in, out, a, "sgd_momentum_update", s);
+  s.momentum = optim::round_to(t, a.f("momentum"), "sgd_momentum_update");
+  s.nesterov = a.i("nesterov", 0) != 0;
+  const bool avx2 = use_avx2();
+  parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
+    if (avx2) kernels::sgd_momentum_avx2(s, b, e);
+    else kernels::sgd_momentum_loop(s, b, e);
   });
 }
 
 void lion_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
   const DType t = in[0].dtype();
-  const StepConsts c = step_consts(in, a, "lion_update");
+  kernels::LionStep s{};
+  step_consts(in, out, a, "lion_update", s);
   const double b1 = a.f("b1"), b2 = a.f("b2"), wd = a.f("weight_decay", 0.0);
   auto r = [&](double x) { return optim::round_to(t, x, "lion_update"); };
-  const LionConsts l{r(1.0 - b1), r(b1), r(1.0 - b2), r(b2), r(wd)};
-  const bool apply = a.i("apply", 1) != 0;
-  by_dtype(t, "lion_update", [&](auto tag) { lion_dispatch<decltype(tag)>(in, out, l, c, wd != 0.0, apply); });
+  s.one_m_b1 = r(1.0 - b1);
+  s.b1 = r(b1);
+  s.one_m_b2 = r(1.0 - b2);
+  s.b2 = r(b2);
+  s.wd = r(wd);
+  s.decay = wd != 0.0;
+  const bool avx2 = use_avx2();
+  parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
+    if (avx2) kernels::lion_avx2(s, b, e);
+    else kernels::lion_loop(s, b, e);
+  });
 }
 
 // FLOPs per element whether or not a branch runs (as adamw_flops): clip 2, trace 2,
