@@ -5,6 +5,7 @@
 #include "podlet/cpu/isa.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
+#include "podlet/kernels/attention.h"
 
 namespace py = pybind11;
 
@@ -44,4 +45,6 @@ void bind_isa(py::module_& m) {
       "Selects the kernel ISA: 'ref', 'avx2', 'avx512' or 'avx512bf16'. A name above what the "
       "host supports clamps down (one warning on stderr); returns the ISA now active.");
   m.def("active_isa", []() { return std::string(isa_name(active_isa())); }, "The ISA kernels use now.");
+  m.def("attention_last_isa", []() { return std::string(podlet::kernels::attention_last_isa()); },
+        "The build of the fused attention kernels that ran last ('ref', 'avx2', 'avx512'; tests).");
 }

@@ -317,6 +317,10 @@ struct Partitioner {
           }
         }
       }
+    } else if (p == "dot_product_attention" || p == "dot_product_attention_bwd") {
+      // Every operand and result leads with the batch: each image attends within itself.
+      auto r = leading_batch(nd, in, osd);
+      if (!r.empty()) return finish(nd, r, osd);
     } else if (p == "take_along_axis" || p == "scatter_add_along_axis") {
       auto r = along_axis(nd, in, osd);
       if (!r.empty()) return finish(nd, r, osd);
@@ -400,6 +404,26 @@ struct Partitioner {
       if (gshape(v).size() != r) return {};
     osd.assign(nd.out.size(), d);
     return run(nd, in, a);
+  }
+
+  // A node whose operands and results all lead with one batch dim (size 1 where an
+  // operand broadcasts): split on dim 0 everywhere, replicated operands sliced.
+  std::vector<int> leading_batch(const Node& nd, std::vector<int>& in, std::vector<int>& osd) {
+    for (int v : nd.in)
+      if (sd[v] > 0) return {};
+    const int64_t B = gshape(nd.in[0])[0];
+    for (size_t k = 0; k < nd.in.size(); ++k) {
+      if (sd[nd.in[k]] == 0) continue;
+      const Shape& s = gshape(nd.in[k]);
+      if (s.empty()) return {};
+      if (s[0] == 1) continue;
+      if (s[0] != B || B % n != 0) return {};
+      in[k] = localize(in[k], 0);
+    }
+    for (int v : nd.out)
+      if (gshape(v).empty() || gshape(v)[0] != B) return {};
+    osd.assign(nd.out.size(), 0);
+    return run(nd, in, nd.attrs);
   }
 
   // Concatenation along another dim than the split one: blocks side by side.

@@ -189,7 +189,13 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
       A* prow = Sc + i * kSk;
       A* drow = dS + i * kSk;
       const A L = lse[(b * p.N + n) * p.T + t];
-      for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<A>(prow[j] - L);
+      // A row with every position masked has lse = masked + log(S), which rounds to the
+      // masked value itself: its probabilities are the uniform 1/S the forward pass used.
+      if (L <= kMasked<A> * A(0.5)) {
+        for (int64_t j = 0; j < sk; ++j) prow[j] = A(1) / A(p.S);
+      } else {
+        for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<A>(prow[j] - L);
+      }
       if (!c.row_live(b, t)) {  // zero output rows: nothing flows back
         for (int64_t j = 0; j < sk; ++j) { prow[j] = A(0); drow[j] = A(0); }
         continue;

@@ -13,6 +13,8 @@ import inspect
 import warnings
 from typing import Any, Callable
 
+import numpy as np
+
 from .. import lax
 from .. import numpy as jnp
 from .. import random
@@ -116,6 +118,13 @@ def dot_product_attention(query, key, value, bias=None, mask=None, broadcast_dro
                             f"({', '.join(sorted(jax_nn_kwargs))}) cannot be combined with Flax's dropout, dtype, "
                             "precision or module arguments")
         return _attention.jax_nn_dot_product_attention(query, key, value, bias, mask, **jax_nn_kwargs)
+    flax_defaults = (broadcast_dropout is True and dropout_rng is None and not dropout_rate and dtype is None
+                     and precision is None and module is None and not force_fp32_for_softmax
+                     and einsum_dot_general is None and qk_attn_weights_einsum is None
+                     and attn_weights_value_einsum is None)
+    if flax_defaults and np.ndim(query) in (3, 4) and np.shape(key)[-2] != np.shape(query)[-2]:
+        # grouped-query heads: only jax.nn's form has them
+        return _attention.jax_nn_dot_product_attention(query, key, value, bias, mask)
     if bool(qk_attn_weights_einsum) != bool(attn_weights_value_einsum):
         raise ValueError("qk_attn_weights_einsum and attn_weights_value_einsum must be specified together.")
     if (precision or einsum_dot_general) and (qk_attn_weights_einsum or attn_weights_value_einsum):
