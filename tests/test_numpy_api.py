@@ -3,8 +3,15 @@ values, dtypes, shapes and weak types must agree, eagerly and with every array a
 a podlet.jit tracer. Table-driven: every name in API must have at least one case, so
 adding a name without a case fails. Plus gradients against jax.grad (GRADS) and errors.
 
+The table's jax.numpy results are stored in tests/oracles/numpy_api.npz (one XLA compile of
+2-3 minutes made them; regenerate with `.venv/bin/python tests/oracles/make_oracles.py
+numpy_api` after changing CASES or JAX: test_stored_jax_references_are_current says when);
+every 15th case is also compared with eager jax.numpy live (test_matches_eager_jax).
+
 The first names (tril ... count_nonzero) came with the first batch; the rest (issue 26)
 are the elementwise family (_src/numpy_ufuncs.py), ..."""
+import importlib.metadata
+
 import numpy as np
 import pytest
 
@@ -14,6 +21,8 @@ import jax.numpy as jnp
 import podlet
 import podlet.numpy as pnp
 from podlet._src.core import Tracer
+
+from oracles import store as oracle_store
 
 API = ["tril", "triu", "tri", "roll", "meshgrid", "nan_to_num", "diag", "diagonal", "trace", "kron",
        "isclose", "allclose", "diff", "log2", "log10", "hypot", "deg2rad", "rad2deg", "radians",
@@ -526,7 +535,9 @@ def _check(got, want, name, weak=True):
 
 def _jax_references():
     """Every case's jax.numpy result from ONE jax.jit (NumPy array arguments traced,
-    everything else static): compiling each case separately took ~10 s."""
+    everything else static): compiling each case separately took ~10 s. The one compile
+    still takes 2-3 minutes, so tests/oracles/make_oracles.py runs this once and stores
+    the results in tests/oracles/numpy_api.npz, which the tests below read."""
     def split(case):
         name, args, kwargs = case.values
         arrs = [v for v in (*args, *kwargs.values()) if isinstance(v, np.ndarray)]
@@ -548,21 +559,50 @@ def _jax_references():
     return refs
 
 
+ORACLE = "numpy_api"
+
+
+def oracle_fingerprints():
+    """What each stored reference was computed from: the case id, name and arguments
+    (array bytes included) and whether jax.jit traced it."""
+    return {case.id: oracle_store.fingerprint(case.id, *case.values, _has_concrete(case)) for case in CASES}
+
+
+def oracle_versions():
+    return {lib: importlib.metadata.version(lib) for lib in ("jax", "jaxlib")}
+
+
+def oracle_outputs():
+    """For make_oracles.py: {case id: the flat list of outputs _check compares with}."""
+    return {k: _flat(v) for k, v in _jax_references().items()}
+
+
 @pytest.fixture(scope="module")
-def jax_refs(request):
-    # The oracle's one big XLA compile dominates this file's time (about 1 s per 10
-    # cases); JAX's persistent compilation cache (under .pytest_cache, unless the
-    # user set one) makes repeated runs skip it. It caches executables only: the
-    # references are the same.
-    if not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", str(request.config.cache.mkdir("jax_oracle_xla_cache")))
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    return _jax_references()
+def jax_refs():
+    # The stored references (tests/oracles/numpy_api.npz) of the cases whose inputs and
+    # jax version are the ones they were computed from; a stale or missing case fails
+    # (test_stored_jax_references_are_current says why and how to regenerate).
+    return oracle_store.current(ORACLE, oracle_fingerprints(), oracle_versions())
+
+
+def _want(jax_refs, request):
+    cid = request.node.callspec.id
+    if cid not in jax_refs:
+        pytest.fail(f"no current stored jax.numpy reference for {cid}: "
+                    f"{oracle_store.staleness(ORACLE, oracle_fingerprints(), oracle_versions())}")
+    return jax_refs[cid]
+
+
+def test_stored_jax_references_are_current():
+    """tests/oracles/numpy_api.npz holds a reference for exactly the cases of CASES, with
+    the same inputs and the installed jax version."""
+    problem = oracle_store.staleness(ORACLE, oracle_fingerprints(), oracle_versions())
+    assert problem is None, problem
 
 
 @pytest.mark.parametrize("name,args,kwargs", CASES)
 def test_matches_jax(name, args, kwargs, jax_refs, request):
-    want = jax_refs[request.node.callspec.id]
+    want = _want(jax_refs, request)
     _check(getattr(pnp, name)(*map(_eager, args), **{k: _eager(v) for k, v in kwargs.items()}), want, name)
 
 
@@ -578,7 +618,7 @@ def test_matches_jax_under_jit(name, args, kwargs, jax_refs, request):
 
     # without a traced argument the jitted function is a constant, whose weak type
     # podlet.jit does not keep (jax.jit does): weak types are then checked eagerly only
-    _check(podlet.jit(call)(*arrs), jax_refs[request.node.callspec.id], name, weak=bool(arrs))
+    _check(podlet.jit(call)(*arrs), _want(jax_refs, request), name, weak=bool(arrs))
 
 
 @pytest.mark.parametrize("name,args,kwargs", [case for case in CASES[::15]])

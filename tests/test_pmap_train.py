@@ -1,9 +1,12 @@
 """The seed's pmap'd train step on 8 virtual devices: equal to JAX's pmap on 8 forced
 host devices (BatchNorm, dropout keys folded with axis_index, EMA), equal to a
 single-device jit step for a model without BatchNorm, deterministic across threads."""
+import importlib.metadata
+import inspect
 import os
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -15,13 +18,13 @@ from podlet import lax, jax_utils, nn, _core
 from podlet.data import load_fashion_mnist
 
 import pmap_seed_step
+from oracles import store as oracle_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N = 8
 
 
-@pytest.fixture(scope="module")
-def batches():
+def _batches():
     x, y = load_fashion_mnist("train")
     steps, per = 2, 4
     k = steps * N * per
@@ -29,21 +32,71 @@ def batches():
     return x, y[:k].astype(np.int32).reshape(steps, N, per)
 
 
-def test_seed_step_equals_jax_pmap_on_8_host_devices(batches, tmp_path):
-    x, y = batches
-    np.savez(tmp_path / "in.npz", images=x, labels=y, steps=len(x), dtype="float32")
+@pytest.fixture(scope="module")
+def batches():
+    return _batches()
+
+
+# JAX's side of test_seed_step_equals_jax_pmap_on_8_host_devices (pmap_seed_step.py run by
+# JAX on 8 forced host devices, in a subprocess: about a minute, mostly XLA compiles) is
+# stored in tests/oracles/pmap_seed_step.npz by tests/oracles/make_oracles.py.
+ORACLE = "pmap_seed_step"
+CASE = "seed_step_float32"
+
+
+def oracle_fingerprints():
+    """The batches' bytes and the code JAX ran: pmap_seed_step.py and the model
+    definitions of examples/cnn_fashion_mnist.py (its build())."""
+    x, y = _batches()
+    with open(os.path.join(HERE, "pmap_seed_step.py"), "rb") as f:
+        step_src = f.read()
+    model_src = inspect.getsource(pmap_seed_step.cnn_fashion_mnist.build)
+    return {CASE: oracle_store.fingerprint(CASE, x, y, len(x), "float32", step_src, model_src)}
+
+
+def oracle_versions():
+    return {lib: importlib.metadata.version(lib) for lib in ("jax", "jaxlib", "flax", "optax")}
+
+
+def _jax_seed_step(x, y, tmp):
+    np.savez(os.path.join(tmp, "in.npz"), images=x, labels=y, steps=len(x), dtype="float32")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, os.path.join(HERE, "pmap_seed_step.py"), "jax",
-                           str(tmp_path / "in.npz"), str(tmp_path / "jax.npz")],
+                           os.path.join(tmp, "in.npz"), os.path.join(tmp, "jax.npz")],
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    want = np.load(tmp_path / "jax.npz")
+    with np.load(os.path.join(tmp, "jax.npz")) as f:
+        return {k: f[k] for k in f.files}
+
+
+def oracle_outputs():
+    """For make_oracles.py: the names of JAX's results, then the results in that order."""
+    with tempfile.TemporaryDirectory() as tmp:
+        want = _jax_seed_step(*_batches(), tmp)
+    names = sorted(want)
+    return {CASE: [np.array(names)] + [want[k] for k in names]}
+
+
+def test_stored_jax_seed_step_is_current():
+    """tests/oracles/pmap_seed_step.npz was computed from these batches and this code
+    by the installed jax, jaxlib, flax and optax."""
+    problem = oracle_store.staleness(ORACLE, oracle_fingerprints(), oracle_versions())
+    assert problem is None, problem
+
+
+def test_seed_step_equals_jax_pmap_on_8_host_devices(batches):
+    x, y = batches
+    stored = oracle_store.current(ORACLE, oracle_fingerprints(), oracle_versions())
+    if CASE not in stored:
+        pytest.fail(oracle_store.staleness(ORACLE, oracle_fingerprints(), oracle_versions()))
+    names, *values = [np.asarray(r) for r in stored[CASE]]
+    want = dict(zip(names.tolist(), values))
     got = pmap_seed_step.run("podlet", x, y, len(x))
-    assert sorted(got) == sorted(want.files)
+    assert sorted(got) == sorted(want)
     # Loss is pmean'd: one value, the same on every device.
     assert np.all(got["losses"] == got["losses"][:, :1])
     np.testing.assert_allclose(got["losses"], want["losses"], rtol=2e-6)
-    for k in want.files:
+    for k in want:
         scale = np.max(np.abs(want[k])) + 1e-12
         err = np.max(np.abs(got[k].astype(np.float64) - want[k])) / scale
         assert err < 5e-5, f"{k}: max error {err:.3g} of its largest magnitude"
