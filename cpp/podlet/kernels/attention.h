@@ -13,9 +13,12 @@
 // Forward: an online softmax per query row (running max and sum, the accumulator rescaled
 // when the max grows) over key tiles; also returns lse = max + log(sum) per row, which
 // the backward pass uses to recompute probabilities tile by tile (FlashAttention-2).
-// Backward: dV and dK per key tile (looping over every query row of the G heads that read
-// it), then dQ (and the score gradient for a bias) per query tile: each output element is
-// summed by one task in a fixed order, so the bits do not depend on the thread count.
+// Backward: one task per (batch, kv head) walks the key tiles and, inside, the query tiles
+// of the G heads that read them, recomputing each probability once: dV and dK of the key
+// tile and dQ of the rows accumulate in the task (the score gradient too, for a bias).
+// Each output element is summed by one task in a fixed order, so the bits do not depend
+// on the thread count. Products are fused multiply-adds (an instruction in the ISA
+// builds, libm's fma in the baseline one: the same bits).
 //
 // The kernel is one template (attention_impl.h) compiled per ISA: _ref on the baseline,
 // _avx2 and _avx512 with their flags and -ffp-contract=off. Its loops are written so the

@@ -28,6 +28,10 @@ template <> inline float exp_a<float>(float x) { return fm::exp(x); }
 template <class A> inline A log_a(A x) { return std::log(x); }
 template <> inline float log_a<float>(float x) { return fm::log(x); }
 
+// a * b + c with one rounding: an instruction in the AVX2 / AVX-512 builds, libm's exact
+// fma in the baseline one, so every build gives the same bits.
+template <class A> inline A fmadd(A a, A b, A c) { return std::fma(a, b, c); }
+
 template <class A> inline A to_a(float x) { return A(x); }
 template <class T> inline float widen(T x) { return float(x); }
 inline double widen(double x) { return x; }
@@ -46,10 +50,12 @@ struct Ctx {
   int64_t G;
   A scale;
   bool skip_causal;  // causal is the only row-emptying mask: tiles above the diagonal are skipped
+  bool masked;       // any mask at all (else no per-element test)
 
   explicit Ctx(const Attn& p_, const T* q_, const T* k_, const T* v_)
       : p(p_), q(q_), k(k_), v(v_), G(p_.N / p_.K), scale(A(p_.scale)),
-        skip_causal(p_.causal && !p_.mask && !p_.qlen && !p_.kvlen && p_.win_left < 0 && p_.win_right < 0) {}
+        skip_causal(p_.causal && !p_.mask && !p_.qlen && !p_.kvlen && p_.win_left < 0 && p_.win_right < 0),
+        masked(p_.causal || p_.mask || p_.qlen || p_.kvlen || p_.win_left >= 0 || p_.win_right >= 0) {}
 
   bool allowed(int64_t b, int64_t n, int64_t t, int64_t s) const {
     if (p.causal && s > t) return false;
@@ -95,15 +101,16 @@ struct Ctx {
       for (int64_t h = 0; h < H; ++h) {
         const A qv = Q[i * H + h];
         const A* kc = Kt + h * kSk;
-        for (int64_t j = 0; j < sk; ++j) row[j] += qv * kc[j];
+        for (int64_t j = 0; j < sk; ++j) row[j] = fmadd(qv, kc[j], row[j]);
       }
       for (int64_t j = 0; j < sk; ++j) row[j] *= scale;
       if (p.bias) {
         const A* bb = static_cast<const A*>(p.bias) + b * p.bias_st[0] + n * p.bias_st[1] + (t0 + i) * p.bias_st[2];
         for (int64_t j = 0; j < sk; ++j) row[j] += bb[(s0 + j) * p.bias_st[3]];
       }
-      for (int64_t j = 0; j < sk; ++j)
-        if (!allowed(b, n, t0 + i, s0 + j)) row[j] = kMasked<A>;
+      if (masked)
+        for (int64_t j = 0; j < sk; ++j)
+          if (!allowed(b, n, t0 + i, s0 + j)) row[j] = kMasked<A>;
     }
   }
 
@@ -147,7 +154,7 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
           for (int64_t j = 0; j < sk; ++j) {
             const A pj = row[j];
             const A* vr = V.data() + j * H;
-            for (int64_t h = 0; h < H; ++h) ai[h] += pj * vr[h];
+            for (int64_t h = 0; h < H; ++h) ai[h] = fmadd(pj, vr[h], ai[h]);
           }
         }
       }
@@ -167,139 +174,111 @@ template <class T, class A>
 void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, const A* lse, const T* dout, T* dq,
               T* dk, T* dv, A* dbias) {
   Ctx<T, A> c(p, q, k, v);
-  const int64_t H = p.H, nt = (p.T + kTq - 1) / kTq, ns = (p.S + kSk - 1) / kSk;
-  // D[b, n, t] = dout . out (zero for rows past the query length: their output is zero)
-  std::vector<A> D(p.B * p.N * p.T);
-  parallel_for(p.B * p.N * p.T, 256, [&](int64_t lo, int64_t hi) {
-    for (int64_t r = lo; r < hi; ++r) {
-      const int64_t b = r / (p.N * p.T), n = r / p.T % p.N, t = r % p.T;
-      const T* o = out + ((b * p.T + t) * p.N + n) * H;
-      const T* g = dout + ((b * p.T + t) * p.N + n) * H;
-      A d = A(0);
-      for (int64_t h = 0; h < H; ++h) d += A(widen(g[h])) * A(widen(o[h]));
-      D[r] = c.row_live(b, t) ? d : A(0);
-    }
-  });
-  // The tile's probabilities P (in Sc) and score gradients dS = P * (dP - D), masked.
-  auto tile = [&](int64_t b, int64_t n, int64_t t0, int64_t tq, int64_t s0, int64_t sk, const A* Q, const A* Kt,
-                  const A* Vt, const A* dO, A* Sc, A* dS) {
-    c.logits(b, n, t0, tq, s0, sk, Q, Kt, Sc);
-    for (int64_t i = 0; i < tq; ++i) {
-      const int64_t t = t0 + i;
-      A* prow = Sc + i * kSk;
-      A* drow = dS + i * kSk;
-      const A L = lse[(b * p.N + n) * p.T + t];
-      // A row with every position masked has lse = masked + log(S), which rounds to the
-      // masked value itself: its probabilities are the uniform 1/S the forward pass used.
-      if (L <= kMasked<A> * A(0.5)) {
-        for (int64_t j = 0; j < sk; ++j) prow[j] = A(1) / A(p.S);
-      } else {
-        for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<A>(prow[j] - L);
-      }
-      if (!c.row_live(b, t)) {  // zero output rows: nothing flows back
-        for (int64_t j = 0; j < sk; ++j) { prow[j] = A(0); drow[j] = A(0); }
-        continue;
-      }
-      for (int64_t j = 0; j < sk; ++j) drow[j] = A(0);
-      for (int64_t h = 0; h < H; ++h) {
-        const A g = dO[i * H + h];
-        const A* vc = Vt + h * kSk;
-        for (int64_t j = 0; j < sk; ++j) drow[j] += g * vc[j];
-      }
-      const A d = D[(b * p.N + n) * p.T + t];
-      for (int64_t j = 0; j < sk; ++j)
-        drow[j] = c.allowed(b, n, t, s0 + j) ? prow[j] * (drow[j] - d) : A(0);
-    }
-  };
-  auto load_do = [&](int64_t b, int64_t n, int64_t t0, int64_t tq, A* dO) {
-    for (int64_t i = 0; i < tq; ++i) {
-      const T* src = dout + ((b * p.T + t0 + i) * p.N + n) * H;
-      for (int64_t h = 0; h < H; ++h) dO[i * H + h] = A(widen(src[h]));
-    }
-  };
-  // dK, dV: one task per (b, kv head, key tile), over every query row of its G heads.
-  parallel_for(p.B * p.K * ns, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<A> Q(kTq * H), Kr(kSk * H), Kt(H * kSk), Vr(kSk * H), Vt(H * kSk), dO(kTq * H), Sc(kTq * kSk),
-        dS(kTq * kSk), dK(kSk * H), dV(kSk * H);
+  const int64_t H = p.H, G = c.G, T_ = p.T;
+  // One task per (batch, kv head): key tiles outer, the G heads' query tiles inner; the
+  // probabilities are recomputed once (FlashAttention-2's backward). dK and dV of a key
+  // tile, and dQ of every row, are summed by this task alone in a fixed order.
+  parallel_for(p.B * p.K, 1, [&](int64_t lo, int64_t hi) {
+    std::vector<A> Q(G * T_ * H), dO(G * T_ * H), dQ(G * T_ * H), D(G * T_), L(G * T_);
+    std::vector<A> Kr(kSk * H), Kt(H * kSk), Vr(kSk * H), Vt(H * kSk), Sc(kTq * kSk), dS(kTq * kSk), dK(kSk * H),
+        dV(kSk * H);
     for (int64_t task = lo; task < hi; ++task) {
-      const int64_t b = task / (p.K * ns), kh = task / ns % p.K, s0 = task % ns * kSk;
-      const int64_t sk = std::min(kSk, p.S - s0);
-      c.load_kv(k, b, kh, s0, sk, Kr.data());
-      Ctx<T, A>::transpose(Kr.data(), sk, H, Kt.data());
-      c.load_kv(v, b, kh, s0, sk, Vr.data());
-      Ctx<T, A>::transpose(Vr.data(), sk, H, Vt.data());
-      std::fill(dK.begin(), dK.end(), A(0));
-      std::fill(dV.begin(), dV.end(), A(0));
-      for (int64_t g = 0; g < c.G; ++g) {
-        const int64_t n = kh * c.G + g;
-        const int64_t tstart = c.skip_causal ? s0 / kTq * kTq : 0;  // rows t < s0 see none of this tile
-        for (int64_t t0 = tstart; t0 < p.T; t0 += kTq) {
-          const int64_t tq = std::min(kTq, p.T - t0);
-          c.load_q(b, n, t0, tq, Q.data());
-          load_do(b, n, t0, tq, dO.data());
-          tile(b, n, t0, tq, s0, sk, Q.data(), Kt.data(), Vt.data(), dO.data(), Sc.data(), dS.data());
-          for (int64_t i = 0; i < tq; ++i) {
-            const A* prow = Sc.data() + i * kSk;
-            const A* drow = dS.data() + i * kSk;
-            const A* go = dO.data() + i * H;
-            const A* qi = Q.data() + i * H;
-            for (int64_t j = 0; j < sk; ++j) {
-              const A pj = prow[j], dj = drow[j] * c.scale;
-              A* dv_ = dV.data() + j * H;
-              A* dk_ = dK.data() + j * H;
-              for (int64_t h = 0; h < H; ++h) dv_[h] += pj * go[h];
-              for (int64_t h = 0; h < H; ++h) dk_[h] += dj * qi[h];
-            }
+      const int64_t b = task / p.K, kh = task % p.K;
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t n = kh * G + g;
+        c.load_q(b, n, 0, T_, Q.data() + g * T_ * H);
+        for (int64_t t = 0; t < T_; ++t) {
+          const T* go = dout + ((b * T_ + t) * p.N + n) * H;
+          const T* o = out + ((b * T_ + t) * p.N + n) * H;
+          A* dst = dO.data() + (g * T_ + t) * H;
+          A d = A(0);
+          for (int64_t h = 0; h < H; ++h) {
+            dst[h] = c.row_live(b, t) ? A(widen(go[h])) : A(0);  // zero output rows: nothing flows back
+            d = fmadd(dst[h], A(widen(o[h])), d);
           }
+          D[g * T_ + t] = d;
+          L[g * T_ + t] = lse[(b * p.N + n) * T_ + t];
         }
       }
-      for (int64_t j = 0; j < sk; ++j) {
-        T* dks = dk + ((b * p.S + s0 + j) * p.K + kh) * H;
-        T* dvs = dv + ((b * p.S + s0 + j) * p.K + kh) * H;
-        for (int64_t h = 0; h < H; ++h) { dks[h] = narrow<T, A>(dK[j * H + h]); dvs[h] = narrow<T, A>(dV[j * H + h]); }
-      }
-    }
-  });
-  // dQ (and the logits' gradient for a bias): one task per (b, head, query tile).
-  parallel_for(p.B * p.N * nt, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<A> Q(kTq * H), Kr(kSk * H), Kt(H * kSk), Vr(kSk * H), Vt(H * kSk), dO(kTq * H), Sc(kTq * kSk),
-        dS(kTq * kSk), dQ(kTq * H);
-    for (int64_t task = lo; task < hi; ++task) {
-      const int64_t b = task / (p.N * nt), n = task / nt % p.N, t0 = task % nt * kTq;
-      const int64_t tq = std::min(kTq, p.T - t0), kh = n / c.G;
-      c.load_q(b, n, t0, tq, Q.data());
-      load_do(b, n, t0, tq, dO.data());
       std::fill(dQ.begin(), dQ.end(), A(0));
-      const int64_t send = c.key_end(t0, tq);
-      if (dbias)  // tiles the causal skip never visits hold masked logits: zero gradient
-        for (int64_t i = 0; i < tq; ++i) {
-          A* row = dbias + ((b * p.N + n) * p.T + t0 + i) * p.S;
-          for (int64_t s = send; s < p.S; ++s) row[s] = A(0);
-        }
-      for (int64_t s0 = 0; s0 < send; s0 += kSk) {
-        const int64_t sk = std::min(kSk, send - s0);
+      for (int64_t s0 = 0; s0 < p.S; s0 += kSk) {
+        const int64_t sk = std::min(kSk, p.S - s0);
         c.load_kv(k, b, kh, s0, sk, Kr.data());
         Ctx<T, A>::transpose(Kr.data(), sk, H, Kt.data());
         c.load_kv(v, b, kh, s0, sk, Vr.data());
         Ctx<T, A>::transpose(Vr.data(), sk, H, Vt.data());
-        tile(b, n, t0, tq, s0, sk, Q.data(), Kt.data(), Vt.data(), dO.data(), Sc.data(), dS.data());
-        for (int64_t i = 0; i < tq; ++i) {
-          const A* drow = dS.data() + i * kSk;
-          A* qi = dQ.data() + i * H;
-          for (int64_t j = 0; j < sk; ++j) {
-            const A dj = drow[j] * c.scale;
-            const A* kr = Kr.data() + j * H;
-            for (int64_t h = 0; h < H; ++h) qi[h] += dj * kr[h];
+        std::fill(dK.begin(), dK.end(), A(0));
+        std::fill(dV.begin(), dV.end(), A(0));
+        const int64_t tstart = c.skip_causal ? s0 / kTq * kTq : 0;  // rows t < s0 see none of this tile
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t n = kh * G + g;
+          for (int64_t t0 = tstart; t0 < T_; t0 += kTq) {
+            const int64_t tq = std::min(kTq, T_ - t0);
+            const A* Qt = Q.data() + (g * T_ + t0) * H;
+            const A* dOt = dO.data() + (g * T_ + t0) * H;
+            c.logits(b, n, t0, tq, s0, sk, Qt, Kt.data(), Sc.data());
+            for (int64_t i = 0; i < tq; ++i) {
+              const int64_t t = t0 + i;
+              A* prow = Sc.data() + i * kSk;
+              A* drow = dS.data() + i * kSk;
+              const A Lt = L[g * T_ + t];
+              // A row with every position masked has lse = masked + log(S), which rounds to
+              // the masked value itself: its probabilities are the uniform 1/S the forward used.
+              if (Lt <= kMasked<A> * A(0.5)) {
+                for (int64_t j = 0; j < sk; ++j) prow[j] = A(1) / A(p.S);
+              } else {
+                for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<A>(prow[j] - Lt);
+              }
+              for (int64_t j = 0; j < sk; ++j) drow[j] = A(0);
+              const A* gi = dOt + i * H;
+              for (int64_t h = 0; h < H; ++h) {
+                const A gv = gi[h];
+                const A* vc = Vt.data() + h * kSk;
+                for (int64_t j = 0; j < sk; ++j) drow[j] = fmadd(gv, vc[j], drow[j]);
+              }
+              const A d = D[g * T_ + t];
+              if (c.masked) {
+                for (int64_t j = 0; j < sk; ++j)
+                  drow[j] = c.allowed(b, n, t, s0 + j) ? prow[j] * (drow[j] - d) : A(0);
+              } else {
+                for (int64_t j = 0; j < sk; ++j) drow[j] = prow[j] * (drow[j] - d);
+              }
+              if (dbias) {
+                A* row = dbias + ((b * p.N + n) * T_ + t) * p.S + s0;
+                for (int64_t j = 0; j < sk; ++j) row[j] = drow[j];
+              }
+              const A* qi = Qt + i * H;
+              A* dqi = dQ.data() + (g * T_ + t) * H;
+              for (int64_t j = 0; j < sk; ++j) {
+                const A pj = prow[j], dj = drow[j] * c.scale;
+                A* dv_ = dV.data() + j * H;
+                A* dk_ = dK.data() + j * H;
+                const A* kr = Kr.data() + j * H;
+                for (int64_t h = 0; h < H; ++h) dv_[h] = fmadd(pj, gi[h], dv_[h]);
+                for (int64_t h = 0; h < H; ++h) dk_[h] = fmadd(dj, qi[h], dk_[h]);
+                for (int64_t h = 0; h < H; ++h) dqi[h] = fmadd(dj, kr[h], dqi[h]);
+              }
+            }
           }
-          if (dbias) {
-            A* row = dbias + ((b * p.N + n) * p.T + t0 + i) * p.S + s0;
-            for (int64_t j = 0; j < sk; ++j) row[j] = drow[j];
-          }
+          if (dbias && tstart > 0)  // rows the causal skip never visits hold masked logits: zero gradient
+            for (int64_t t = 0; t < std::min(tstart, T_); ++t) {
+              A* row = dbias + ((b * p.N + n) * T_ + t) * p.S + s0;
+              for (int64_t j = 0; j < sk; ++j) row[j] = A(0);
+            }
+        }
+        for (int64_t j = 0; j < sk; ++j) {
+          T* dks = dk + ((b * p.S + s0 + j) * p.K + kh) * H;
+          T* dvs = dv + ((b * p.S + s0 + j) * p.K + kh) * H;
+          for (int64_t h = 0; h < H; ++h) { dks[h] = narrow<T, A>(dK[j * H + h]); dvs[h] = narrow<T, A>(dV[j * H + h]); }
         }
       }
-      for (int64_t i = 0; i < tq; ++i) {
-        T* dst = dq + ((b * p.T + t0 + i) * p.N + n) * H;
-        for (int64_t h = 0; h < H; ++h) dst[h] = narrow<T, A>(dQ[i * H + h]);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t n = kh * G + g;
+        for (int64_t t = 0; t < T_; ++t) {
+          T* dst = dq + ((b * T_ + t) * p.N + n) * H;
+          const A* src = dQ.data() + (g * T_ + t) * H;
+          for (int64_t h = 0; h < H; ++h) dst[h] = narrow<T, A>(src[h]);
+        }
       }
     }
   });
