@@ -5,13 +5,15 @@ the f32 FMA peak measured in the same run (bench/peak.py's C++ loop, 1 and all t
     .venv/bin/python bench/kernels.py --dtype bfloat16 --isas avx512bf16   # the bf16 path
     .venv/bin/python bench/kernels.py --only conv --isas avx2 --dtype bfloat16
     .venv/bin/python bench/kernels.py --only dot --reps 5 --threads 1
+    .venv/bin/python bench/kernels.py --only attention --dtype bfloat16
     .venv/bin/python bench/kernels.py --only conv --dtype bfloat16 --isas avx512bf16 --winograd
 
 Shapes: dot 1024^3, the MLP layer 128x784 @ 784x1024 and its two backward products
 (x^T g and g W^T, which read an operand transposed), and every distinct convolution of
 ResNet-34 at 224x224x1 input (stem 7x7/2 1->64, the 3x3 layers at 56/28/14/7 including
 the stride-2 ones, the 1x1/2 projections) at --batch (default 32), in forward,
-backward-data and backward-filter. The machine is shared: each figure is the best of
+backward-data and backward-filter; the fused attention primitive forward and backward at
+ViT's L = 197 and Swin's window L = 49, head dims 32 and 64. The machine is shared: each figure is the best of
 --reps runs. Results also go to bench/results/kernels.json. A figure for notes, not a test.
 """
 import argparse
@@ -93,11 +95,30 @@ def conv_cases(rng, batch, dtype):
     return out
 
 
+def attention_cases(rng, batch, dtype):
+    """The fused attention primitive forward and backward (prims/attention.cc): ViT's
+    global attention (L = 197) and Swin's 7x7 windows (L = 49, batch x 64 windows), head
+    dims 32 and 64, 3 heads. FLOPs are the four (forward) and ten (backward) T x S x H
+    products a plain attention does, whatever the kernel recomputes."""
+    out = []
+    for label, B, L in (("ViT L=197", batch, 197), ("Swin win L=49", batch * 64 // 8, 49)):
+        for H in (32, 64):
+            q, k, v = (arr(rng.standard_normal((B, L, 3, H)).astype(dtype)) for _ in range(3))
+            attrs = {"scale": 1.0 / np.sqrt(H), "causal": 0}
+            o, lse = _core.apply("dot_product_attention", [q, k, v], attrs)
+            g = arr(rng.standard_normal((B, L, 3, H)).astype(dtype))
+            f = 4.0 * B * 3 * L * L * H
+            out.append((f"attention fwd {label} H={H} B={B}", ("dot_product_attention", [q, k, v], attrs), f))
+            out.append((f"attention bwd {label} H={H} B={B}",
+                        ("dot_product_attention_bwd", [q, k, v, o, lse, g], attrs), 2.5 * f))
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="kernel threads (default: all)")
-    p.add_argument("--only", choices=["dot", "conv"], default=None)
+    p.add_argument("--only", choices=["dot", "conv", "attention"], default=None)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="operand/output dtype of every case (accumulation is f32 either way)")
@@ -137,6 +158,8 @@ def main():
         cases += dot_cases(rng, dt)
     if args.only in (None, "conv"):
         cases += conv_cases(rng, args.batch, dt)
+    if args.only in (None, "attention"):
+        cases += attention_cases(rng, args.batch, dt)
     hdr = f"{'case':44s}" + "".join(f"{i + ' GF/s':>12s}{'%peak':>7s}" for i in isas)
     print(hdr)
     totals = {i: [0.0, 0.0] for i in isas}
