@@ -282,3 +282,25 @@ def test_sharded_jit_splits_the_fused_attention():
     assert g.partition_report(q, k, v)["unsplit"] == {}
     for a, b in zip(g(q, k, v), podlet.jit(podlet.grad(f, argnums=(0, 1, 2)))(q, k, v)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("case", ["plain", "everything", "window"])
+def test_forward_mode_and_second_order_match_jax(case):
+    """jvp and grad-of-grad reach the backward node's own derivative (the attention as
+    plain primitives, differentiated twice)."""
+    rs, q, k, v = _data(B=2, T=7, S=9, N=4, K=2, H=8)
+    kw = CASES[case](rs, 2, 7, 9, 4)
+    tq, tk, tv = (rs.normal(size=x.shape).astype(np.float32) for x in (q, k, v))
+    f = lambda fn: (lambda q, k, v: fn(q, k, v, **kw))  # noqa: E731
+    _, pt = podlet.jvp(f(nn.dot_product_attention), (q, k, v), (tq, tk, tv))
+    _, jt = jax.jvp(f(jax.nn.dot_product_attention), (q, k, v), (tq, tk, tv))
+    np.testing.assert_allclose(np.asarray(pt), np.asarray(jt), rtol=1e-5, atol=1e-5 * np.abs(np.asarray(jt)).max())
+
+    def gg(fn, grad, np_):
+        inner = grad(lambda q, k: (fn(q, k, v, **kw) ** 2).sum(), argnums=(0, 1))
+        return lambda q, k: sum((g * np_.cos(x)).sum() for g, x in zip(inner(q, k), (q, k)))
+    a = podlet.grad(gg(nn.dot_product_attention, podlet.grad, jnp), argnums=(0, 1))(q, k)
+    b = jax.grad(gg(jax.nn.dot_product_attention, jax.grad, jjnp), argnums=(0, 1))(q, k)
+    for x, y in zip(a, b):
+        y = np.asarray(y)
+        np.testing.assert_allclose(np.asarray(x), y, rtol=1e-4, atol=1e-5 * np.abs(y).max())

@@ -18,6 +18,7 @@
 #include "podlet/prims/common.h"
 #include "podlet/ir/batch_ops.h"
 #include "podlet/kernels/attention.h"
+#include <cfloat>
 
 namespace podlet {
 namespace {
@@ -216,6 +217,121 @@ std::vector<int> fwd_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
   return r;
 }
 
+// ---- derivatives of the backward node (forward mode, second order) -------------------
+// The backward node is the derivative of an attention; its own derivative is taken by
+// differentiating the same attention written as plain primitives (the formula jax.nn's
+// XLA path uses), twice, with the graph transformation vjp_graph: slower than the fused
+// kernels, but only jvp / jacfwd / hessian and grad-of-grad reach it.
+
+Shape with_heads(const Shape& s, int64_t K, int64_t G) {  // [b, n, t, s] -> [b, k, t, g, s]
+  return {s[0], s[1] == 1 ? 1 : K, s[2], s[1] == 1 ? 1 : G, s[3]};
+}
+
+// [b, n, t, s]-broadcast operand x (bias or mask) as a [B, K, T, G, S] value.
+int to_grouped(Graph& g, int x, int64_t K, int64_t G, const Shape& full5) {
+  const Shape s = g.aval(x).shape;
+  const Shape r = {s[0], s[1] == 1 ? 1 : K, s[1] == 1 ? 1 : G, s[2], s[3]};
+  int y = ops::transpose(g, ops::reshape(g, x, r), {0, 1, 3, 2, 4});
+  return ops::broadcast_in_dim(g, y, full5, {0, 1, 2, 3, 4});
+}
+
+// The attention output from plain primitives: in = q, k, v, then the node's optional
+// inputs with the bias (if any) already broadcast to [B, N, T, S] in the accumulation type.
+int unfused_attention(Graph& g, const Layout& L, const Attrs& a, const std::vector<int>& in) {
+  const DType T = g.aval(in[0]).dtype, A = acc_dtype(T);
+  const int64_t B = L.B, Tq = L.T, S = L.S, N = L.N, K = L.K, H = L.H, G = N / K;
+  const Shape full5 = {B, K, Tq, G, S};
+  int q = ops::reshape(g, ops::convert(g, in[0], A), {B, Tq, K, G, H});
+  int k = ops::convert(g, in[1], A), v = ops::convert(g, in[2], A);
+  using V = std::vector<int64_t>;
+  int lg = g.add1("dot_general", {q, k}, {{"lhs_contracting", V{4}}, {"rhs_contracting", V{3}},
+                                          {"lhs_batch", V{0, 2}}, {"rhs_batch", V{0, 2}}});  // [B, K, T, G, S]
+  lg = ops::mul(g, lg, ops::scalar_like(g, lg, a.f("scale")));
+  if (L.bias >= 0) lg = ops::add(g, lg, to_grouped(g, in[L.bias], K, G, full5));
+  int keep = -1;
+  auto both = [&](int m) { keep = keep < 0 ? m : g.add1("and", {keep, m}); };
+  auto iota = [&](int64_t dim) {
+    return g.add1("iota", {}, {{"shape", full5}, {"dimension", dim}, {"dtype", std::string("int32")}});
+  };
+  auto i32 = [&](int64_t x) { return g.add_const(full(DType::i32, {}, double(x))); };
+  const int ti = iota(2), si = iota(4);
+  if (L.mask >= 0) both(to_grouped(g, in[L.mask], K, G, full5));
+  if (a.i("causal", 0)) both(g.add1("le", {si, ti}));
+  if (a.i("window_left", -1) >= 0) both(g.add1("ge", {ops::add(g, si, i32(a.i("window_left"))), ti}));
+  if (a.i("window_right", -1) >= 0) both(g.add1("le", {si, ops::add(g, ti, i32(a.i("window_right")))}));
+  if (L.qlen >= 0) both(g.add1("lt", {ti, ops::broadcast_in_dim(g, in[L.qlen], full5, {0})}));
+  if (L.kvlen >= 0) both(g.add1("lt", {si, ops::broadcast_in_dim(g, in[L.kvlen], full5, {0})}));
+  if (keep >= 0) lg = ops::select(g, keep, lg, ops::full_like(g, lg, -0.7 * double(FLT_MAX)));
+  const Shape red = {B, K, Tq, G};
+  int mx = ops::broadcast_in_dim(g, g.add1("reduce_max", {lg}, {{"axes", V{4}}}), full5, {0, 1, 2, 3});
+  int e = g.add1("exp", {ops::sub(g, lg, g.add1("stop_gradient", {mx}))});
+  int p = ops::div(g, e, ops::broadcast_in_dim(g, ops::reduce_sum(g, e, {4}), full5, {0, 1, 2, 3}));
+  int o = g.add1("dot_general", {p, v}, {{"lhs_contracting", V{4}}, {"rhs_contracting", V{1}},
+                                         {"lhs_batch", V{0, 1}}, {"rhs_batch", V{0, 2}}});  // [B, K, T, G, H]
+  o = ops::reshape(g, ops::transpose(g, o, {0, 2, 1, 3, 4}), {B, Tq, N, H});
+  if (L.qlen >= 0) {
+    const Shape os = {B, Tq, N, H};
+    int t4 = g.add1("iota", {}, {{"shape", os}, {"dimension", int64_t(1)}, {"dtype", std::string("int32")}});
+    int live = g.add1("lt", {t4, ops::broadcast_in_dim(g, in[L.qlen], os, {0})});
+    o = ops::select(g, live, o, ops::zeros_like(g, o));
+  }
+  (void)red;
+  return ops::cast_if_needed(g, o, T);
+}
+
+std::vector<int> bwd_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
+  std::vector<AVal> av;
+  for (size_t i = 0; i + 3 < n.in.size(); ++i) av.push_back(g.aval(n.in[i]));
+  const Layout L = layout(av, n.attrs, 0);
+  const size_t nf = 3 + L.n_opt;  // q, k, v and the optional inputs
+  const DType A = acc_dtype(av[0].dtype);
+  const Shape full = {L.B, L.N, L.T, L.S};
+  // The forward pass as a graph of its own, the bias widened to [B, N, T, S] so that its
+  // gradient is the backward node's 4th output (the logits' gradient).
+  Graph F;
+  std::vector<int> fin;
+  for (size_t i = 0; i < nf; ++i) {
+    AVal x = av[i];
+    if (int(i) == L.bias) x = AVal{A, full};
+    fin.push_back(F.add_input(x));
+  }
+  F.outputs = {unfused_attention(F, L, n.attrs, fin)};
+  std::vector<int> wrt = {0, 1, 2};
+  if (L.bias >= 0) wrt.push_back(L.bias);
+  Graph Bk = vjp_graph(F, wrt, {0});  // inputs: fin + dout; outputs: out, then the grads of wrt
+  std::vector<int> wrt2 = wrt, cto;
+  wrt2.push_back(int(nf));  // dout
+  for (size_t k = 0; k < wrt.size(); ++k) cto.push_back(int(1 + k));
+  Graph W = vjp_graph(Bk, wrt2, cto);  // inputs: fin + dout + cts of the grads; outputs: Bk's + cts of wrt2
+  std::vector<int> args;
+  for (size_t i = 0; i < nf; ++i) {
+    int x = n.in[i];
+    if (int(i) == L.bias) x = ops::broadcast_in_dim(g, ops::cast_if_needed(g, x, A), full, {0, 1, 2, 3});
+    args.push_back(x);
+  }
+  args.push_back(n.in.back());  // dout
+  for (size_t k = 0; k < wrt.size(); ++k) {
+    const int want = n.out[k];
+    args.push_back(k < ct.size() && ct[k] >= 0 ? ct[k] : ops::zeros_like(g, want));
+  }
+  auto outs = g.inline_graph(W, args, n.where);
+  const size_t base = Bk.outputs.size();
+  std::vector<int> r(n.in.size(), -1);
+  for (size_t k = 0; k < wrt2.size(); ++k) {
+    int x = outs[base + k];
+    const int i = k + 1 == wrt2.size() ? int(n.in.size()) - 1 : wrt2[k];  // dout is the node's last input
+    if (i == L.bias) {  // back from [B, N, T, S] to the bias's broadcast shape and dtype
+      const Shape bs = g.aval(n.in[i]).shape;
+      std::vector<int64_t> axes;
+      for (int d = 0; d < 4; ++d)
+        if (bs[d] == 1 && full[d] != 1) axes.push_back(d);
+      if (!axes.empty()) x = ops::reshape(g, ops::reduce_sum(g, x, axes), bs);
+    }
+    r[i] = ops::cast_if_needed(g, x, g.aval(n.in[i]).dtype);
+  }
+  return r;
+}
+
 double fwd_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) {
   const Shape &q = in[0].shape, &k = in[1].shape;
   return 4.0 * double(q[0]) * double(q[2]) * double(q[1]) * double(k[1]) * double(q[3]);
@@ -231,6 +347,6 @@ double bwd_flops(const std::vector<AVal>& in, const std::vector<AVal>& out, cons
 static Register reg_attention("dot_product_attention", batching::looped(PrimDef{
     .shape = fwd_shape, .kernel = fwd_kernel, .vjp = fwd_vjp, .flops = fwd_flops}));
 static Register reg_attention_bwd("dot_product_attention_bwd", batching::looped(PrimDef{
-    .shape = bwd_shape, .kernel = bwd_kernel, .vjp = nullptr, .flops = bwd_flops, .zero_grad = true}));
+    .shape = bwd_shape, .kernel = bwd_kernel, .vjp = bwd_vjp, .flops = bwd_flops}));
 
 }  // namespace podlet
