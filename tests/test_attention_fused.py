@@ -242,12 +242,39 @@ def test_flax_form_matches_flax_and_is_fused():
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=2e-6)
     jaxpr = str(podlet.make_jaxpr(lambda q: nn.dot_product_attention(q, k, v, mask=mask))(q))
     assert "dot_product_attention[" in jaxpr
-    podlet.config.update("fused_attention", False)
+    before = podlet.config.fused_attention
     try:
+        podlet.config.update("fused_attention", False)
         jaxpr = str(podlet.make_jaxpr(lambda q: nn.dot_product_attention(q, k, v, mask=mask))(q))
         assert "dot_product_attention[" not in jaxpr
     finally:
+        podlet.config.update("fused_attention", before)
+
+
+def test_auto_fuses_small_heads_only_and_true_fuses_all():
+    """'auto' (the default) fuses where the fused kernel measured faster (Swin's 49-token
+    windows), not ViT's 197 tokens; True fuses every Flax-form call; jax.nn's form is
+    always fused."""
+    before = podlet.config.fused_attention
+    rs = np.random.RandomState(1)
+
+    def fused(T):
+        q = rs.normal(size=(1, T, 2, 8)).astype(np.float32)
+        return "dot_product_attention[" in str(podlet.make_jaxpr(lambda q: nn.dot_product_attention(q, q, q))(q))
+    try:
+        podlet.config.update("fused_attention", "auto")
+        assert fused(49) and not fused(197)
         podlet.config.update("fused_attention", True)
+        assert fused(49) and fused(197)
+        podlet.config.update("fused_attention", False)
+        assert not fused(49)
+        q = rs.normal(size=(1, 197, 2, 8)).astype(np.float32)
+        assert "dot_product_attention[" in str(podlet.make_jaxpr(
+            lambda q: nn.dot_product_attention(q, q, q, is_causal=True))(q))
+        with pytest.raises(ValueError, match="fused_attention must be"):
+            podlet.config.update("fused_attention", "sometimes")
+    finally:
+        podlet.config.update("fused_attention", before)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])

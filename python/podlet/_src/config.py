@@ -41,9 +41,11 @@ class _Config:
                         # unless PODLET_CONV_WINOGRAD=0 (precision HIGHEST: direct per layer)
                         "conv_winograd": _core.conv_winograd_stats()["enabled"],
                         # Flax's dot_product_attention as the fused primitive when it
-                        # computes the same thing (_src/attention.py); PODLET_FUSED_ATTENTION=0
-                        # keeps Flax's op-by-op rounding
-                        "fused_attention": os.environ.get("PODLET_FUSED_ATTENTION", "1") != "0"}
+                        # computes the same thing (_src/attention.py): "auto" (where it is
+                        # the faster), True (always), False (Flax's op-by-op rounding);
+                        # PODLET_FUSED_ATTENTION=auto|1|0
+                        "fused_attention": {"0": False, "1": True}.get(
+                            os.environ.get("PODLET_FUSED_ATTENTION", "auto"), "auto")}
         if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true"):
             self.update("enable_x64", True)
 
@@ -66,6 +68,10 @@ class _Config:
         elif key == "conv_winograd":
             value = bool(value)
             _core.set_conv_winograd(value)
+        elif key == "fused_attention":
+            if value != "auto" and not isinstance(value, (bool, int)):
+                raise ValueError(f"fused_attention must be 'auto', True or False, got {value!r}")
+            value = value if value == "auto" else bool(value)
         elif key in flags:
             if key == "legacy_prng_key" and hasattr(value, "name") and isinstance(value.name, str):
                 value = value.name.lower()  # jax's LegacyPrngKeyState
