@@ -208,9 +208,11 @@ std::vector<int> fwd_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
     const int bias = n.in[3];
     const Shape bs = g.aval(bias).shape;
     const DType bd = g.aval(bias).dtype;
+    const Shape ds = g.aval(d[3]).shape;
+    const size_t off = bs.size() - 4;  // 1 under vmap (the looped node's leading axis)
     std::vector<int64_t> axes;
-    for (int k = 0; k < 4; ++k)
-      if (bs[k] == 1 && g.aval(d[3]).shape[k] != 1) axes.push_back(k);
+    for (size_t k = off; k < bs.size(); ++k)
+      if (bs[k] == 1 && ds[k] != 1) axes.push_back(int64_t(k));
     int x = axes.empty() ? d[3] : ops::reshape(g, ops::reduce_sum(g, d[3], axes), bs);
     r[3] = ops::cast_if_needed(g, x, bd);
   }
@@ -280,6 +282,10 @@ int unfused_attention(Graph& g, const Layout& L, const Attrs& a, const std::vect
 }
 
 std::vector<int> bwd_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
+  if (n.attrs.i("vmap_size", -1) >= 0)
+    throw ValueError("the derivative of a vmapped dot_product_attention's backward pass (grad of grad or jvp "
+                     "after vmap) is not supported: differentiate before vmapping, or use the op-by-op "
+                     "attention (podlet.config.update('fused_attention', False), Flax's form)");
   std::vector<AVal> av;
   for (size_t i = 0; i + 3 < n.in.size(); ++i) av.push_back(g.aval(n.in[i]));
   const Layout L = layout(av, n.attrs, 0);
