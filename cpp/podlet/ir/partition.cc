@@ -129,19 +129,22 @@ struct Partitioner {
     return run(nd, in, nd.attrs);
   }
 
-  // NumPy-broadcasting elementwise: every split input's dim must land on one output dim e.
-  bool elementwise(const Node& nd, std::vector<int>& in, std::vector<int>& out_sd) {
+  // NumPy-broadcasting elementwise: every split input's dim must land on one output dim
+  // e; the node's outputs, or {} when they cannot stay split.
+  std::vector<int> elementwise(const Node& nd, std::vector<int> in, std::vector<int>& out_sd) {
     const Shape& os = gshape(nd.out[0]);
     const int64_t R = int64_t(os.size());
+    for (size_t k = 1; k < nd.out.size(); ++k)
+      if (gshape(nd.out[k]).size() != os.size()) return {};
     int64_t e = -1;
     for (size_t k = 0; k < nd.in.size(); ++k) {
       const int d = sd[nd.in[k]];
       if (d < 0) continue;
       const int64_t ek = d + R - int64_t(gshape(nd.in[k]).size());
-      if (e >= 0 && ek != e) return false;
+      if (e >= 0 && ek != e) return {};
       e = ek;
     }
-    if (e < 0 || os[e] % n != 0) return false;
+    if (e < 0 || os[e] % n != 0) return {};
     for (size_t k = 0; k < nd.in.size(); ++k) {
       if (sd[nd.in[k]] >= 0) continue;
       const Shape& s = gshape(nd.in[k]);
@@ -149,11 +152,7 @@ struct Partitioner {
       if (j >= 0 && s[j] != 1) in[k] = localize(in[k], j);
     }
     out_sd.assign(nd.out.size(), int(e));
-    for (size_t k = 1; k < nd.out.size(); ++k)
-      if (gshape(nd.out[k]).size() != os.size()) return false;
-    auto out = run(nd, in, nd.attrs);
-    in = out;  // handed back through `in`
-    return true;
+    return run(nd, in, nd.attrs);
   }
 
   std::vector<int> node(const Node& nd) {
@@ -169,8 +168,8 @@ struct Partitioner {
     auto split = [&](int k) { return sd[nd.in[k]]; };
     Attrs a = nd.attrs;
     if (elementwise_prims().count(p)) {
-      std::vector<int> x = in;
-      if (elementwise(nd, x, osd)) return finish(nd, x, osd);
+      auto r = elementwise(nd, in, osd);
+      if (!r.empty()) return finish(nd, r, osd);
       return finish(nd, fallback(nd, in, osd), osd);
     }
     if (p == "broadcast_in_dim") {

@@ -264,7 +264,6 @@ int unfused_attention(Graph& g, const Layout& L, const Attrs& a, const std::vect
   if (L.qlen >= 0) both(g.add1("lt", {ti, ops::broadcast_in_dim(g, in[L.qlen], full5, {0})}));
   if (L.kvlen >= 0) both(g.add1("lt", {si, ops::broadcast_in_dim(g, in[L.kvlen], full5, {0})}));
   if (keep >= 0) lg = ops::select(g, keep, lg, ops::full_like(g, lg, -0.7 * double(FLT_MAX)));
-  const Shape red = {B, K, Tq, G};
   int mx = ops::broadcast_in_dim(g, g.add1("reduce_max", {lg}, {{"axes", V{4}}}), full5, {0, 1, 2, 3});
   int e = g.add1("exp", {ops::sub(g, lg, g.add1("stop_gradient", {mx}))});
   int p = ops::div(g, e, ops::broadcast_in_dim(g, ops::reduce_sum(g, e, {4}), full5, {0, 1, 2, 3}));
@@ -277,7 +276,6 @@ int unfused_attention(Graph& g, const Layout& L, const Attrs& a, const std::vect
     int live = g.add1("lt", {t4, ops::broadcast_in_dim(g, in[L.qlen], os, {0})});
     o = ops::select(g, live, o, ops::zeros_like(g, o));
   }
-  (void)red;
   return ops::cast_if_needed(g, o, T);
 }
 
