@@ -823,19 +823,10 @@ class ShardedJittedFunction(JittedFunction):
             per_arg = list(shardings) if isinstance(shardings, (tuple, list)) else None
             if per_arg is None or len(per_arg) != len(dyn_args):
                 return None
-        dims, counts, batch = [], set(), None
-        for s, a in zip(per_arg, dyn_args):
-            for _, leaf, sh in _broadcast_prefix(s, a, "jit in_shardings"):
-                sh = _as_sharding(sh, "jit in_shardings")
-                f = _split_factor(sh, np.ndim(leaf))
-                dims.append(0 if f > 1 else -1)
-                if f > 1:
-                    counts.add(f)
-                    batch = batch or NamedSharding(sh.mesh, PartitionSpec(sh.spec[0]))
-        if len(counts) != 1:
-            return None
-        dims += [-1] * len(tree_util.tree_leaves(kwargs))
-        return counts.pop(), dims, batch
+        pairs = [(leaf, _as_sharding(sh, "jit in_shardings")) for s, a in zip(per_arg, dyn_args)
+                 for _, leaf, sh in _broadcast_prefix(s, a, "jit in_shardings")]
+        pairs += [(leaf, None) for leaf in tree_util.tree_leaves(kwargs)]
+        return _batch_split(pairs)
 
     def _plan(self, args, kwargs):
         split = self._split_dims(self._dyn_args(args), kwargs) if self._in_shardings is not None else None
@@ -912,17 +903,23 @@ def committed_plan(jf, args, kwargs):
     if core.committed_hook[0] is None:
         return None
     dyn_args, dyn_kwargs, _, _ = jf._split(args, kwargs)
+    split = _batch_split([(leaf, getattr(leaf, "_sharding", None))
+                          for leaf in tree_util.tree_leaves((dyn_args, dyn_kwargs))])
+    return None if split is None else _plan(jf, args, kwargs, split)
+
+
+def _batch_split(pairs):
+    """(n, dims, batch sharding) for (leaf, sharding or None) pairs in flattening order:
+    dims[i] = 0 when leaf i is split along dimension 0, else -1; None unless exactly one
+    device count n > 1 occurs."""
     dims, counts, batch = [], set(), None
-    for leaf in tree_util.tree_leaves((dyn_args, dyn_kwargs)):
-        sh = getattr(leaf, "_sharding", None)
-        f = _split_factor(sh, getattr(leaf, "ndim", 0)) if sh is not None else 1
+    for leaf, sh in pairs:
+        f = _split_factor(sh, np.ndim(leaf)) if sh is not None else 1
         dims.append(0 if f > 1 else -1)
         if f > 1:
             counts.add(f)
             batch = batch or NamedSharding(sh.mesh, PartitionSpec(sh.spec[0]))
-    if len(counts) != 1:
-        return None
-    return _plan(jf, args, kwargs, (counts.pop(), dims, batch))
+    return (counts.pop(), dims, batch) if len(counts) == 1 else None
 
 
 NOT_SPLIT = object()
