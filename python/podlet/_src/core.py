@@ -541,6 +541,8 @@ committed_hook = [None]
 def _sharding_mod():
     from . import sharding
     return sharding
+
+
 _OP_BY_OP = object()  # cache marker: this signature runs the Python function op by op
 
 
