@@ -15,7 +15,6 @@ import time
 import numpy as np
 
 import podlet
-import podlet.numpy as jnp
 import podlet.optim as optax
 from podlet import lax, nn
 from podlet.sharding import Mesh, NamedSharding, PartitionSpec as P
