@@ -19,10 +19,15 @@ from . import dtypes
 from .core import bind
 
 
-def _as4(x):
+def _as4(x, full=None):
+    """x with leading 1s up to rank 4; with ``full`` ([B, N, T, S]), broadcast to it
+    where a dim is neither 1 nor full (the primitive's bias / mask contract)."""
     from .. import numpy as jnp
     x = jnp.asarray(x)
-    return jnp.reshape(x, (1,) * (4 - x.ndim) + tuple(x.shape)) if x.ndim < 4 else x
+    x = jnp.reshape(x, (1,) * (4 - x.ndim) + tuple(x.shape)) if x.ndim < 4 else x
+    if full is not None and any(d not in (1, f) for d, f in zip(x.shape, full)):
+        x = jnp.broadcast_to(x, full)
+    return x
 
 
 def fused(query, key, value, bias=None, mask=None, *, scale, is_causal=False, query_seq_lengths=None,
@@ -30,18 +35,11 @@ def fused(query, key, value, bias=None, mask=None, *, scale, is_causal=False, qu
     """The primitive on 4-D [B, T, N, H] / [B, S, K, H] operands: (out, lse [B, N, T])."""
     args = [query, key, value]
     attrs = {"scale": float(scale), "causal": int(bool(is_causal))}
-    if bias is not None:
-        args.append(bias)
-        attrs["has_bias"] = 1
-    if mask is not None:
-        args.append(mask)
-        attrs["has_mask"] = 1
-    if query_seq_lengths is not None:
-        args.append(query_seq_lengths)
-        attrs["has_qlen"] = 1
-    if key_value_seq_lengths is not None:
-        args.append(key_value_seq_lengths)
-        attrs["has_kvlen"] = 1
+    for flag, x in (("has_bias", bias), ("has_mask", mask), ("has_qlen", query_seq_lengths),
+                    ("has_kvlen", key_value_seq_lengths)):
+        if x is not None:  # the primitive takes the present ones in this order
+            args.append(x)
+            attrs[flag] = 1
     if local_window_size is not None:
         attrs["window_left"], attrs["window_right"] = (int(w) for w in local_window_size)
     return bind("dot_product_attention", *args, **attrs)
@@ -94,12 +92,9 @@ def jax_nn_dot_product_attention(query, key, value, bias=None, mask=None, *, sca
     if not dtypes.is_float(q.dtype):
         raise ValueError(f"dot_product_attention needs floating-point query/key/value, got {np.dtype(q.dtype)}")
     scale_val = (1.0 / np.sqrt(H)) if scale is None else scale
-    if bias is not None or mask is not None:  # 4-D, each dim 1 or the full size, as the primitive takes them
-        full = (B, q.shape[2], q.shape[1], S)
-        for name, t in (("bias", bias), ("mask", mask)):
-            if t is not None and any(d not in (1, f) for d, f in zip(t.shape, full)):
-                t = jnp.broadcast_to(t, full)
-                bias, mask = (t, mask) if name == "bias" else (bias, t)
+    full = (B, q.shape[2], q.shape[1], S)
+    bias = _as4(bias, full) if bias is not None else None
+    mask = _as4(mask, full) if mask is not None else None
     out, lse = fused(q, k, v, bias, mask, scale=scale_val, is_causal=is_causal,
                      query_seq_lengths=query_seq_lengths, key_value_seq_lengths=key_value_seq_lengths,
                      local_window_size=local_window_size)
@@ -143,23 +138,13 @@ def flax_fused(query, key, value, bias, mask):
     """Flax's dot_product_attention (query, key, value promoted to one dtype) fused: the
     scale is 1/sqrt(depth), masked logits take a large negative value as Flax's
     finfo.min does (a fully masked row averages the values, as in Flax)."""
-    from .. import numpy as jnp
     B, T, N, _ = query.shape
-    S = key.shape[1]
-    full = (B, N, T, S)
-
-    def four(t, dtype=None):
-        t = jnp.asarray(t) if dtype is None else jnp.asarray(t, dtype)
-        t = jnp.reshape(t, (1,) * (4 - t.ndim) + tuple(t.shape)) if t.ndim < 4 else t
-        if any(d not in (1, f) for d, f in zip(t.shape, full)):
-            t = jnp.broadcast_to(t, full)
-        return t
-
+    full = (B, N, T, key.shape[1])
     if mask is not None:
-        mask = four(mask)
+        mask = _as4(mask, full)
         if mask.dtype != np.bool_:
             mask = mask.astype(bool)
     if bias is not None:
-        bias = four(bias)
+        bias = _as4(bias, full)
     out, _ = fused(query, key, value, bias, mask, scale=1.0 / np.sqrt(query.shape[-1]))
     return out
