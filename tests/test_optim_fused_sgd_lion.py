@@ -22,6 +22,7 @@ from podlet.optim import _fused
 from podlet.optim import alias as palias
 
 from prim_check import as_podlet, check_batching, check_prim
+from test_optim_fused import assert_trees_bitwise, bits
 from test_optim import (_decay_mask, _decay_mask_podlet, assert_same_structure, assert_trees_close, grad_stream,
                         make_params, optax, run_both, to_jax, to_podlet)
 
@@ -35,18 +36,6 @@ def fused_kind(tx):
         if getattr(tx.update, attr, None) is not None:
             return attr
     return None
-
-
-def bits(x):
-    a = np.asarray(x)
-    return a.view({2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize])
-
-
-def assert_trees_bitwise(a, b):
-    assert repr(ptu.tree_structure(a)) == repr(ptu.tree_structure(b))
-    for x, y in zip(ptu.tree_leaves(a), ptu.tree_leaves(b)):
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(bits(x), bits(y))
 
 
 def sched_a():
