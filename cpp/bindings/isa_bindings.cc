@@ -6,6 +6,7 @@
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/attention.h"
+#include "podlet/kernels/gemm.h"
 
 namespace py = pybind11;
 
@@ -24,8 +25,12 @@ void bind_isa(py::module_& m) {
         features["avx512vl"] = f.avx512vl;
         features["avx512dq"] = f.avx512dq;
         features["avx512_bf16"] = f.avx512_bf16;
+        features["amx_tile"] = f.amx_tile;
+        features["amx_bf16"] = f.amx_bf16;
+        features["amx_os"] = f.amx_os;
+        features["amx_permitted"] = f.amx_permitted;
         py::list isas;
-        for (Isa i : {Isa::ref, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+        for (Isa i : {Isa::ref, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
           if (host_supports(i)) isas.append(isa_name(i));
         py::dict d;
         d["features"] = features;
@@ -34,17 +39,27 @@ void bind_isa(py::module_& m) {
         d["active_isa"] = isa_name(active_isa());
         d["fused_jit"] = podlet::fused_jit::enabled();
         d["conv_winograd"] = podlet::kernels::conv_winograd_enabled();
+        d["amx_emulation"] = podlet::kernels::amx_emulation();
+        if (!f.amx_note.empty()) d["amx_note"] = f.amx_note;
         return d;
       },
-      "CPU features detected at start-up (cpuid), the ISAs the kernels can use on this host "
-      "(best last), the active one, and whether fused elementwise programs are compiled to "
-      "machine code (AVX-512 and PODLET_FUSED_JIT not 0).");
+      "CPU features detected at start-up (cpuid; for AMX also XCR0 and the Linux tile permission), "
+      "the ISAs the kernels can use on this host (best last), the active one, whether fused "
+      "elementwise programs are compiled to machine code (AVX-512 and PODLET_FUSED_JIT not 0), "
+      "whether AMX kernels run on emulated tiles, and amx_note: why a CPU with AMX does not use it.");
   m.def(
       "set_isa", [](const std::string& name) { set_isa(isa_from_name(name)); return std::string(isa_name(active_isa())); },
       py::arg("name"),
-      "Selects the kernel ISA: 'ref', 'avx2', 'avx512' or 'avx512bf16'. A name above what the "
+      "Selects the kernel ISA: 'ref', 'avx2', 'avx512', 'avx512bf16' or 'amx'. A name above what the "
       "host supports clamps down (one warning on stderr); returns the ISA now active.");
   m.def("active_isa", []() { return std::string(isa_name(active_isa())); }, "The ISA kernels use now.");
+  m.def("set_amx_emulation", &podlet::kernels::set_amx_emulation, py::arg("on"),
+        "Runs every kernel with an AMX variant on emulated tiles (TDPBF16PS's arithmetic in plain "
+        "C++), whatever the host: the AMX kernels' logic checked without AMX (PODLET_AMX_EMULATE=1 "
+        "at start-up).");
+  m.def("amx_emulation", &podlet::kernels::amx_emulation, "Whether AMX kernels run on emulated tiles.");
+  m.def("gemm_last_path", []() { return std::string(podlet::kernels::gemm_last_path()); },
+        "The GEMM variant that ran last: 'ref', 'avx2', 'avx512', 'avx512bf16', 'amx' or 'amx_emu' (tests).");
   m.def("attention_last_isa", []() { return std::string(podlet::kernels::attention_last_isa()); },
         "The build of the fused attention kernels that ran last ('ref', 'avx2', 'avx512'; tests).");
 }

@@ -31,6 +31,12 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   }, py::arg("threads"), py::arg("reps") = 20,
      "GFLOP/s of a vdpbf16ps loop on `threads` threads (the f32 FMA peak when the active ISA has no bf16 dot).");
   m.def("have_bf16_dot", &kernels::have_bf16_dot, "Whether the host has a bf16 dot instruction (AVX512_BF16).");
+  m.def("measure_amx_peak", [](int threads, int reps) {
+    py::gil_scoped_release nogil;
+    return kernels::measure_amx_peak(threads, reps);
+  }, py::arg("threads"), py::arg("reps") = 20,
+     "GFLOP/s of the AMX tiles (TDPBF16PS into 4 accumulator tiles) on `threads` threads; 0 unless the "
+     "active ISA is amx.");
   m.def("take_profile_detailed", []() {
     py::dict d;
     for (auto& [k, e] : take_profile_detailed())

@@ -3,11 +3,53 @@
 #include "podlet/cpu/isa.h"
 #include "podlet/error.h"
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace podlet::cpu {
 namespace {
+
+#if defined(__x86_64__)
+// XCR0 (which register states the OS saves); only called when CPUID says OSXSAVE.
+uint64_t xcr0() {
+  uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+// AMX needs the CPU (cpuid), the OS (XCR0) and, on Linux >= 5.16, this process's
+// request for the 8 KiB tile-data state; without it the first tile instruction faults.
+void detect_amx(CpuFeatures& f) {
+  unsigned a, b, c, d;
+  if (__get_cpuid_max(0, nullptr) < 7) return;
+  __cpuid_count(7, 0, a, b, c, d);
+  f.amx_bf16 = d & (1u << 22);
+  f.amx_tile = d & (1u << 24);
+  if (!(f.amx_tile && f.amx_bf16)) return;
+  __cpuid(1, a, b, c, d);
+  const bool osxsave = c & (1u << 27);
+  f.amx_os = osxsave && (xcr0() & (3ull << 17)) == (3ull << 17);
+  if (!f.amx_os) {
+    f.amx_note = "the OS does not enable the AMX tile state (XCR0 bits 17-18)";
+    return;
+  }
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) {
+    f.amx_permitted = true;
+  } else {
+    f.amx_note = std::string("Linux refused the AMX tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
+                 std::strerror(errno) + ")";
+  }
+}
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -22,9 +64,22 @@ CpuFeatures detect() {
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
 #endif
+#if defined(__x86_64__)
+  detect_amx(f);
+#endif
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
-  f.best = avx512 && f.avx512_bf16 ? Isa::avx512bf16 : avx512 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::ref;
+  const bool bf16 = avx512 && f.avx512_bf16;
+  f.best = bf16 && f.amx_permitted ? Isa::amx
+           : bf16                  ? Isa::avx512bf16
+           : avx512                ? Isa::avx512
+           : avx2                  ? Isa::avx2
+                                   : Isa::ref;
+  if (f.amx_tile && f.amx_bf16 && f.best != Isa::amx) {
+    if (f.amx_note.empty()) f.amx_note = "AMX present without AVX512_BF16";
+    std::fprintf(stderr, "podlet: not using the AMX tiles: %s; kernels use '%s'\n", f.amx_note.c_str(),
+                 isa_name(f.best));
+  }
   return f;
 }
 
@@ -45,7 +100,7 @@ Isa initial_isa() {
   try {
     return clamp(isa_from_name(e));
   } catch (const Error&) {
-    std::fprintf(stderr, "podlet: ignoring PODLET_ISA='%s' (expected ref, avx2, avx512 or avx512bf16)\n", e);
+    std::fprintf(stderr, "podlet: ignoring PODLET_ISA='%s' (expected ref, avx2, avx512, avx512bf16 or amx)\n", e);
     return cpu_features().best;
   }
 }
@@ -74,14 +129,15 @@ const char* isa_name(Isa isa) {
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
     case Isa::avx512bf16: return "avx512bf16";
+    case Isa::amx: return "amx";
   }
   return "?";
 }
 
 Isa isa_from_name(const std::string& name) {
-  for (Isa i : {Isa::ref, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+  for (Isa i : {Isa::ref, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
     if (name == isa_name(i)) return i;
-  throw ValueError(fmt("unknown ISA '", name, "' (expected ref, avx2, avx512 or avx512bf16)"));
+  throw ValueError(fmt("unknown ISA '", name, "' (expected ref, avx2, avx512, avx512bf16 or amx)"));
 }
 
 }  // namespace podlet::cpu

@@ -2,22 +2,31 @@
 //
 // The features are read once (cpuid through __builtin_cpu_supports, which also checks
 // that the OS saves the wide registers). The active ISA is the best one the host has,
-// lowered by the environment variable PODLET_ISA=ref|avx2|avx512|avx512bf16 or by
+// lowered by the environment variable PODLET_ISA=ref|avx2|avx512|avx512bf16|amx or by
 // set_isa(). Asking for more than the host has is not an error: it clamps down to the
 // best available ISA below the request, with a one-time warning on stderr.
 //
 // Kernels dispatch on active_isa() (best first, down to ref); `ref` is plain C++ and the
 // oracle every faster path is tested against.
+//
+// amx = avx512bf16 + the AMX-TILE / AMX-BF16 matrix tiles (Sapphire Rapids and later).
+// Linux hands out the tile register state only on request (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), made once at detection; a refusal is
+// logged once on stderr and the host counts as avx512bf16.
 #pragma once
 #include <string>
 
 namespace podlet::cpu {
 
-enum class Isa { ref = 0, avx2, avx512, avx512bf16 };
+enum class Isa { ref = 0, avx2, avx512, avx512bf16, amx };
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512_bf16 = false;
+  bool amx_tile = false, amx_bf16 = false;  // cpuid leaf 7 EDX bits 24 and 22
+  bool amx_os = false;                      // XCR0 enables the tile state (bits 17, 18)
+  bool amx_permitted = false;               // Linux granted XTILEDATA to this process
+  std::string amx_note;                     // why amx is not usable, when the CPU has it
   Isa best = Isa::ref;  // the best ISA the host supports
 };
 
@@ -33,7 +42,7 @@ Isa active_isa();
 void set_isa(Isa isa);
 
 const char* isa_name(Isa isa);
-// "ref" | "avx2" | "avx512" | "avx512bf16"; throws ValueError on anything else.
+// "ref" | "avx2" | "avx512" | "avx512bf16" | "amx"; throws ValueError on anything else.
 Isa isa_from_name(const std::string& name);
 
 }  // namespace podlet::cpu

@@ -25,16 +25,56 @@ bool f32_or_bf16(DType d) { return d == DType::f32 || d == DType::bf16; }
 bool isa_at_least(Isa i) { return int(cpu::active_isa()) >= int(i); }
 bool use_avx2() { return isa_at_least(Isa::avx2); }
 
+// An on/off environment switch: 0 / false / off / no turn it off, anything else on.
+bool env_flag(const char* name, bool unset) {
+  const char* e = std::getenv(name);
+  if (!e || !*e) return unset;
+  std::string v(e);
+  for (char& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return !(v == "0" || v == "false" || v == "off" || v == "no");
+}
+
 }  // namespace
 
+namespace {
+std::atomic<bool> g_amx_emulation{env_flag("PODLET_AMX_EMULATE", false)};
+std::atomic<const char*> g_gemm_path{"none"};
+// The AMX variant of a kernel runs: emulated when the switch is on, else on the tiles
+// when the active ISA is amx.
+enum class Amx { off, hw, emu };
+Amx amx_mode() {
+  if (g_amx_emulation.load(std::memory_order_relaxed)) return Amx::emu;
+  return isa_at_least(Isa::amx) ? Amx::hw : Amx::off;
+}
+}  // namespace
+
+bool amx_emulation() { return g_amx_emulation.load(); }
+void set_amx_emulation(bool on) { g_amx_emulation.store(on); }
+const char* gemm_last_path() { return g_gemm_path.load(); }
+
 void gemm(const GemmArgs& g) {
+  const bool bf16_operands = g.a_dtype == DType::bf16 && g.b_dtype == DType::bf16;
+  if (bf16_operands && f32_or_bf16(g.c_dtype) && g.B * g.M * g.N > 0) {
+    switch (amx_mode()) {
+      case Amx::emu: g_gemm_path = "amx_emu"; return gemm_amx_emu(g);
+      case Amx::hw: g_gemm_path = "amx"; return gemm_amx(g);
+      case Amx::off: break;
+    }
+  }
   if (use_avx2() && f32_or_bf16(g.a_dtype) && f32_or_bf16(g.b_dtype) && f32_or_bf16(g.c_dtype) && g.B * g.M * g.N > 0) {
     // bf16 x bf16 takes the bf16 dot; anything with an f32 operand keeps f32 products.
-    if (isa_at_least(Isa::avx512bf16) && g.a_dtype == DType::bf16 && g.b_dtype == DType::bf16)
+    if (isa_at_least(Isa::avx512bf16) && bf16_operands) {
+      g_gemm_path = "avx512bf16";
       return gemm_avx512bf16(g);
-    if (isa_at_least(Isa::avx512)) return gemm_avx512(g);
+    }
+    if (isa_at_least(Isa::avx512)) {
+      g_gemm_path = "avx512";
+      return gemm_avx512(g);
+    }
+    g_gemm_path = "avx2";
     return gemm_avx2(g);
   }
+  g_gemm_path = "ref";
   gemm_ref(g);
 }
 
@@ -53,14 +93,8 @@ ConvPath conv_path(const ConvGeom& q, DType a, DType b, DType out, int64_t n_dim
 }  // namespace
 
 namespace {
-// On unless PODLET_CONV_WINOGRAD is 0 / false / off.
-std::atomic<bool> g_winograd{[] {
-  const char* e = std::getenv("PODLET_CONV_WINOGRAD");
-  if (!e) return true;
-  std::string v(e);
-  for (char& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  return !(v == "0" || v == "false" || v == "off");
-}()};
+// On unless PODLET_CONV_WINOGRAD is 0 / false / off / no.
+std::atomic<bool> g_winograd{env_flag("PODLET_CONV_WINOGRAD", true)};
 std::atomic<int64_t> g_winograd_fwd{0}, g_winograd_bwd_data{0}, g_winograd_bwd_filter{0};
 // The Winograd path (conv_winograd.h) when it is on, the layer did not ask for exact
 // products (precision HIGH / HIGHEST) and it covers the layer: bf16 operands on

@@ -46,6 +46,21 @@ void gemm_avx512(const GemmArgs& args);
 // AVX512_BF16 (gemm_avx512bf16.cc): bf16 operands only, K taken in pairs by vdpbf16ps
 // (avx512_engine.h, Bf16Kind); f32 / bf16 output.
 void gemm_avx512bf16(const GemmArgs& args);
+// AMX-BF16 (gemm_amx.cc): bf16 operands on the matrix tiles (TDPBF16PS), f32 / bf16
+// output; each output summed over K in one accumulator tile (gemm_amx_impl.h).
+void gemm_amx(const GemmArgs& args);
+// The same kernel on emulated tiles (gemm_amx_emu.cc, plain C++, any host).
+void gemm_amx_emu(const GemmArgs& args);
+
+// The AMX emulation switch: when on, every kernel with an AMX variant runs it on emulated
+// tiles (amx_tiles.h), whatever the host; the tests use it to check the AMX kernels'
+// logic without AMX, and on AMX hosts to compare the hardware with the emulation. Off by
+// default; PODLET_AMX_EMULATE=1 turns it on at start-up.
+bool amx_emulation();
+void set_amx_emulation(bool on);
+// The GEMM variant that ran last: "ref", "avx2", "avx512", "avx512bf16", "amx" or
+// "amx_emu" (tests, benchmarks).
+const char* gemm_last_path();
 
 // Offsets of every index of a group of dims, enumerated row-major over the group:
 // dims (d0, d1) with sizes (s0, s1) and strides (t0, t1) give [i0*t0 + i1*t1 ...].

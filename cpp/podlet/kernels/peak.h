@@ -18,9 +18,15 @@ double measure_bf16_peak(int threads, int reps = 20);
 // Whether the host has a bf16 dot instruction (AVX512_BF16 vdpbf16ps).
 bool have_bf16_dot();
 
+// GFLOP/s of the AMX tiles: TDPBF16PS into 4 accumulator tiles (16 x 16 x 32 multiply-
+// adds = 16384 FLOPs each) when the active ISA is amx; 0 otherwise. The denominator of
+// %peak and MFU on AMX hosts.
+double measure_amx_peak(int threads, int reps = 20);
+
 // One timed run of each loop: GFLOP/s. Call only when the host has the ISA.
 double fma_loop_avx2(int threads, int64_t iters);
 double fma_loop_avx512(int threads, int64_t iters);
 double bf16_dot_loop_avx512bf16(int threads, int64_t iters);
+double amx_dot_loop_amx(int threads, int64_t iters);
 
 }  // namespace podlet::kernels

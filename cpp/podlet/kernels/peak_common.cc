@@ -25,10 +25,15 @@ double measure_f32_fma_peak(int threads, int reps) {
 }
 
 double measure_bf16_peak(int threads, int reps) {
-  if (cpu::active_isa() == cpu::Isa::avx512bf16) return best_of(bf16_dot_loop_avx512bf16, threads, reps);
+  if (int(cpu::active_isa()) >= int(cpu::Isa::avx512bf16)) return best_of(bf16_dot_loop_avx512bf16, threads, reps);
   return measure_f32_fma_peak(threads, reps);
 }
 
 bool have_bf16_dot() { return cpu::host_supports(cpu::Isa::avx512bf16); }
+
+double measure_amx_peak(int threads, int reps) {
+  if (cpu::active_isa() != cpu::Isa::amx) return 0.0;
+  return best_of(amx_dot_loop_amx, threads, reps);
+}
 
 }  // namespace podlet::kernels

@@ -1,0 +1,158 @@
+// The batched bf16 GEMM behind dot_general on AMX tiles (gemm.h: operand offset tables,
+// C contiguous [B, M, N]), written once over a tile backend (amx_tiles.h): gemm_amx.cc
+// runs it on the hardware, gemm_amx_emu.cc on emulated tiles.
+//
+// Packed operands, each (row group or column panel, K chunk) one 1 KiB tile:
+//   A block of a task: [groups of 16 rows][K chunks of 32][16 rows][32 bf16];
+//   B (once per call): [panels of 16 columns][K chunks][16 K pairs][16 columns x 2 bf16].
+// Rows past M, columns past N and K past K are zeros (a zero product leaves a sum as it
+// is). The micro-kernel keeps a 2 x 2 block of accumulator tiles (32 x 32 outputs) and
+// per K chunk loads 2 A and 2 B tiles for 4 TDPBF16PS.
+//
+// Determinism: each output element is summed by one accumulator tile over all of K,
+// chunk after chunk; tasks (output blocks) are independent. The bits depend on K alone,
+// not on threads or task sizes.
+#pragma once
+#include <vector>
+#include "podlet/kernels/amx_tiles.h"
+#include "podlet/kernels/engine_common.h"
+#include "podlet/kernels/gemm.h"
+#include "podlet/parallel.h"
+
+namespace podlet::kernels::amx {
+namespace {
+
+using engine::cdiv;
+using engine::imin;
+using engine::PoolBuf;
+using engine::round_up;
+
+constexpr int64_t kMaxMC = 128, kMaxNC = 128;  // an output block: at most 128 x 128
+
+template <class T> inline uint16_t bits_of(const T& x) { return x.bits; }
+
+// Panel j (16 columns) of B[b] as Kc VNNI tiles.
+void pack_b_panel(const GemmArgs& g, int64_t b, int64_t j, int64_t Kc, uint16_t* dst) {
+  const bf16* base = static_cast<const bf16*>(g.b) + g.b_batch[b];
+  const int64_t n0 = j * 16, nb = imin(16, g.N - n0);
+  const int64_t* bk = g.b_k.data();
+  const int64_t* bc = g.b_col.data() + n0;
+  std::memset(dst, 0, sizeof(uint16_t) * size_t(Kc * kTileElems));
+  for (int64_t k = 0; k < g.K; ++k) {
+    uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
+    const bf16* src = base + bk[k];
+    for (int64_t n = 0; n < nb; ++n) row[2 * n] = bits_of(src[bc[n]]);
+  }
+}
+
+// Rows m0 .. m0+mb of A[b] as groups of Kc tiles.
+void pack_a_block(const GemmArgs& g, int64_t b, int64_t m0, int64_t mb, int64_t Kc, bool k_unit, uint16_t* dst) {
+  const bf16* base = static_cast<const bf16*>(g.a) + g.a_batch[b];
+  const int64_t groups = cdiv(mb, kRows);
+  std::memset(dst, 0, sizeof(uint16_t) * size_t(groups * Kc * kTileElems));
+  const int64_t* ak = g.a_k.data();
+  for (int64_t i = 0; i < mb; ++i) {
+    const bf16* src = base + g.a_row[m0 + i];
+    uint16_t* grp = dst + (i / kRows) * Kc * kTileElems + (i % kRows) * kK;
+    for (int64_t q = 0; q < Kc; ++q) {
+      const int64_t k0 = q * kK, kb = imin(kK, g.K - k0);
+      uint16_t* d = grp + q * kTileElems;
+      if (k_unit) {
+        std::memcpy(d, src + ak[k0], sizeof(uint16_t) * size_t(kb));
+      } else {
+        for (int64_t k = 0; k < kb; ++k) d[k] = bits_of(src[ak[k0 + k]]);
+      }
+    }
+  }
+}
+
+// A RM x RN block of accumulator tiles (RM, RN in {1, 2}) over Kc K chunks into c
+// (f32, row stride ldc floats). a: the first row group's tiles (the second follows at
+// a_next), b: the first panel's (the second at b_next). Tiles: C 0-3, A 4-5, B 6-7.
+template <class T, int RM, int RN>
+void micro(const uint16_t* a, int64_t a_next, const uint16_t* b, int64_t b_next, int64_t Kc, float* c, int64_t ldc) {
+  T::template zero<0>();
+  if constexpr (RN > 1) T::template zero<1>();
+  if constexpr (RM > 1) T::template zero<2>();
+  if constexpr (RM > 1 && RN > 1) T::template zero<3>();
+  for (int64_t q = 0; q < Kc; ++q) {
+    const uint16_t* aq = a + q * kTileElems;
+    const uint16_t* bq = b + q * kTileElems;
+    T::template load<4>(aq, kRowBytes);
+    if constexpr (RM > 1) T::template load<5>(aq + a_next, kRowBytes);
+    T::template load<6>(bq, kRowBytes);
+    if constexpr (RN > 1) T::template load<7>(bq + b_next, kRowBytes);
+    T::template dp<0, 4, 6>();
+    if constexpr (RN > 1) T::template dp<1, 4, 7>();
+    if constexpr (RM > 1) T::template dp<2, 5, 6>();
+    if constexpr (RM > 1 && RN > 1) T::template dp<3, 5, 7>();
+  }
+  const int64_t stride = ldc * int64_t(sizeof(float));
+  T::template store<0>(c, stride);
+  if constexpr (RN > 1) T::template store<1>(c + 16, stride);
+  if constexpr (RM > 1) T::template store<2>(c + 16 * ldc, stride);
+  if constexpr (RM > 1 && RN > 1) T::template store<3>(c + 16 * ldc + 16, stride);
+}
+
+template <class T> struct Scratch {
+  PoolBuf a, c;  // the packed A block, the f32 output block
+  Scratch() { T::configure(); }
+  ~Scratch() { T::release(); }
+};
+
+// Output block sizes: large, halved (in whole 32-row steps) until every thread has two
+// blocks to take, when the product is large enough to share. The bits do not depend on
+// them.
+void choose_block(int64_t batches, int64_t M, int64_t N, int64_t& mc, int64_t& nc) {
+  mc = imin(kMaxMC, round_up(M, 32));
+  nc = imin(kMaxNC, round_up(N, 32));
+  const int64_t want = 2 * int64_t(num_threads());
+  while (mc > 32 && batches * cdiv(M, mc) * cdiv(N, nc) < want) mc = round_up(mc / 2, 32);
+}
+
+template <class T> void gemm_run(const GemmArgs& g) {
+  const int64_t Kc = cdiv(g.K, kK), panels = cdiv(g.N, 16);
+  const int64_t panel_elems = Kc * kTileElems, batch_elems = panels * panel_elems;
+  const double work = double(g.B) * double(g.N) * double(g.K);
+  PoolBuf bp(cdiv(g.B * batch_elems, 2) + 1);  // 32-bit words
+  uint16_t* packed_b = reinterpret_cast<uint16_t*>(bp.p);
+  engine::run_units(g.B * panels, work >= 2e5, [&](int64_t u) {
+    pack_b_panel(g, u / panels, u % panels, Kc, packed_b + u * panel_elems);
+  });
+
+  int64_t mc, nc;
+  choose_block(g.B, g.M, g.N, mc, nc);
+  const int64_t mt = cdiv(g.M, mc), nt = cdiv(g.N, nc);
+  const bool a_k_unit = engine::unit_stride(g.a_k.data(), g.K);
+  const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
+  engine::run_tasks<Scratch<T>>(g.B * mt * nt, flops >= 4e6, [&](int64_t task, Scratch<T>& s) {
+    const int64_t b = task / (mt * nt), r = task % (mt * nt);
+    const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc;
+    const int64_t mb = imin(mc, g.M - m0), nb = imin(nc, g.N - n0);
+    const int64_t gm = cdiv(mb, kRows), gn = cdiv(nb, 16), ldc = gn * 16;
+    s.a.reserve(cdiv(gm * panel_elems, 2) + 1);
+    s.c.reserve(gm * kRows * ldc);
+    uint16_t* pa = reinterpret_cast<uint16_t*>(s.a.p);
+    float* pc = s.c.f();
+    pack_a_block(g, b, m0, mb, Kc, a_k_unit, pa);
+    const uint16_t* pb = packed_b + b * batch_elems + (n0 / 16) * panel_elems;
+    for (int64_t j = 0; j < gn; j += 2) {
+      const bool two_n = j + 1 < gn;
+      for (int64_t i = 0; i < gm; i += 2) {
+        const bool two_m = i + 1 < gm;
+        const uint16_t* a = pa + i * panel_elems;
+        const uint16_t* bb = pb + j * panel_elems;
+        float* c = pc + i * kRows * ldc + j * 16;
+        if (two_m && two_n) micro<T, 2, 2>(a, panel_elems, bb, panel_elems, Kc, c, ldc);
+        else if (two_m) micro<T, 2, 1>(a, panel_elems, bb, 0, Kc, c, ldc);
+        else if (two_n) micro<T, 1, 2>(a, 0, bb, panel_elems, Kc, c, ldc);
+        else micro<T, 1, 1>(a, 0, bb, 0, Kc, c, ldc);
+      }
+    }
+    for (int64_t i = 0; i < mb; ++i)
+      store_row<float>(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, nb, pc + i * ldc);
+  });
+}
+
+}  // namespace
+}  // namespace podlet::kernels::amx
