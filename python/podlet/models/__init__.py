@@ -18,13 +18,15 @@ from .mlp import MLP
 from .resnet import ResNetBlock, BottleneckResNetBlock, ResNet, ResNet18, ResNet34, ResNet50
 from .vit import VisionTransformer, ViTTiny, ViTSmall, ViTB16, ViTB32
 from .swin import SwinTransformer, SwinT, SwinS
-from .import_weights import (load_torchvision_resnet, load_torchvision_swin, load_torchvision_vit, load_flax_params,
-                             load_pretrained, torchvision_resnet_layout)
+from .import_weights import (load_torchvision_resnet, load_torchvision_swin, load_torchvision_vit, load_timm_swin,
+                             load_timm_vit, load_flax_params, load_pretrained, resample_pos_embed,
+                             torchvision_resnet_layout)
 
 __all__ = ["MLP", "ResNetBlock", "BottleneckResNetBlock", "ResNet", "ResNet18", "ResNet34", "ResNet50",
            "VisionTransformer", "ViTTiny", "ViTSmall", "ViTB16", "ViTB32", "SwinTransformer", "SwinT", "SwinS",
            "MODELS", "get_model", "summary", "param_count", "count_params", "load_torchvision_resnet",
-           "load_torchvision_swin", "load_torchvision_vit", "load_flax_params", "load_pretrained",
+           "load_torchvision_swin", "load_torchvision_vit", "load_timm_swin", "load_timm_vit", "load_flax_params",
+           "load_pretrained", "resample_pos_embed",
            "torchvision_resnet_layout"]
 
 # Config names (``model: resnet34``) -> constructors.
