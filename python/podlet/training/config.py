@@ -159,7 +159,15 @@ class DataConfig:
 
 @dataclasses.dataclass
 class TrainConfig:
-    """The optimisation recipe (the seed's ``TrainConfig``) and what the loop needs."""
+    """The optimisation recipe (the seed's ``TrainConfig``) and what the loop needs.
+
+    Fine-tuning keys: ``layer_decay`` in (0, 1] gives each layer of a ViT, Swin or ResNet
+    (per stage) the learning rate ``learning_rate * layer_decay ** (L + 1 - layer)``
+    (patch embedding layer 0, block i layer i + 1, final norm and head L + 1; the Swin
+    patch merging goes with the stage it ends); ``freeze_backbone_epochs`` (0 <= N <
+    epochs) trains only the classifier for the first N epochs. Both build the optimizer
+    as optax's ``multi_transform`` over parameter labels (podlet.training.layer_decay).
+    """
     seed: int = _f(0, lo=0, hi=_INT64_MAX, why="podlet.random.PRNGKey takes a 64-bit seed and the input "
                    "pipeline's shuffle and augmentation seeds are unsigned")
     epochs: int = _f(25, lo=1, hi=_INT32_MAX, why="the optimizer counts steps in int32")
@@ -187,6 +195,13 @@ class TrainConfig:
     nan_policy: str = _f("stop", choices=("stop", "skip"))
     log_every_steps: int = _f(1, lo=1)
     init_from: Optional[str] = _f(None, doc="pretrained weights to start from (podlet export/import)")
+    # Fine-tuning (podlet.training.layer_decay).
+    layer_decay: Optional[float] = _f(None, lo=0.0, hi=1.0, lo_open=True,
+                                      doc="layer-wise LR decay (BEiT/Swin fine-tuning): layer i of L trains at "
+                                      "learning_rate * layer_decay ** (L + 1 - i), the head at learning_rate; "
+                                      "ViT, Swin and ResNets (per stage), not small_cnn")
+    freeze_backbone_epochs: int = _f(0, lo=0, doc="the first N epochs train the head alone (every other param "
+                                     "gets zero updates and no weight decay), then everything trains")
 
 
 @dataclasses.dataclass
@@ -765,6 +780,12 @@ def validate(cfg: ExperimentConfig, *, num_devices=None, origin=None, default_or
         if not any(t.class_weights):
             raise err("train.class_weights", f"every weight is 0 (the loss would be 0 and nothing learned), "
                       f"got {t.class_weights}")
+    if t.freeze_backbone_epochs >= t.epochs:
+        raise err("train.freeze_backbone_epochs", f"expected fewer than train.epochs = {t.epochs} frozen epochs "
+                  f"(the backbone must train in some epoch), got {t.freeze_backbone_epochs}")
+    if t.layer_decay is not None and m.architecture == "small_cnn":
+        raise err("train.layer_decay", f"{t.layer_decay!r}: layer-wise decay needs a network of layers (ViT, Swin, "
+                  f"or a ResNet, per stage), but model.architecture is 'small_cnn'")
     if t.warmup_epochs > t.epochs:
         raise err("train.warmup_epochs", f"{t.warmup_epochs} warmup epochs exceed train.epochs = {t.epochs}")
     n = num_devices or t.num_devices or _default_devices()

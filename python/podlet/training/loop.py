@@ -361,7 +361,7 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
 
     model = S.build_model(cfg)
     schedule = S.create_learning_rate_schedule(t, spe)
-    state = S.create_train_state(cfg, model, schedule, jax.random.PRNGKey(t.seed))
+    state = S.create_train_state(cfg, model, schedule, jax.random.PRNGKey(t.seed), steps_per_epoch=spe)
     if t.init_from:
         state = _init_from(state, t.init_from, cfg)
     mode = C.METRIC_MODES[t.selection_metric]
@@ -586,7 +586,8 @@ def evaluate_run(run_dir, split="test", checkpoint="best", data=None):
     model = S.build_model(cfg)
     spe = max(data.num_examples("train") // cfg.train.batch_size, 1)
     schedule = S.create_learning_rate_schedule(cfg.train, spe)
-    target = S.create_train_state(cfg, model, schedule, jax.random.PRNGKey(cfg.train.seed))
+    target = S.create_train_state(cfg, model, schedule, jax.random.PRNGKey(cfg.train.seed),
+                                  steps_per_epoch=spe)
     ckpt_dir = os.path.join(run_dir, "checkpoints")
 
     def resolve():

@@ -19,7 +19,7 @@ import podlet as jax
 import podlet.numpy as jnp
 import podlet.optim as optax
 from podlet import models, struct
-from podlet.training import train_state
+from podlet.training import layer_decay, train_state
 
 __all__ = ["TrainState", "build_model", "model_definition", "create_learning_rate_schedule", "create_optimizer",
            "create_train_state", "make_train_step", "make_eval_step", "applied_learning_rate"]
@@ -88,29 +88,52 @@ def create_learning_rate_schedule(config, steps_per_epoch: int):
     )
 
 
-def create_optimizer(config, learning_rate_schedule):
+def _partitioned(config):
+    """Whether the config asks for parameter groups (layer-wise decay, a frozen backbone)."""
+    return config.layer_decay is not None or config.freeze_backbone_epochs > 0
+
+
+def create_optimizer(config, learning_rate_schedule, *, groups=None, steps_per_epoch=None):
     """The seed's chain: clip by global norm first (before the update, where it helps),
-    then the optimizer."""
+    then the optimizer.
+
+    With ``train.layer_decay`` or ``train.freeze_backbone_epochs`` it is the run's
+    optimizer per parameter group instead (``layer_decay.partitioned_optimizer``: the
+    clip, then optax's ``multi_transform``), which needs the groups
+    (``layer_decay.param_groups(model, params, ...)``) and, to train with a frozen
+    backbone, the steps per epoch (None builds an optimizer that can hold a restored
+    state but raises on update).
+    """
+    if _partitioned(config):
+        if groups is None:
+            raise ValueError("create_optimizer: train.layer_decay / train.freeze_backbone_epochs need the parameter "
+                             "groups: pass groups=layer_decay.param_groups(model, params, ...)")
+        freeze = config.freeze_backbone_epochs
+        freeze_steps = (freeze * steps_per_epoch if steps_per_epoch is not None else None) if freeze else 0
+        return layer_decay.partitioned_optimizer(config, learning_rate_schedule, groups, freeze_steps=freeze_steps)
     transforms = []
     if config.grad_clip_norm is not None:
         transforms.append(optax.clip_by_global_norm(config.grad_clip_norm))
-    if config.optimizer == "adamw":
-        transforms.append(optax.adamw(learning_rate=learning_rate_schedule, weight_decay=config.weight_decay))
-    elif config.optimizer == "adam":
-        transforms.append(optax.adam(learning_rate=learning_rate_schedule))
-    else:
-        transforms.append(optax.sgd(learning_rate=learning_rate_schedule, momentum=0.9))
+    transforms.append(layer_decay.run_optimizer(config, learning_rate_schedule))
     return optax.chain(*transforms)
 
 
-def create_train_state(cfg, model, schedule, key):
-    """Initialises params/batch_stats from `key`; EMA params start as a copy of params."""
+def create_train_state(cfg, model, schedule, key, *, steps_per_epoch=None):
+    """Initialises params/batch_stats from `key`; EMA params start as a copy of params.
+
+    `steps_per_epoch` (the schedule's) tells a frozen backbone
+    (``train.freeze_backbone_epochs``) when to train; without it such a state can
+    receive a checkpoint but not train (the optimizer state has the same structure
+    either way)."""
     init_rng, state_rng = jax.random.split(key)
     h, w, c = cfg.data.image_size
     variables = model.init(init_rng, jnp.zeros((1, h, w, c), jnp.float32), train=False)
     params = variables["params"]
+    groups = (layer_decay.param_groups(model, params, layer_decay=cfg.train.layer_decay)
+              if _partitioned(cfg.train) else None)
+    tx = create_optimizer(cfg.train, schedule, groups=groups, steps_per_epoch=steps_per_epoch)
     return TrainState.create(
-        apply_fn=model.apply, params=params, tx=create_optimizer(cfg.train, schedule),
+        apply_fn=model.apply, params=params, tx=tx,
         batch_stats=variables.get("batch_stats", {}),
         ema_params=params if cfg.train.ema_decay is not None else None,
         rng=state_rng)
@@ -130,8 +153,11 @@ def _schedule_count(opt_state):
 
 def applied_learning_rate(state, schedule):
     """The LR the next update applies (the schedule at the optimizer's own count, which
-    does not advance on skipped steps)."""
-    count = _schedule_count(state.opt_state)
+    does not advance on skipped steps); with parameter groups, the head's (the run's
+    schedule unscaled)."""
+    count = layer_decay.head_schedule_count(state.opt_state)
+    if count is None:
+        count = _schedule_count(state.opt_state)
     return schedule(state.step if count is None else count)
 
 
