@@ -6,6 +6,7 @@
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/attention.h"
+#include "podlet/kernels/conv.h"
 #include "podlet/kernels/gemm.h"
 
 namespace py = pybind11;
@@ -60,6 +61,8 @@ void bind_isa(py::module_& m) {
   m.def("amx_emulation", &podlet::kernels::amx_emulation, "Whether AMX kernels run on emulated tiles.");
   m.def("gemm_last_path", []() { return std::string(podlet::kernels::gemm_last_path()); },
         "The GEMM variant that ran last: 'ref', 'avx2', 'avx512', 'avx512bf16', 'amx' or 'amx_emu' (tests).");
+  m.def("conv_amx_calls", &podlet::kernels::conv_amx_calls,
+        "How many convolutions (any direction) ran on AMX tiles, real or emulated, so far (tests).");
   m.def("attention_last_isa", []() { return std::string(podlet::kernels::attention_last_isa()); },
         "The build of the fused attention kernels that ran last ('ref', 'avx2', 'avx512'; tests).");
 }

@@ -70,6 +70,20 @@ void conv_fwd_avx512bf16(const ConvGeom& q, DType xd, const void* x, DType wd, c
 void conv_bwd_data_avx512bf16(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx);
 void conv_bwd_filter_avx512bf16(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw);
 
+// AMX tiles (conv_amx.cc; conv_amx_emu.cc on emulated tiles, any host): implicit GEMMs
+// with the patches gathered straight into tiles (conv_amx_impl.h). bf16 operands, f32 /
+// bf16 output, the layers conv_amx_geometry takes; exact products, each output summed in
+// conv.h's K order in one f32 accumulator: agrees with the _ref to rounding, bits
+// independent of threads.
+bool conv_amx_geometry(const ConvGeom& q, int64_t n_dim);
+int64_t conv_amx_calls();  // convolutions run on (real or emulated) tiles so far (tests)
+void conv_fwd_amx(const ConvGeom& q, const void* x, const void* w, DType yd, void* y);
+void conv_bwd_data_amx(const ConvGeom& q, const void* g, const void* w, DType dxd, void* dx);
+void conv_bwd_filter_amx(const ConvGeom& q, const void* x, const void* g, DType dwd, void* dw);
+void conv_fwd_amx_emu(const ConvGeom& q, const void* x, const void* w, DType yd, void* y);
+void conv_bwd_data_amx_emu(const ConvGeom& q, const void* g, const void* w, DType dxd, void* dx);
+void conv_bwd_filter_amx_emu(const ConvGeom& q, const void* x, const void* g, DType dwd, void* dw);
+
 // 1-channel layers (conv_stem_avx512bf16.cc): forward and backward-filter with the
 // output channels as the vector dim and the input's bf16 pairs broadcast from padded row
 // copies (nothing packed per pixel). Exact products, f32 sums in a fixed order: agrees

@@ -128,7 +128,30 @@ bool stem(const ConvGeom& q, DType a, DType b, DType out) {
 }
 }  // namespace
 
+// One feature group, no lhs dilation, a GEMM N dim (output channels; input channels in
+// backward-data) of at least 8 to fill the 16-column tiles, a non-empty problem.
+bool conv_amx_geometry(const ConvGeom& q, int64_t n_dim) {
+  return q.G == 1 && q.ldh == 1 && q.ldw == 1 && n_dim >= 8 && q.N * q.H * q.W * q.C > 0 &&
+         q.Ho * q.Wo * q.O * q.KH * q.KW > 0;
+}
+namespace {
+std::atomic<int64_t> g_conv_amx_calls{0};
+// The AMX conv variant for these operands: off, on the tiles or emulated.
+Amx conv_amx(const ConvGeom& q, DType a, DType b, DType out, int64_t n_dim) {
+  if (!(a == DType::bf16 && b == DType::bf16 && f32_or_bf16(out) && conv_amx_geometry(q, n_dim))) return Amx::off;
+  const Amx m = amx_mode();
+  if (m != Amx::off) g_conv_amx_calls.fetch_add(1, std::memory_order_relaxed);
+  return m;
+}
+}  // namespace
+int64_t conv_amx_calls() { return g_conv_amx_calls.load(); }
+
 void conv_fwd(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y) {
+  switch (conv_amx(q, xd, wd, yd, q.O)) {
+    case Amx::emu: return conv_fwd_amx_emu(q, x, w, yd, y);
+    case Amx::hw: return conv_fwd_amx(q, x, w, yd, y);
+    case Amx::off: break;
+  }
   if (winograd(q, xd, wd, yd)) {
     g_winograd_fwd.fetch_add(1, std::memory_order_relaxed);
     return conv_fwd_winograd_avx512bf16(q, x, w, yd, y);
@@ -143,6 +166,11 @@ void conv_fwd(const ConvGeom& q, DType xd, const void* x, DType wd, const void* 
 }
 
 void conv_bwd_data(const ConvGeom& q, DType gd, const void* g, DType wd, const void* w, DType dxd, void* dx) {
+  switch (conv_amx(q, gd, wd, dxd, q.C)) {
+    case Amx::emu: return conv_bwd_data_amx_emu(q, g, w, dxd, dx);
+    case Amx::hw: return conv_bwd_data_amx(q, g, w, dxd, dx);
+    case Amx::off: break;
+  }
   if (winograd(q, gd, wd, dxd)) {
     g_winograd_bwd_data.fetch_add(1, std::memory_order_relaxed);
     return conv_bwd_data_winograd_avx512bf16(q, g, w, dxd, dx);
@@ -161,6 +189,11 @@ void conv_bwd_data(const ConvGeom& q, DType gd, const void* g, DType wd, const v
 }
 
 void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw) {
+  switch (conv_amx(q, xd, gd, dwd, q.O)) {
+    case Amx::emu: return conv_bwd_filter_amx_emu(q, x, g, dwd, dw);
+    case Amx::hw: return conv_bwd_filter_amx(q, x, g, dwd, dw);
+    case Amx::off: break;
+  }
   if (winograd(q, xd, gd, dwd)) {
     g_winograd_bwd_filter.fetch_add(1, std::memory_order_relaxed);
     return conv_bwd_filter_winograd_avx512bf16(q, x, g, dwd, dw);

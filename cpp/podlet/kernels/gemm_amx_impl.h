@@ -23,6 +23,7 @@ namespace podlet::kernels::amx {
 namespace {
 
 using engine::cdiv;
+using engine::imax;
 using engine::imin;
 using engine::PoolBuf;
 using engine::round_up;
@@ -37,7 +38,7 @@ void pack_b_panel(const GemmArgs& g, int64_t b, int64_t j, int64_t Kc, uint16_t*
   const int64_t n0 = j * 16, nb = imin(16, g.N - n0);
   const int64_t* bk = g.b_k.data();
   const int64_t* bc = g.b_col.data() + n0;
-  std::memset(dst, 0, sizeof(uint16_t) * size_t(Kc * kTileElems));
+  (void)Kc;  // dst arrives zeroed, Kc chunks long
   for (int64_t k = 0; k < g.K; ++k) {
     uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
     const bf16* src = base + bk[k];
@@ -45,17 +46,16 @@ void pack_b_panel(const GemmArgs& g, int64_t b, int64_t j, int64_t Kc, uint16_t*
   }
 }
 
-// Rows m0 .. m0+mb of A[b] as groups of Kc tiles.
-void pack_a_block(const GemmArgs& g, int64_t b, int64_t m0, int64_t mb, int64_t Kc, bool k_unit, uint16_t* dst) {
+// Rows [m0, m0+mb) of A[b], K chunks [q0, q0+nq), as [groups][nq][tile] into a zeroed dst.
+void pack_a_block(const GemmArgs& g, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, bool k_unit,
+                  uint16_t* dst) {
   const bf16* base = static_cast<const bf16*>(g.a) + g.a_batch[b];
-  const int64_t groups = cdiv(mb, kRows);
-  std::memset(dst, 0, sizeof(uint16_t) * size_t(groups * Kc * kTileElems));
   const int64_t* ak = g.a_k.data();
   for (int64_t i = 0; i < mb; ++i) {
     const bf16* src = base + g.a_row[m0 + i];
-    uint16_t* grp = dst + (i / kRows) * Kc * kTileElems + (i % kRows) * kK;
-    for (int64_t q = 0; q < Kc; ++q) {
-      const int64_t k0 = q * kK, kb = imin(kK, g.K - k0);
+    uint16_t* grp = dst + (i / kRows) * nq * kTileElems + (i % kRows) * kK;
+    for (int64_t q = 0; q < nq; ++q) {
+      const int64_t k0 = (q0 + q) * kK, kb = imin(kK, g.K - k0);
       uint16_t* d = grp + q * kTileElems;
       if (k_unit) {
         std::memcpy(d, src + ak[k0], sizeof(uint16_t) * size_t(kb));
@@ -66,16 +66,27 @@ void pack_a_block(const GemmArgs& g, int64_t b, int64_t m0, int64_t mb, int64_t 
   }
 }
 
-// A RM x RN block of accumulator tiles (RM, RN in {1, 2}) over Kc K chunks into c
-// (f32, row stride ldc floats). a: the first row group's tiles (the second follows at
-// a_next), b: the first panel's (the second at b_next). Tiles: C 0-3, A 4-5, B 6-7.
+// A RM x RN block of accumulator tiles (RM, RN in {1, 2}) over nq K chunks into c
+// (f32, row stride ldc floats): from zero when `first`, else continuing the sums stored
+// in c (stored and reloaded f32 values are exact, so a sum cut into K blocks has the
+// bits of one pass). a: the first row group's chunks (the second group's follow at
+// a_next), b: the first panel's (the second's at b_next). Tiles: C 0-3, A 4-5, B 6-7.
 template <class T, int RM, int RN>
-void micro(const uint16_t* a, int64_t a_next, const uint16_t* b, int64_t b_next, int64_t Kc, float* c, int64_t ldc) {
-  T::template zero<0>();
-  if constexpr (RN > 1) T::template zero<1>();
-  if constexpr (RM > 1) T::template zero<2>();
-  if constexpr (RM > 1 && RN > 1) T::template zero<3>();
-  for (int64_t q = 0; q < Kc; ++q) {
+void micro(const uint16_t* a, int64_t a_next, const uint16_t* b, int64_t b_next, int64_t nq, bool first, float* c,
+           int64_t ldc) {
+  const int64_t stride = ldc * int64_t(sizeof(float));
+  if (first) {
+    T::template zero<0>();
+    if constexpr (RN > 1) T::template zero<1>();
+    if constexpr (RM > 1) T::template zero<2>();
+    if constexpr (RM > 1 && RN > 1) T::template zero<3>();
+  } else {
+    T::template load<0>(c, stride);
+    if constexpr (RN > 1) T::template load<1>(c + 16, stride);
+    if constexpr (RM > 1) T::template load<2>(c + 16 * ldc, stride);
+    if constexpr (RM > 1 && RN > 1) T::template load<3>(c + 16 * ldc + 16, stride);
+  }
+  for (int64_t q = 0; q < nq; ++q) {
     const uint16_t* aq = a + q * kTileElems;
     const uint16_t* bq = b + q * kTileElems;
     T::template load<4>(aq, kRowBytes);
@@ -87,7 +98,6 @@ void micro(const uint16_t* a, int64_t a_next, const uint16_t* b, int64_t b_next,
     if constexpr (RM > 1) T::template dp<2, 5, 6>();
     if constexpr (RM > 1 && RN > 1) T::template dp<3, 5, 7>();
   }
-  const int64_t stride = ldc * int64_t(sizeof(float));
   T::template store<0>(c, stride);
   if constexpr (RN > 1) T::template store<1>(c + 16, stride);
   if constexpr (RM > 1) T::template store<2>(c + 16 * ldc, stride);
@@ -100,9 +110,10 @@ template <class T> struct Scratch {
   ~Scratch() { T::release(); }
 };
 
+constexpr int64_t kMaxKChunks = 64;  // K chunks per block: A block <= 512 KiB, B slice <= 512 KiB
+
 // Output block sizes: large, halved (in whole 32-row steps) until every thread has two
-// blocks to take, when the product is large enough to share. The bits do not depend on
-// them.
+// blocks to take. The bits do not depend on them.
 void choose_block(int64_t batches, int64_t M, int64_t N, int64_t& mc, int64_t& nc) {
   mc = imin(kMaxMC, round_up(M, 32));
   nc = imin(kMaxNC, round_up(N, 32));
@@ -110,48 +121,73 @@ void choose_block(int64_t batches, int64_t M, int64_t N, int64_t& mc, int64_t& n
   while (mc > 32 && batches * cdiv(M, mc) * cdiv(N, nc) < want) mc = round_up(mc / 2, 32);
 }
 
-template <class T> void gemm_run(const GemmArgs& g) {
-  const int64_t Kc = cdiv(g.K, kK), panels = cdiv(g.N, 16);
+// C[b] (M x N) = A[b] (M x K) B[b] (K x N) for b < batches, on tiles of backend T, the
+// operands given by what packs them:
+//   pack_b(b, j, Kc, dst): panel j (16 columns) of B[b], all Kc K chunks (VNNI tiles);
+//   pack_a(b, m0, mb, q0, nq, dst): rows [m0, m0+mb) of A[b], K chunks [q0, q0+nq), as
+//     [groups of 16 rows][nq][tile], zeros past M and K; dst arrives zeroed;
+//   store(b, m, n0, nb, row): the nb f32 sums of output row m from column n0.
+template <class T, class PackB, class PackA, class Store>
+void tile_gemm(int64_t batches, int64_t M, int64_t N, int64_t K, PackB&& pack_b, PackA&& pack_a, Store&& store) {
+  const int64_t Kc = cdiv(K, kK), panels = cdiv(N, 16);
   const int64_t panel_elems = Kc * kTileElems, batch_elems = panels * panel_elems;
-  const double work = double(g.B) * double(g.N) * double(g.K);
-  PoolBuf bp(cdiv(g.B * batch_elems, 2) + 1);  // 32-bit words
+  PoolBuf bp(cdiv(batches * batch_elems, 2) + 1);  // 32-bit words
   uint16_t* packed_b = reinterpret_cast<uint16_t*>(bp.p);
-  engine::run_units(g.B * panels, work >= 2e5, [&](int64_t u) {
-    pack_b_panel(g, u / panels, u % panels, Kc, packed_b + u * panel_elems);
+  engine::run_units(batches * panels, double(batches) * double(N) * double(K) >= 2e5, [&](int64_t u) {
+    uint16_t* dst = packed_b + u * panel_elems;
+    std::memset(dst, 0, sizeof(uint16_t) * size_t(panel_elems));
+    pack_b(u / panels, u % panels, Kc, dst);
   });
 
   int64_t mc, nc;
-  choose_block(g.B, g.M, g.N, mc, nc);
-  const int64_t mt = cdiv(g.M, mc), nt = cdiv(g.N, nc);
-  const bool a_k_unit = engine::unit_stride(g.a_k.data(), g.K);
-  const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
-  engine::run_tasks<Scratch<T>>(g.B * mt * nt, flops >= 4e6, [&](int64_t task, Scratch<T>& s) {
+  choose_block(batches, M, N, mc, nc);
+  const int64_t mt = cdiv(M, mc), nt = cdiv(N, nc);
+  const double flops = 2.0 * double(batches) * double(M) * double(N) * double(K);
+  engine::run_tasks<Scratch<T>>(batches * mt * nt, flops >= 4e6, [&](int64_t task, Scratch<T>& s) {
     const int64_t b = task / (mt * nt), r = task % (mt * nt);
     const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc;
-    const int64_t mb = imin(mc, g.M - m0), nb = imin(nc, g.N - n0);
+    const int64_t mb = imin(mc, M - m0), nb = imin(nc, N - n0);
     const int64_t gm = cdiv(mb, kRows), gn = cdiv(nb, 16), ldc = gn * 16;
-    s.a.reserve(cdiv(gm * panel_elems, 2) + 1);
+    const int64_t kq = imin(Kc, kMaxKChunks);
+    s.a.reserve(cdiv(gm * kq * kTileElems, 2) + 1);
     s.c.reserve(gm * kRows * ldc);
     uint16_t* pa = reinterpret_cast<uint16_t*>(s.a.p);
     float* pc = s.c.f();
-    pack_a_block(g, b, m0, mb, Kc, a_k_unit, pa);
     const uint16_t* pb = packed_b + b * batch_elems + (n0 / 16) * panel_elems;
-    for (int64_t j = 0; j < gn; j += 2) {
-      const bool two_n = j + 1 < gn;
-      for (int64_t i = 0; i < gm; i += 2) {
-        const bool two_m = i + 1 < gm;
-        const uint16_t* a = pa + i * panel_elems;
-        const uint16_t* bb = pb + j * panel_elems;
-        float* c = pc + i * kRows * ldc + j * 16;
-        if (two_m && two_n) micro<T, 2, 2>(a, panel_elems, bb, panel_elems, Kc, c, ldc);
-        else if (two_m) micro<T, 2, 1>(a, panel_elems, bb, 0, Kc, c, ldc);
-        else if (two_n) micro<T, 1, 2>(a, 0, bb, panel_elems, Kc, c, ldc);
-        else micro<T, 1, 1>(a, 0, bb, 0, Kc, c, ldc);
+    for (int64_t q0 = 0; q0 < Kc || q0 == 0; q0 += kq) {
+      const int64_t nq = imin(kq, Kc - q0), a_next = nq * kTileElems;
+      std::memset(pa, 0, sizeof(uint16_t) * size_t(gm * a_next));
+      if (nq > 0) pack_a(b, m0, mb, q0, nq, pa);
+      for (int64_t j = 0; j < gn; j += 2) {
+        const bool two_n = j + 1 < gn;
+        for (int64_t i = 0; i < gm; i += 2) {
+          const bool two_m = i + 1 < gm;
+          const uint16_t* a = pa + i * a_next;
+          const uint16_t* bb = pb + j * panel_elems + q0 * kTileElems;
+          float* c = pc + i * kRows * ldc + j * 16;
+          if (two_m && two_n) micro<T, 2, 2>(a, a_next, bb, panel_elems, nq, q0 == 0, c, ldc);
+          else if (two_m) micro<T, 2, 1>(a, a_next, bb, 0, nq, q0 == 0, c, ldc);
+          else if (two_n) micro<T, 1, 2>(a, 0, bb, panel_elems, nq, q0 == 0, c, ldc);
+          else micro<T, 1, 1>(a, 0, bb, 0, nq, q0 == 0, c, ldc);
+        }
       }
+      if (Kc == 0) break;
     }
-    for (int64_t i = 0; i < mb; ++i)
-      store_row<float>(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, nb, pc + i * ldc);
+    for (int64_t i = 0; i < mb; ++i) store(b, m0 + i, n0, nb, pc + i * ldc);
   });
+}
+
+// dot_general's GEMM (gemm.h offset tables).
+template <class T> void gemm_run(const GemmArgs& g) {
+  const bool a_k_unit = engine::unit_stride(g.a_k.data(), g.K);
+  tile_gemm<T>(
+      g.B, g.M, g.N, g.K, [&](int64_t b, int64_t j, int64_t Kc, uint16_t* dst) { pack_b_panel(g, b, j, Kc, dst); },
+      [&](int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint16_t* dst) {
+        pack_a_block(g, b, m0, mb, q0, nq, a_k_unit, dst);
+      },
+      [&](int64_t b, int64_t m, int64_t n0, int64_t nb, const float* row) {
+        store_row<float>(g.c_dtype, g.c, (b * g.M + m) * g.N + n0, nb, row);
+      });
 }
 
 }  // namespace

@@ -1,0 +1,131 @@
+// Convolutions on AMX tiles as implicit GEMMs over tile_gemm (gemm_amx_impl.h), written
+// once over a tile backend: conv_amx.cc on the hardware, conv_amx_emu.cc emulated.
+// bf16 operands, f32 / bf16 output, one feature group, no lhs dilation (conv.h geometry).
+//
+//   forward          y[(n,ho,wo)][o]  = sum over k = (kh,kw,c)    patch[(n,ho,wo)][k] w[k][o]
+//   backward-data    dx[(n,h,w)][c]   = sum over k = (kh,kw,o)    g at the taps that read
+//                                       (h,w) [k] w[kh,kw,c,o]
+//   backward-filter  dw[(kh,kw,c)][o] = sum over k = (n,ho,wo)    x at the tap [k] g[k][o]
+//
+// The A operand (patches, taps of g, shifted x) is gathered straight into tiles with the
+// padding as zeros; B (the filter, its transpose, g) is a plain matrix. The K order of
+// each sum is conv.h's contract (forward kh, kw, ci; backward-data kh, kw, o;
+// backward-filter n, oh, ow), summed one by one in an accumulator tile: bits independent
+// of threads.
+#pragma once
+#include "podlet/kernels/conv.h"
+#include "podlet/kernels/gemm_amx_impl.h"
+
+namespace podlet::kernels::amx {
+namespace {
+
+// Copies n bf16 (or zeros when src is null) to K positions [k, k+n) of a row whose K
+// chunks are kTileElems apart (a row of an A tile group, chunks from q0).
+inline void put_run(uint16_t* row, int64_t q0, int64_t k, const bf16* src, int64_t n) {
+  while (n > 0) {
+    const int64_t q = k / kK - q0, off = k % kK, len = imin(n, kK - off);
+    if (src) {
+      std::memcpy(row + q * kTileElems + off, src, sizeof(uint16_t) * size_t(len));
+      src += len;
+    }
+    k += len;
+    n -= len;
+  }
+}
+
+// The K positions [q0 * 32, (q0 + nq) * 32) of a row made of runs of `run` elements
+// (one per tap): f(tap, dst_k, first, len) for each piece of a tap inside the range.
+template <class F> void for_runs(int64_t run, int64_t taps, int64_t q0, int64_t nq, F&& f) {
+  const int64_t k_lo = q0 * kK, k_hi = (q0 + nq) * kK;
+  for (int64_t t = k_lo / run; t < taps && t * run < k_hi; ++t) {
+    const int64_t b = imax(t * run, k_lo), e = imin((t + 1) * run, k_hi);
+    if (b < e) f(t, b, b - t * run, e - b);
+  }
+}
+
+// B panel j of a row-major [K][N] bf16 matrix (row stride ld) as VNNI tiles.
+void pack_b_rows(const bf16* m, int64_t K, int64_t N, int64_t ld, int64_t j, uint16_t* dst) {
+  const int64_t n0 = j * 16, nb = imin(16, N - n0);
+  for (int64_t k = 0; k < K; ++k) {
+    uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
+    const bf16* src = m + k * ld + n0;
+    for (int64_t n = 0; n < nb; ++n) row[2 * n] = src[n].bits;
+  }
+}
+
+template <class T> void conv_fwd_tiles(const ConvGeom& q, const bf16* x, const bf16* w, DType yd, void* y) {
+  const int64_t C = q.C, O = q.O, taps = q.KH * q.KW, K = taps * C, M = q.N * q.Ho * q.Wo;
+  tile_gemm<T>(
+      1, M, O, K, [&](int64_t, int64_t j, int64_t, uint16_t* dst) { pack_b_rows(w, K, O, O, j, dst); },
+      [&](int64_t, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint16_t* dst) {
+        for (int64_t i = 0; i < mb; ++i) {
+          const int64_t m = m0 + i, n = m / (q.Ho * q.Wo), ho = (m / q.Wo) % q.Ho, wo = m % q.Wo;
+          uint16_t* row = dst + (i / kRows) * nq * kTileElems + (i % kRows) * kK;
+          for_runs(C, taps, q0, nq, [&](int64_t t, int64_t k, int64_t c0, int64_t len) {
+            const int64_t h = ho * q.sh + (t / q.KW) * q.rdh - q.ph, ww = wo * q.sw + (t % q.KW) * q.rdw - q.pw;
+            if (h < 0 || h >= q.H || ww < 0 || ww >= q.W) return;  // padding: the zeros already there
+            put_run(row, q0, k, x + ((n * q.H + h) * q.W + ww) * C + c0, len);
+          });
+        }
+      },
+      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_row<float>(yd, y, m * O + n0, nb, r); });
+}
+
+template <class T> void conv_bwd_data_tiles(const ConvGeom& q, const bf16* g, const bf16* w, DType dxd, void* dx) {
+  const int64_t C = q.C, O = q.O, taps = q.KH * q.KW, K = taps * O, M = q.N * q.H * q.W;
+  tile_gemm<T>(
+      1, M, C, K,
+      [&](int64_t, int64_t j, int64_t, uint16_t* dst) {
+        // B[(t, o)][c] = w[t][c][o]: column c of B is row c of tap t's [C][O] block.
+        const int64_t c0 = j * 16, cb = imin(16, C - c0);
+        for (int64_t k = 0; k < K; ++k) {
+          uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
+          const bf16* src = w + (k / O) * C * O + c0 * O + k % O;
+          for (int64_t c = 0; c < cb; ++c) row[2 * c] = src[c * O].bits;
+        }
+      },
+      [&](int64_t, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint16_t* dst) {
+        for (int64_t i = 0; i < mb; ++i) {
+          const int64_t m = m0 + i, n = m / (q.H * q.W), h = (m / q.W) % q.H, ww = m % q.W;
+          uint16_t* row = dst + (i / kRows) * nq * kTileElems + (i % kRows) * kK;
+          for_runs(O, taps, q0, nq, [&](int64_t t, int64_t k, int64_t o0, int64_t len) {
+            // The output pixel whose tap t reads (h, w): ho * sh = h + ph - kh * rdh.
+            const int64_t hs = h + q.ph - (t / q.KW) * q.rdh, ws = ww + q.pw - (t % q.KW) * q.rdw;
+            if (hs < 0 || ws < 0 || hs % q.sh || ws % q.sw) return;
+            const int64_t ho = hs / q.sh, wo = ws / q.sw;
+            if (ho >= q.Ho || wo >= q.Wo) return;
+            put_run(row, q0, k, g + ((n * q.Ho + ho) * q.Wo + wo) * O + o0, len);
+          });
+        }
+      },
+      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_row<float>(dxd, dx, m * C + n0, nb, r); });
+}
+
+template <class T> void conv_bwd_filter_tiles(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void* dw) {
+  const int64_t C = q.C, O = q.O, M = q.KH * q.KW * C, K = q.N * q.Ho * q.Wo;
+  tile_gemm<T>(
+      1, M, O, K, [&](int64_t, int64_t j, int64_t, uint16_t* dst) { pack_b_rows(g, K, O, O, j, dst); },
+      [&](int64_t, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint16_t* dst) {
+        // Row (kh, kw, c) at K = pixel p holds x at p's tap (kh, kw): walk the pixels and
+        // copy each tap's run of channels down a tile column.
+        const int64_t k_end = imin((q0 + nq) * kK, K);
+        for (int64_t p = q0 * kK; p < k_end; ++p) {
+          const int64_t n = p / (q.Ho * q.Wo), ho = (p / q.Wo) % q.Ho, wo = p % q.Wo;
+          uint16_t* col = dst + (p / kK - q0) * kTileElems + p % kK;
+          for (int64_t i = 0; i < mb;) {
+            const int64_t r = m0 + i, t = r / C, c = r % C, len = imin(C - c, mb - i);
+            const int64_t h = ho * q.sh + (t / q.KW) * q.rdh - q.ph, ww = wo * q.sw + (t % q.KW) * q.rdw - q.pw;
+            if (h >= 0 && h < q.H && ww >= 0 && ww < q.W) {
+              const bf16* src = x + ((n * q.H + h) * q.W + ww) * C + c;
+              for (int64_t e = 0; e < len; ++e)
+                col[((i + e) / kRows) * nq * kTileElems + ((i + e) % kRows) * kK] = src[e].bits;
+            }
+            i += len;
+          }
+        }
+      },
+      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_row<float>(dwd, dw, m * O + n0, nb, r); });
+}
+
+}  // namespace
+}  // namespace podlet::kernels::amx
