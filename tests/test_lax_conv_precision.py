@@ -177,25 +177,61 @@ def _outcome(fn):
         return "error", str(e)
 
 
+# The presets podlet runs as a TPU's bf16 algorithms on f32 operands (jax's CPU keeps them
+# exact there): (number of bf16 parts per operand, the small products in XLA's order).
+TPU_PRESETS = {"BF16_BF16_F32": (1, []), "BF16_BF16_F32_X3": (2, [(1, 0), (0, 1)]),
+               "BF16_BF16_F32_X6": (3, [(1, 1), (0, 2), (2, 0), (0, 1), (1, 0)])}
+
+
+def _bf16_parts(x, n):
+    parts, rest = [], np.asarray(x, np.float32)
+    for _ in range(n):
+        h = rest.astype(jnp.bfloat16).astype(np.float32)
+        parts.append(h)
+        rest = rest - h
+    return parts
+
+
+def _tpu_dot_with_jax(a, b, preset):
+    """The bf16 algorithm of `preset` built from jax's (exact f32) dots of the bf16 parts."""
+    n, small = TPU_PRESETS[preset]
+    pa, pb = _bf16_parts(a, n), _bf16_parts(b, n)
+    dot = lambda i, j: np.asarray(jlax.dot(pa[i], pb[j]))  # noqa: E731
+    if not small:
+        return dot(0, 0)
+    acc = dot(*small[0])
+    for ij in small[1:]:
+        acc = acc + dot(*ij)
+    return np.where(np.isnan(acc), np.float32(0), acc) + dot(0, 0)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.name for p in PRESETS])
 def test_dot_presets_match_jax_on_cpu(preset, dtype):
     """Presets jax's CPU runs give the same bits (F16_F16_F16 rounds operands and result to
-    float16 values, F64_F64_F64 sums in float64, the others keep f32 / bf16 exact); the
-    ones it refuses raise its ValueError. By preset and by name."""
+    float16 values, F64_F64_F64 sums in float64, the others keep f32 / bf16 exact), except
+    the bf16 presets on f32 operands, which run a TPU's algorithm (the same bits as that
+    algorithm built from jax's dots of the bf16 parts); the ones it refuses raise its
+    ValueError. By preset and by name."""
     a, b = r(8, 16).astype(dtype), r(16, 5).astype(dtype)
     kind, want = _outcome(lambda: jlax.dot(a, b, precision=preset))
+    if preset.name in TPU_PRESETS and dtype == np.float32:
+        assert not np.array_equal(_tpu_dot_with_jax(a, b, preset.name), want)
+        want = _tpu_dot_with_jax(a, b, preset.name)
     for p in (getattr(lax.DotAlgorithmPreset, preset.name), preset.name, preset):
         got_kind, got = _outcome(lambda: lax.dot(a, b, precision=p))
         assert got_kind == kind, (preset, p)
         if kind == "ok":
             assert got.dtype == want.dtype
-            np.testing.assert_array_equal(got, want)
+            if preset.name in TPU_PRESETS:  # bf16 passes: the bf16 kernel's sum order (AVX512_BF16, AMX) may differ
+                np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+            else:
+                np.testing.assert_array_equal(got, want)
         else:
             assert got.startswith(want)
 
 
-@pytest.mark.parametrize("preset", ["F16_F16_F16", "F64_F64_F64", "BF16_BF16_F32"])
+@pytest.mark.parametrize("preset", ["F16_F16_F16", "F64_F64_F64", "F32_F32_F32"])
 def test_dot_preset_gradients_and_vmap_match_jax(preset):
     a, b = r(4, 8), r(8, 3)
     loss = lambda L: lambda a, b: (L.dot(a, b, precision=preset) ** 2).sum()  # noqa: E731
@@ -206,7 +242,7 @@ def test_dot_preset_gradients_and_vmap_match_jax(preset):
     a3 = a.reshape(2, 2, 8)
     got = np.asarray(podlet.vmap(lambda x: lax.dot(x, b, precision=preset))(a3))
     want = np.asarray(jax.vmap(lambda x: jlax.dot(x, b, precision=preset))(a3))
-    if preset == "BF16_BF16_F32":  # exact f32 products; the f32 sums may round in another order
+    if preset == "F32_F32_F32":  # exact f32 products; the f32 sums may round in another order
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     else:  # rounded to float16 values / computed in float64: the same bits
         np.testing.assert_array_equal(got, want)
@@ -217,8 +253,12 @@ def test_dot_algorithm_and_precision_values():
     want = np.asarray(jlax.dot(a, b))
     for p in (None, "default", "fastest", "bfloat16", "high", "bfloat16_3x", "tensorfloat32", "highest", "float32",
               lax.Precision.HIGH, ("highest", "default"), (lax.Precision.HIGH, lax.Precision.DEFAULT),
-              jlax.Precision.HIGHEST):
-        np.testing.assert_allclose(np.asarray(lax.dot(a, b, precision=p)), want, rtol=1e-6, atol=1e-6)
+              jlax.Precision.HIGHEST, lax.Precision("bfloat16"), ("bfloat16", "highest")):
+        got = np.asarray(lax.dot(a, b, precision=p))
+        if p in ("bfloat16", "bfloat16_3x"):  # a TPU's algorithms (tests/test_precision_tpu.py)
+            assert np.abs(got - want).max() > 1e-5, p
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
         as_jax = lambda q: jlax.Precision[q.name] if isinstance(q, lax.Precision) else q  # noqa: E731
         jp = tuple(map(as_jax, p)) if isinstance(p, tuple) else as_jax(p)
         assert lax.canonicalize_precision(p) == (None if p is None else tuple(
@@ -254,7 +294,7 @@ def test_precision_in_jnp_contractions():
              "vdot": lambda m, p: m.vdot(v, v, precision=p),
              "linalg.matmul": lambda m, p: m.linalg.matmul(a, b, precision=p)}
     for name, f in calls.items():
-        for p in ("F16_F16_F16", "highest", "BF16_BF16_F32"):
+        for p in ("F16_F16_F16", "highest", "F32_F32_F32"):
             if name == "vdot" and p == "F16_F16_F16":
                 continue  # jax's CPU fails to compile a 1-D dot with this algorithm
             want, got = np.asarray(f(jnp, p)), np.asarray(f(pnp, p))
@@ -268,10 +308,12 @@ def test_precision_in_jnp_contractions():
 
 
 def test_convolutions_ignore_algorithms_like_jax():
+    """All but the bf16 ones ('bfloat16', 'bfloat16_3x', BF16_BF16_F32(_X3/_X6): a TPU's
+    algorithms, tests/test_precision_tpu.py)."""
     x, w = r(2, 6, 6, 3), r(3, 3, 3, 4)
     want = np.asarray(jlax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=NHWC))
-    for p in ("F16_F16_F16", lax.DotAlgorithmPreset.TF32_TF32_F32, "bfloat16", ("highest", "default"),
-              lax.DotAlgorithm(np.float32, np.float32, np.float32)):
+    for p in ("F16_F16_F16", lax.DotAlgorithmPreset.TF32_TF32_F32, "high", ("highest", "default"),
+              ("bfloat16", "float32"), lax.DotAlgorithm(np.float32, np.float32, np.float32)):
         got = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=NHWC, precision=p)
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
 

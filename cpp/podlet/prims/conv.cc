@@ -7,14 +7,18 @@
 // Python layer turns 'SAME'/'VALID' into pairs like jax.lax.padtype_to_pads),
 // lhs_dilation[2], rhs_dilation[2], feature_group_count, preferred_element_type,
 // precision ('' / 'default': the kernels may choose Winograd for bf16 3x3 stride-1
-// layers; 'high' / 'highest': exact products, the direct kernels - lax.Precision). The
-// backward prims built by the VJPs inherit it.
+// layers; 'high' / 'highest': exact products, the direct kernels - lax.Precision),
+// algorithm ('' | 'bf16' | 'bf16_3x' | 'bf16_6x', prims/dot_algorithm.h: f32 operands
+// rounded to / split into bf16, one, three or six passes of the direct kernels with bf16
+// operands and an f32 result; never Winograd; bf16 operands are unaffected). The
+// backward prims built by the VJPs inherit both.
 // The three are bilinear and transposes of each other, so each one's VJP is made of the
 // other two (conv is differentiable any number of times):
 //   y = conv(x, w):            dx = bwd_data(ct, w),    dw = bwd_filter(x, ct)
 //   dx = bwd_data(g, w):       dg = conv(ct, w),        dw = bwd_filter(ct, g)
 //   dw = bwd_filter(x, g):     dx = bwd_data(g, ct),    dg = conv(x, ct)
 #include "podlet/prims/common.h"
+#include "podlet/prims/dot_algorithm.h"
 #include "podlet/kernels/conv.h"
 #include "podlet/ir/batch_ops.h"
 
@@ -25,6 +29,7 @@ using kernels::ConvGeom;
 struct ConvParams {
   int64_t sh, sw, lo_h, hi_h, lo_w, hi_w, ldh, ldw, rdh, rdw, G;
   std::string precision;  // '' (DEFAULT), 'high' or 'highest'
+  std::string algorithm;  // '', 'bf16', 'bf16_3x' or 'bf16_6x'
 };
 
 bool exact_products(const std::string& p) { return p == "high" || p == "highest"; }
@@ -41,8 +46,9 @@ ConvParams conv_params(const Attrs& a) {
   auto ld = ints_of_len(a, "lhs_dilation", 2, {1, 1});
   auto rd = ints_of_len(a, "rhs_dilation", 2, {1, 1});
   ConvParams c{s[0], s[1], p[0], p[1], p[2], p[3], ld[0], ld[1], rd[0], rd[1], a.i("feature_group_count", 1),
-               a.s("precision", "")};
+               a.s("precision", ""), a.s("algorithm", "")};
   if (c.precision == "default") c.precision.clear();
+  dot_algorithm_from_name(c.algorithm);  // checks the name
   if (!c.precision.empty() && !exact_products(c.precision))
     throw ValueError(fmt("precision must be 'default', 'high' or 'highest', got '", c.precision, "'"));
   for (auto [v, what] : {std::pair{s, "window_strides"}, {ld, "lhs_dilation"}, {rd, "rhs_dilation"}})
@@ -122,6 +128,7 @@ Attrs derived_attrs(const Attrs& a, DType out, const char* shape_key = nullptr, 
           {"feature_group_count", c.G},
           {"preferred_element_type", std::string(dtype_name(out))}};
   if (!c.precision.empty()) r.set("precision", c.precision);
+  if (!c.algorithm.empty()) r.set("algorithm", c.algorithm);
   if (shape_key) r.set(shape_key, shape);
   return r;
 }
@@ -134,6 +141,22 @@ int bwd_data(Graph& g, int gy, int w, const Attrs& a, const Shape& x_shape, DTyp
 }
 int bwd_filter(Graph& g, int x, int gy, const Attrs& a, const Shape& w_shape, DType out) {
   return g.add1("conv_bwd_filter", {x, gy}, derived_attrs(a, out, "rhs_shape", w_shape));
+}
+
+// One of the three kernels (the dispatchers of kernels/conv.h) on the node's operands, in
+// the node's algorithm: once on the operands as they are, or in bf16 passes.
+using ConvKernel = void (*)(const ConvGeom&, DType, const void*, DType, const void*, DType, void*);
+void run_conv(ConvKernel kernel, const ConvGeom& q, const Attrs& a, const std::vector<Array>& in,
+              std::vector<Array>& out) {
+  const DotAlgorithm alg = dot_algorithm_from_name(a.s("algorithm", ""));
+  const DType ad = in[0].dtype(), bd = in[1].dtype(), od = out[0].dtype();
+  if (!dot_algorithm_applies(alg, ad, bd, od)) return kernel(q, ad, in[0].raw(), bd, in[1].raw(), od, out[0].raw());
+  ConvGeom direct = q;
+  direct.exact = true;  // the passes' products are exact: never Winograd
+  run_dot_algorithm(alg, {ad, in[0].raw(), in[0].size()}, {bd, in[1].raw(), in[1].size()}, od, out[0].raw(),
+                    out[0].size(), [&](DType pad, const void* pa, DType pbd, const void* pb, DType pod, void* po) {
+                      kernel(direct, pad, pa, pbd, pb, pod, po);
+                    });
 }
 
 // 2 * N * Ho * Wo * O * KH * KW * C / G for all three.
@@ -246,7 +269,7 @@ static Register reg_conv("conv_general_dilated", PrimDef{
     },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       ConvGeom q = conv_geom(in[0].shape(), in[1].shape(), conv_params(a));
-      kernels::conv_fwd(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+      run_conv(kernels::conv_fwd, q, a, in, out);
     },
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       const int x = n.in[0], w = n.in[1];
@@ -267,7 +290,7 @@ static Register reg_conv_bwd_data("conv_bwd_data", PrimDef{
     },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       ConvGeom q = conv_geom(out[0].shape(), in[1].shape(), conv_params(a));
-      kernels::conv_bwd_data(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+      run_conv(kernels::conv_bwd_data, q, a, in, out);
     },
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       const int gy = n.in[0], w = n.in[1];
@@ -288,7 +311,7 @@ static Register reg_conv_bwd_filter("conv_bwd_filter", PrimDef{
     },
     .kernel = [](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
       ConvGeom q = conv_geom(in[0].shape(), out[0].shape(), conv_params(a));
-      kernels::conv_bwd_filter(q, in[0].dtype(), in[0].raw(), in[1].dtype(), in[1].raw(), out[0].dtype(), out[0].raw());
+      run_conv(kernels::conv_bwd_filter, q, a, in, out);
     },
     .vjp = [](Graph& g, const Node& n, const std::vector<int>& ct) -> std::vector<int> {
       const int x = n.in[0], gy = n.in[1];

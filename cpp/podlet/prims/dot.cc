@@ -1,14 +1,18 @@
 // dot_general with jax.lax.dot_general semantics: shape rule, kernel, VJP, FLOPs.
 //
 //   dot_general(lhs, rhs; lhs_contracting, rhs_contracting, lhs_batch, rhs_batch,
-//               preferred_element_type)
+//               preferred_element_type, algorithm)
 // Output dims: batch dims (in lhs_batch order), lhs free dims, rhs free dims (each in
 // increasing axis order). Float operands may differ in dtype (the result is the wider
 // one, like JAX); they accumulate in f32 (f64 if an operand or the output is f64).
 // preferred_element_type sets the output dtype; unlike JAX it may also be narrower than
 // the operands (the VJP uses that to round the cotangent once, straight to the operand
 // dtype). Integer operands must share a dtype and wrap like it.
+// algorithm ('' | 'bf16' | 'bf16_3x' | 'bf16_6x', prims/dot_algorithm.h): f32 operands
+// rounded to / split into bf16 and multiplied in one, three or six bf16 passes (a TPU's
+// precisions); the VJP's dots carry it, as jax's transpose rules carry precision.
 #include "podlet/prims/common.h"
+#include "podlet/prims/dot_algorithm.h"
 #include "podlet/kernels/gemm.h"
 #include "podlet/ir/batch_ops.h"
 #include <numeric>
@@ -61,11 +65,13 @@ DotDims dot_dims(const Attrs& a, int lrank, int rrank) {
 int float_rank(DType d) { return d == DType::bf16 ? 0 : d == DType::f32 ? 1 : 2; }
 
 bool has_preferred(const Attrs& a) { return a.has("preferred_element_type") && !a.s("preferred_element_type").empty(); }
+DotAlgorithm algorithm_of(const Attrs& a) { return dot_algorithm_from_name(a.s("algorithm", "")); }
 
 std::vector<AVal> dot_shape(const std::vector<AVal>& in, const Attrs& a) {
   check_arity(in, 2);
   const AVal &l = in[0], &r = in[1];
   DotDims d = dot_dims(a, l.shape.size(), r.shape.size());
+  algorithm_of(a);  // checks the name
   for (size_t i = 0; i < d.lc.size(); ++i)
     if (l.shape[d.lc[i]] != r.shape[d.rc[i]])
       throw ShapeError(fmt("contracting dimension sizes must match: lhs dim ", d.lc[i], " has size ", l.shape[d.lc[i]],
@@ -122,7 +128,15 @@ void dot_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Att
   g.b_batch = kernels::group_offsets(pick(rs, d.rb), pick(rst, d.rb));
   g.b_k = kernels::group_offsets(pick(rs, d.rc), pick(rst, d.rc));
   g.b_col = kernels::group_offsets(pick(rs, d.rfree), pick(rst, d.rfree));
-  kernels::gemm(g);
+  const DotAlgorithm alg = algorithm_of(a);
+  if (!dot_algorithm_applies(alg, g.a_dtype, g.b_dtype, g.c_dtype)) return kernels::gemm(g);
+  // The passes read bf16 copies of the operands through the same offset tables.
+  run_dot_algorithm(alg, {g.a_dtype, g.a, in[0].size()}, {g.b_dtype, g.b, in[1].size()}, g.c_dtype, g.c,
+                    out[0].size(), [&g](DType ad, const void* pa, DType bd, const void* pb, DType cd, void* pc) {
+                      kernels::GemmArgs p = g;
+                      p.a_dtype = ad; p.a = pa; p.b_dtype = bd; p.b = pb; p.c_dtype = cd; p.c = pc;
+                      kernels::gemm(p);
+                    });
 }
 
 std::vector<int64_t> iota_from(int64_t start, size_t n) {
@@ -138,9 +152,11 @@ std::vector<int64_t> argsort(const std::vector<int64_t>& v) {
 
 // Cotangent of x in dot_general(x, y) (or of y when swap_ans: then x is the rhs), as in
 // JAX's _dot_general_transpose_lhs: contract ct with y over y's kept dims, then put the
-// axes back in x's order. The result is rounded straight to x's dtype.
+// axes back in x's order. The result is rounded straight to x's dtype; the transposed
+// dot uses the forward's algorithm.
 int dot_transpose_lhs(Graph& g, int ct, int x, int y, const std::vector<int64_t>& xc, const std::vector<int64_t>& yc,
-                      const std::vector<int64_t>& xb, const std::vector<int64_t>& yb, bool swap_ans) {
+                      const std::vector<int64_t>& xb, const std::vector<int64_t>& yb, bool swap_ans,
+                      const std::string& algorithm) {
   const int xr = g.aval(x).shape.size(), yr = g.aval(y).shape.size();
   auto x_kept = remaining(xr, xc, xb), y_kept = remaining(yr, yc, yb);
   const int64_t nb = xb.size();
@@ -155,7 +171,8 @@ int dot_transpose_lhs(Graph& g, int ct, int x, int y, const std::vector<int64_t>
     for (size_t i = 0; i < p.size(); ++i) if (p[i] != int64_t(i)) return false;
     return true;
   };
-  const Attrs common{{"preferred_element_type", std::string(dtype_name(g.aval(x).dtype))}};
+  Attrs common{{"preferred_element_type", std::string(dtype_name(g.aval(x).dtype))}};
+  if (!algorithm.empty()) common.set("algorithm", algorithm);
   if (!is_identity(out_axes)) {
     // dot_general(y, ct) lays its output out as batch, y's free dims, ct's free dims: when
     // that is x's order (a Dense layer's weight gradient x^T ct), it needs no transpose.
@@ -184,8 +201,9 @@ int dot_transpose_lhs(Graph& g, int ct, int x, int y, const std::vector<int64_t>
 std::vector<int> dot_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
   const int x = n.in[0], y = n.in[1];
   DotDims d = dot_dims(n.attrs, g.aval(x).shape.size(), g.aval(y).shape.size());
-  return {dot_transpose_lhs(g, ct[0], x, y, d.lc, d.rc, d.lb, d.rb, false),
-          dot_transpose_lhs(g, ct[0], y, x, d.rc, d.lc, d.rb, d.lb, true)};
+  const std::string alg = n.attrs.s("algorithm", "");
+  return {dot_transpose_lhs(g, ct[0], x, y, d.lc, d.rc, d.lb, d.rb, false, alg),
+          dot_transpose_lhs(g, ct[0], y, x, d.rc, d.lc, d.rb, d.lb, true, alg)};
 }
 
 double dot_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {

@@ -110,8 +110,11 @@ def flax_fusable(query, key, value, bias, mask, dropout_active, precision, einsu
     """Whether Flax's dot_product_attention may run as the fused primitive: the same
     softmax(q k^T / sqrt(d) + bias, masked) v, only rounded differently."""
     from .config import config
+    from .precision import algorithm
     mode = config.fused_attention
     if not mode or dropout_active or precision is not None:
+        return False
+    if algorithm(None):  # a bf16 default_matmul_precision: Flax's einsums take it, op by op
         return False
     if einsum_dot_general is not None or qk_einsum is not None or av_einsum is not None:
         return False

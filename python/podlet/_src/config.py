@@ -22,7 +22,7 @@ _PRESETS = ("ANY_F8_ANY_F8_F32", "ANY_F8_ANY_F8_F32_FAST_ACCUM", "ANY_F8_ANY_F8_
 _CHOICES = {"numpy_dtype_promotion": ("standard", "strict"),
             "numpy_rank_promotion": ("allow", "warn", "raise"),
             "default_matmul_precision": (None, "default", "high", "highest", "bfloat16", "tensorfloat32", "float32",
-                                         *_PRESETS),
+                                         "bfloat16_3x", *_PRESETS),
             "default_prng_impl": ("threefry2x32", "threefry4x32", "rbg", "unsafe_rbg", "philox2x32", "philox4x32"),
             "legacy_prng_key": ("allow", "warn", "error"),
             "array_garbage_collection_guard": (None, "allow", "log", "fatal"),

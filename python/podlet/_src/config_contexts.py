@@ -28,8 +28,10 @@ decorator, like jax's). What each flag does in podlet:
   key, so a change of value retraces.
 * ``default_matmul_precision``: the precision of every matmul / convolution given
   ``precision=None`` (jax's values: 'default' | 'high' | 'highest' | 'bfloat16' |
-  'tensorfloat32' | 'float32' | a DotAlgorithmPreset name); what each means in podlet
-  is in ``_src/precision.py`` (as on jax's CPU: f32 products stay exact).
+  'tensorfloat32' | 'float32' | a DotAlgorithmPreset name, and 'bfloat16_3x'); what each
+  means in podlet is in ``_src/precision.py`` (f32 products stay exact, as on jax's CPU,
+  except under 'bfloat16', 'bfloat16_3x' and the BF16_BF16_F32(_X3/_X6) presets, which
+  give a TPU's bf16 numerics).
 * ``default_prng_impl``: the impl of keys made without one; podlet.random implements
   'threefry2x32' (the default), another value makes ``random.key`` / ``PRNGKey`` raise
   ValueError naming it.

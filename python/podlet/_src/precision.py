@@ -1,32 +1,69 @@
 """lax.Precision, lax.DotAlgorithm, lax.DotAlgorithmPreset (and lax.AccuracyMode /
 lax.Tolerance): jax's per-call precision of matmuls and convolutions, and what each
-means in podlet, which is what jax 0.10.2 does on its CPU backend.
+means in podlet.
 
-podlet's matmuls and convolutions multiply exactly and accumulate in float32 (bf16
-operands too), so:
+podlet's default is jax's CPU backend: matmuls and convolutions multiply exactly and sum
+in float32. On request it gives a TPU's numerics instead:
 
-* Precision DEFAULT / HIGH / HIGHEST (and the strings 'default', 'fastest',
-  'bfloat16', 'high', 'bfloat16_3x', 'tensorfloat32', 'highest', 'float32'): the values
-  do not change, as on jax's CPU. The one effect is on bf16 convolutions: DEFAULT lets a
-  3x3 stride-1 layer take Winograd F(2x2, 3x3) (about 2.5x the rounding error of the
-  direct kernel, see kernels/conv_winograd.h), HIGH and HIGHEST keep the direct kernel
-  (exact products), also in the convolutions of the gradient.
-* A DotAlgorithmPreset (or its name) in dot_general, dot and jnp.dot / matmul / einsum /
-  ...: as jax's CPU lowering, the operands are cast to the preset's input type unless
-  theirs is one it supports (BF16_BF16_F32 keeps f32 and bf16 operands, so an f32
-  product stays exact f32 there, as in jax; F32_F32_F32, BF16_BF16_F32_X3 / _X6 cast to
-  f32; F64_F64_F64 computes in f64 even without x64, then rounds to the output type;
-  F16_F16_F16 rounds the operands and the result to float16 values, which podlet, having
-  no float16 dtype, holds in float32), the product accumulates in the preset's type,
-  and the result has dot_general's usual dtype. The presets jax's CPU refuses (the F8
-  ones, F16_F16_F32, BF16_BF16_BF16, BF16_BF16_F32_X9, TF32_TF32_F32(_X3)) raise
-  ValueError("The precision '<name>' is not supported by dot_general on CPU"), jax's
-  message; so does every DotAlgorithm (jax's CPU accepts only those presets).
-* In a convolution jax's CPU ignores the algorithm; so does podlet (a preset other than
-  DEFAULT keeps the direct kernel of bf16 convolutions, like HIGHEST).
-* None means ``podlet.config.default_matmul_precision`` (set it with
-  ``podlet.default_matmul_precision(...)`` or ``config.update(
-  "jax_default_matmul_precision", ...)``; jax's values), else the default.
+* The strings 'bfloat16' and 'bfloat16_3x' (per op ``precision=``, or the default set
+  with ``podlet.default_matmul_precision(...)`` / ``config.update(
+  "jax_default_matmul_precision", ...)``), and the presets BF16_BF16_F32, BF16_BF16_F32_X3
+  and BF16_BF16_F32_X6, in dot_general (so jnp.dot / matmul / einsum / nn.Dense ...) and in
+  the convolutions (conv_general_dilated, conv_transpose, nn.Conv ...):
+
+  - 'bfloat16' / BF16_BF16_F32: each float32 operand is rounded to bfloat16 (round to
+    nearest even), the products are exact and summed in float32: one pass, a TPU's
+    DEFAULT.
+  - 'bfloat16_3x' / BF16_BF16_F32_X3: each float32 operand x splits into hi = bf16(x) and
+    lo = bf16(x - hi); the result is (dot(lo_a, hi_b) + dot(hi_a, lo_b)) + dot(hi_a,
+    hi_b), each dot summed in float32, in the order of XLA's DotAlgorithmRewriter (a NaN
+    of the small terms alone counts as 0): three passes, a TPU's HIGH, about 2^-16
+    relative error per operand instead of 2^-9.
+  - BF16_BF16_F32_X6: hi, mid, lo (three bf16 parts of each operand), six products in
+    XLA's order: about float32's own accuracy.
+
+  The algorithm is an attribute of the primitives (``algorithm``: 'bf16' / 'bf16_3x' /
+  'bf16_6x', prims/dot_algorithm.h) and the C++ kernels run it: the operands are rounded
+  into bf16 buffers and each pass is the usual bf16 kernel with a float32 result (the
+  bf16 GEMM on AVX512_BF16 or AMX hosts; the direct convolution kernels, never
+  Winograd). Gradients use the same algorithm (the transposed dots and convolutions carry
+  it, as jax's transpose rules carry precision), and so do vmap, the sharded jit and
+  pmap. jit retraces when the default changes. bfloat16 operands are already bfloat16 and
+  are unaffected; float64 operands (or a float64 result) stay exact, summed in float64.
+  A pair (lhs, rhs) of strings takes the more precise of the two ('bfloat16' with
+  'highest' is exact).
+
+  This deviates from jax on a CPU, which ignores all of these (its f32 matmuls stay
+  exact), on purpose: a TPU user's 'bfloat16' asks for the TPU's numerics, and gets them
+  on a CPU (to reproduce a TPU run, or to see how a model trains under them). jax's
+  'fastest' is not a TPU precision here, and the fused attention of jax.nn's form
+  (``nn.dot_product_attention`` with jax.nn's keywords) keeps exact float32 products;
+  Flax's form runs op by op under a bf16 default, so its einsums take it.
+
+* Everything else leaves float32 products exact, as on jax's CPU: the strings 'default',
+  'fastest', 'high', 'tensorfloat32', 'highest', 'float32', None (with no default set),
+  and every lax.Precision value, DEFAULT included (a TPU rounds there; podlet keeps jax's
+  CPU meaning, so existing code does not change numerics; ``lax.Precision('bfloat16')``
+  is Precision.DEFAULT, as in jax, and exact). The one effect of a Precision is on bf16
+  convolutions: DEFAULT lets a 3x3 stride-1 layer take Winograd F(2x2, 3x3) (about 2.5x
+  the rounding error of the direct kernel, see kernels/conv_winograd.h), HIGH and HIGHEST
+  keep the direct kernel (exact products), also in the convolutions of the gradient.
+* The other DotAlgorithmPresets (or their names) in dot_general, dot and jnp.dot /
+  matmul / einsum / ...: as jax's CPU lowering, the operands are cast to the preset's
+  input type unless theirs is one it supports (BF16_BF16_F32 keeps f32 and bf16 operands;
+  F32_F32_F32, BF16_BF16_F32_X3 / _X6 cast to f32 first; F64_F64_F64 computes in f64 even
+  without x64, then rounds to the output type; F16_F16_F16 rounds the operands and the
+  result to float16 values, which podlet, having no float16 dtype, holds in float32), the
+  product accumulates in the preset's type, and the result has dot_general's usual
+  dtype. The presets jax's CPU refuses (the F8 ones, F16_F16_F32, BF16_BF16_BF16,
+  BF16_BF16_F32_X9, TF32_TF32_F32(_X3)) raise ValueError("The precision '<name>' is not
+  supported by dot_general on CPU"), jax's message; so does every DotAlgorithm (jax's CPU
+  accepts only those presets).
+* In a convolution jax's CPU ignores the algorithm; podlet runs the three bf16 presets
+  above (without casts) and ignores the others (a preset other than DEFAULT keeps the
+  direct kernel of bf16 convolutions, like HIGHEST).
+* None means ``podlet.config.default_matmul_precision`` (jax's values, and
+  'bfloat16_3x'), else the default.
 
 AccuracyMode and Tolerance are jax's ``accuracy=`` of the unary functions (exp, log,
 tanh, ...): accepted and checked; podlet's kernels have one accuracy.
@@ -39,7 +76,9 @@ import numpy as np
 
 class Precision(enum.Enum):
     """jax.lax.Precision: DEFAULT ('bfloat16', 'default', 'fastest'), HIGH ('tensorfloat32',
-    'high', 'bfloat16_3x'), HIGHEST ('float32', 'highest')."""
+    'high', 'bfloat16_3x'), HIGHEST ('float32', 'highest'). Every value keeps f32 products
+    exact (jax's CPU); the strings 'bfloat16' / 'bfloat16_3x' themselves, given as
+    ``precision=``, select a TPU's bf16 algorithms (module docstring)."""
     DEFAULT = 0
     HIGH = 1
     HIGHEST = 2
@@ -259,6 +298,41 @@ def _is_algorithm(p):
     return isinstance(p, (DotAlgorithmPreset, DotAlgorithm))
 
 
+# ---- a TPU's bf16 algorithms: the primitives' `algorithm` attr (prims/dot_algorithm.h) ----
+_TPU_STRINGS = {"bfloat16": "bf16", "bfloat16_3x": "bf16_3x"}
+_PRESET_ALGORITHMS = {DotAlgorithmPreset.BF16_BF16_F32: "bf16", DotAlgorithmPreset.BF16_BF16_F32_X3: "bf16_3x",
+                      DotAlgorithmPreset.BF16_BF16_F32_X6: "bf16_6x"}
+_ACCURACY = {"bf16": 1, "bf16_3x": 2, "bf16_6x": 3, "": 4}  # a pair takes the more precise side
+
+
+def algorithm(precision):
+    """The ``algorithm`` attr of dot_general / the conv primitives for a ``precision=``
+    (None reads config.default_matmul_precision): 'bf16' for 'bfloat16' and BF16_BF16_F32,
+    'bf16_3x' for 'bfloat16_3x' and BF16_BF16_F32_X3, 'bf16_6x' for BF16_BF16_F32_X6, ''
+    (exact f32 products) for everything else. Checks `precision` first (ValueError)."""
+    canonicalize_precision(precision)
+    if precision is None:
+        from .config import flags
+        precision = flags.get("default_matmul_precision")
+        if precision is None:
+            return ""
+    if isinstance(precision, str):
+        if precision in _TPU_STRINGS:
+            return _TPU_STRINGS[precision]
+        return _PRESET_ALGORITHMS.get(DotAlgorithmPreset.__members__.get(precision), "")
+    if isinstance(precision, DotAlgorithmPreset):
+        return _PRESET_ALGORITHMS.get(precision, "")
+    if isinstance(precision, (Precision, DotAlgorithm)):
+        return ""
+    f = _foreign(precision)
+    if f is not None:
+        return algorithm(f)
+    if isinstance(precision, (list, tuple)) and len(precision) == 2:
+        sides = [_TPU_STRINGS.get(p, "") if isinstance(p, str) else "" for p in precision]
+        return max(sides, key=_ACCURACY.__getitem__)
+    return ""
+
+
 # ---- dot_general under an algorithm: jax's CPU lowering (casts around one exact product) ----
 def _round_to(x, dtype):
     """x in `dtype`: a cast, or for float16 (not a podlet dtype) float32 values rounded
@@ -277,12 +351,16 @@ def _round_to(x, dtype):
 
 def dot_operands(lhs, rhs, precision, preferred_element_type):
     """(lhs, rhs, attrs, finish) for dot_general: the operands cast as jax's CPU lowering
-    casts them for the canonical `precision`, the primitive's extra attrs, and `finish`
-    (the accumulated product -> dot_general's result dtype)."""
+    casts them for the canonical `precision`, the primitive's extra attrs (the result
+    dtype, the bf16 algorithm), and `finish` (the accumulated product -> dot_general's
+    result dtype)."""
     from . import dtypes
     prec = canonicalize_precision(precision)
+    alg = algorithm(precision)
     pet = None if preferred_element_type is None else dtypes.canonicalize(preferred_element_type)
     attrs = {} if pet is None else {"preferred_element_type": pet.name}
+    if alg:
+        attrs["algorithm"] = alg
     if not _is_algorithm(prec) or prec is DotAlgorithmPreset.DEFAULT:
         return lhs, rhs, attrs, lambda y: y
     if prec not in _CPU_PRESETS:  # every DotAlgorithm too, as jax's CPU lowering
@@ -299,6 +377,8 @@ def dot_operands(lhs, rhs, precision, preferred_element_type):
     acc = _np_dtype(acc)
     f16_acc = acc == np.float16
     attrs = {"preferred_element_type": "float32" if f16_acc else acc.name}
+    if alg:
+        attrs["algorithm"] = alg
 
     def finish(y):
         if f16_acc:
@@ -308,7 +388,7 @@ def dot_operands(lhs, rhs, precision, preferred_element_type):
     return lhs, rhs, attrs, finish
 
 
-# ---- convolutions: precision only chooses the kernel of bf16 convolutions ----
+# ---- convolutions: a bf16 algorithm, or the kernel choice of bf16 convolutions ----
 def conv_attr(precision):
     """The conv primitives' 'precision' attr: 'high' / 'highest' (the direct kernel) for
     a pair above DEFAULT or any algorithm but DEFAULT, None for DEFAULT (the kernel may
@@ -323,13 +403,17 @@ def conv_attr(precision):
 
 
 def conv_operands(x, w, precision, preferred_element_type):
-    """(x, w, attrs) of the conv primitive: jax's CPU ignores a convolution's algorithm,
-    so the operands are unchanged; attrs carry the kernel choice and the result dtype."""
+    """(x, w, attrs) of the conv primitive: the operands unchanged (no preset casts them,
+    as jax's CPU, which ignores a convolution's algorithm); attrs carry the bf16
+    algorithm, the kernel choice and the result dtype."""
     from . import dtypes
     attrs = {}
     prec = conv_attr(precision)
     if prec is not None:
         attrs["precision"] = prec
+    alg = algorithm(precision)
+    if alg:
+        attrs["algorithm"] = alg
     if preferred_element_type is not None:
         attrs["preferred_element_type"] = dtypes.canonicalize(preferred_element_type).name
     return x, w, attrs

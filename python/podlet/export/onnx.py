@@ -355,6 +355,51 @@ def _take_along(b, n, ins, ia, oa):
     return b.op("GatherElements", [ins[0], _clamped_index(b, ins[1], ia[1][0], ia[0][1][axis])], axis=axis)
 
 
+# ---- a TPU's bf16 algorithms (the `algorithm` attr, cpp/podlet/prims/dot_algorithm.h): the
+# f32 operands' bf16 parts as Cast pairs, one product per pair of parts, combined in XLA's order
+_ALG_PARTS = {"bf16": 1, "bf16_3x": 2, "bf16_6x": 3}
+_ALG_SMALL = {1: [], 2: [(1, 0), (0, 1)], 3: [(1, 1), (0, 2), (2, 0), (0, 1), (1, 0)]}
+
+
+def _algorithm_parts(n, ia, oa):
+    """The number of bf16 parts per operand of the node's algorithm; 0 where it changes
+    nothing (none, f64, both operands already bf16)."""
+    alg = n.attrs.get("algorithm", "")
+    if not alg:
+        return 0
+    if alg not in _ALG_PARTS:
+        raise UnsupportedPrimitiveError(f"ONNX export: '{n.prim}' with algorithm {alg!r} (expected one of "
+                                        f"{sorted(_ALG_PARTS)}) [at {n.where}]")
+    (ld, _), (rd, _) = ia[0], ia[1]
+    narrow = ("float32", "bfloat16")
+    if ld not in narrow or rd not in narrow or oa[0][0] == "float64" or ld == rd == "bfloat16":
+        return 0
+    return _ALG_PARTS[alg]
+
+
+def _bf16_parts(b, x, dtype, k):
+    """x's k bf16 parts as float32 values: hi = bf16(x), then bf16 of each remainder."""
+    rest, parts = b.cast(x, dtype, "float32"), []
+    for i in range(k):
+        parts.append(b.cast(b.cast(rest, "float32", "bfloat16"), "bfloat16", "float32"))
+        if i + 1 < k:
+            rest = b.op("Sub", [rest, parts[-1]])
+    return parts
+
+
+def _bf16_passes(b, k, lhs, ld, rhs, rd, product):
+    """product(lhs, rhs) in the algorithm of k parts: float32 result."""
+    pa, pb = _bf16_parts(b, lhs, ld, k), _bf16_parts(b, rhs, rd, k)
+    small = _ALG_SMALL[k]
+    if not small:
+        return product(pa[0], pb[0])
+    acc = product(pa[small[0][0]], pb[small[0][1]])
+    for i, j in small[1:]:
+        acc = b.op("Add", [acc, product(pa[i], pb[j])])
+    acc = b.op("Where", [b.op("IsNaN", [acc]), b.scalar(0.0, "float32"), acc])  # as XLA: a NaN of the small terms is 0
+    return b.op("Add", [acc, product(pa[0], pb[0])])
+
+
 @_rule("dot_general")
 def _dot_general(b, n, ins, ia, oa):
     (ld, ls), (rd, rs) = ia
@@ -374,10 +419,14 @@ def _dot_general(b, n, ins, ia, oa):
     else:      # (Fl..., K) @ (K, Fr): MatMul broadcasts over the free lhs dims
         lhs = b.reshape(lhs, fl + [k], fl + [ls[i] for i in lc])
     rhs = b.reshape(rhs, batch + [k, fr], batch + [rs[i] for i in rc] + [rs[i] for i in rf])
-    y = b.op("MatMul", [lhs, rhs])
+    k = _algorithm_parts(n, ia, oa)
+    if k:
+        y, yd = _bf16_passes(b, k, lhs, ld, rhs, rd, lambda u, v: b.op("MatMul", [u, v])), "float32"
+    else:
+        y, yd = b.op("MatMul", [lhs, rhs]), ld
     y_shape = (batch + [int(np.prod(fl, dtype=np.int64)), fr]) if batch else fl + [fr]
     y = b.reshape(y, oa[0][1], y_shape)
-    return b.cast(y, ld, oa[0][0])
+    return b.cast(y, yd, oa[0][0])
 
 
 @_rule("dot_product_attention")
@@ -447,12 +496,16 @@ def _conv(b, n, ins, ia, oa):
         raise UnsupportedPrimitiveError(f"ONNX export: negative convolution padding {pad} [at {n.where}]")
     x = b.transpose(ins[0], [0, 3, 1, 2])        # NHWC -> NCHW
     w = b.transpose(ins[1], [3, 2, 0, 1])        # HWIO -> OIHW
-    y = b.op("Conv", [x, w], kernel_shape=[int(ws[0]), int(ws[1])],
-             strides=[int(s) for s in n.attrs["window_strides"]],
-             dilations=[int(d) for d in n.attrs.get("rhs_dilation", [1, 1])],
-             pads=[pad[0], pad[2], pad[1], pad[3]], group=int(n.attrs.get("feature_group_count", 1)))
+
+    def conv(u, v):
+        return b.op("Conv", [u, v], kernel_shape=[int(ws[0]), int(ws[1])],
+                    strides=[int(s) for s in n.attrs["window_strides"]],
+                    dilations=[int(d) for d in n.attrs.get("rhs_dilation", [1, 1])],
+                    pads=[pad[0], pad[2], pad[1], pad[3]], group=int(n.attrs.get("feature_group_count", 1)))
+    k = _algorithm_parts(n, ia, oa)
+    y, yd = (_bf16_passes(b, k, x, xd, w, wd, conv), "float32") if k else (conv(x, w), xd)
     y = b.transpose(y, [0, 2, 3, 1])
-    return b.cast(y, xd, oa[0][0])
+    return b.cast(y, yd, oa[0][0])
 
 
 @_rule("reduce_window")
