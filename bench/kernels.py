@@ -3,6 +3,7 @@ the f32 FMA peak measured in the same run (bench/peak.py's C++ loop, 1 and all t
 
     .venv/bin/python bench/kernels.py                 # everything in f32, best of 2 runs, batch 32
     .venv/bin/python bench/kernels.py --dtype bfloat16 --isas avx512bf16   # the bf16 path
+    .venv/bin/python bench/kernels.py --dtype bfloat16 --isas avx512bf16,amx  # AMX hosts: amx %peak is of the tile peak
     .venv/bin/python bench/kernels.py --only conv --isas avx2 --dtype bfloat16
     .venv/bin/python bench/kernels.py --only dot --reps 5 --threads 1
     .venv/bin/python bench/kernels.py --only attention --dtype bfloat16
@@ -149,6 +150,14 @@ def main():
     print(f"bf16 peak ({'vdpbf16ps' if _core.have_bf16_dot() else 'f32 FMA: no bf16 dot'}): {bpeak1:.1f} GFLOP/s "
           f"on 1 thread, {bpeakn:.1f} measured on {threads}; bf16 %peak is of {bpeak:.1f} (all ISA columns: "
           f"the best the machine can do)")
+    apeak = None
+    if "amx" in isas:  # the amx column's bf16 cases run on the tiles: their own peak
+        _core.set_isa("amx")
+        apeak1 = _core.measure_amx_peak(1, 10 * args.reps)
+        apeakn = _core.measure_amx_peak(threads, 10 * args.reps) if threads > 1 else apeak1
+        apeak = max(apeakn, threads * apeak1)
+        print(f"AMX tile peak (TDPBF16PS): {apeak1:.1f} GFLOP/s on 1 thread, {apeakn:.1f} measured on {threads}; "
+              f"the amx column's bf16 %peak is of {apeak:.1f}")
 
     rng = np.random.default_rng(0)
     from podlet._src import dtypes
@@ -168,13 +177,14 @@ def main():
     step_totals = {i: [0.0, 0.0] for i in isas}
     results = {"peak_gflops_1thread": peak1, "peak_gflops_all_measured": peakn, "peak_gflops": peak,
                "bf16_peak_gflops_1thread": bpeak1, "bf16_peak_gflops_all_measured": bpeakn,
-               "bf16_peak_gflops": bpeak, "threads": threads, "batch": args.batch, "dtype": args.dtype,
+               "bf16_peak_gflops": bpeak, "amx_peak_gflops": apeak, "threads": threads, "batch": args.batch, "dtype": args.dtype,
                "cases": []}
     for name, (prim, ins, attrs), flops in cases:
         row = f"{name:44s}"
         # A case's peak is the one of its operand dtype: bf16 operands can use the bf16 dot.
         pk = bpeak if str(ins[0].dtype) == "bfloat16" else peak
         for isa in isas:
+            pk_isa = apeak if isa == "amx" and str(ins[0].dtype) == "bfloat16" else pk
             _core.set_isa("avx512bf16" if isa == "wino" else isa)
             _core.set_conv_winograd(isa == "wino")
             t = best_time(lambda: _core.apply(prim, ins, attrs), args.reps)
@@ -184,17 +194,21 @@ def main():
                 count = int(name.rsplit("(x", 1)[1].rstrip(")"))
                 step_totals[isa][0] += count * flops
                 step_totals[isa][1] += count * t
-            row += f"{flops / t / 1e9:12.1f}{100 * flops / t / 1e9 / pk:6.0f}%"
+            row += f"{flops / t / 1e9:12.1f}{100 * flops / t / 1e9 / pk_isa:6.0f}%"
             results["cases"].append({"case": name, "isa": isa, "seconds": t, "gflops": flops / t / 1e9,
-                                     "pct_peak": 100 * flops / t / 1e9 / pk})
+                                     "pct_peak": 100 * flops / t / 1e9 / pk_isa})
         print(row, flush=True)
     pk = bpeak if args.dtype == "bfloat16" else peak
+
+    def col_peak(isa):  # the amx column's bf16 totals: of the tile peak
+        return apeak if isa == "amx" and args.dtype == "bfloat16" else pk
     print(f"{'all cases (total flops / total time)':44s}" +
-          "".join(f"{f / t / 1e9:12.1f}{100 * f / t / 1e9 / pk:6.0f}%" for f, t in totals.values()))
+          "".join(f"{f / t / 1e9:12.1f}{100 * f / t / 1e9 / col_peak(i):6.0f}%" for i, (f, t) in totals.items()))
     if any(t for _, t in step_totals.values()):
         print(f"{'ResNet-34 step convs (weighted by count)':44s}" +
-              "".join(f"{f / t / 1e9:12.1f}{100 * f / t / 1e9 / pk:6.0f}%" for f, t in step_totals.values() if t))
-        results["resnet34_step_convs"] = {i: {"gflops": f / t / 1e9, "pct_peak": 100 * f / t / 1e9 / pk}
+              "".join(f"{f / t / 1e9:12.1f}{100 * f / t / 1e9 / col_peak(i):6.0f}%"
+                      for i, (f, t) in step_totals.items() if t))
+        results["resnet34_step_convs"] = {i: {"gflops": f / t / 1e9, "pct_peak": 100 * f / t / 1e9 / col_peak(i)}
                                           for i, (f, t) in step_totals.items() if t}
     _core.set_isa(info["best_isa"])
     _core.set_conv_winograd(False)

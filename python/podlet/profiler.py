@@ -57,6 +57,10 @@ def measured_peak(threads=None):
     # Without a bf16 dot instruction bf16 products run on the f32 FMA path: its peak is
     # the f32 one (one measurement, not a second noisy run of the same loop).
     bf16 = measure("bf16", _core.measure_bf16_peak) if _core.have_bf16_dot() else f32
+    # On AMX hosts bf16 matmuls and convolutions run on the tiles: their peak is the
+    # denominator of bf16 %peak and MFU.
+    if _core.active_isa() == "amx":
+        bf16 = measure("amx", _core.measure_amx_peak)
     return {"float32": f32, "bfloat16": bf16, "float64": f32 / 2, "threads": threads}
 
 
@@ -107,8 +111,8 @@ def format_table(stats):
     peak_s = f"{pk['float32']:.1f}" if pk.get("float32") else "n/a"
     bf = pk.get("bfloat16")
     bf_s = f"{bf:.1f}" if bf else "n/a"
-    bf_note = (" (vdpbf16ps)" if _core.cpu_info()["active_isa"] == "avx512bf16"
-               else " (no bf16 dot in use: bf16 runs on the f32 FMAs)")
+    bf_note = {"amx": " (AMX tiles, TDPBF16PS)", "avx512bf16": " (vdpbf16ps)"}.get(
+        _core.cpu_info()["active_isa"], " (no bf16 dot in use: bf16 runs on the f32 FMAs)")
     lines.append(f"measured peak on {pk['threads']} thread(s): f32 {peak_s} GFLOP/s, bf16 {bf_s}{bf_note}")
     if stats.get("peak_memory_bytes") is not None:
         lines.append(f"peak memory: {_fmt_bytes(stats['peak_memory_bytes'])} "
