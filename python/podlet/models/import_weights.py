@@ -43,8 +43,8 @@ from .._src.errors import PodletError
 from ..nn import initializers
 from . import _flax_msgpack, _torch_pth
 
-__all__ = ["load_torchvision_resnet", "load_torchvision_swin", "load_torchvision_vit", "load_timm_swin", "load_timm_vit",
-           "load_flax_params", "load_pretrained", "resample_pos_embed", "torchvision_resnet_layout",
+__all__ = ["load_torchvision_resnet", "load_torchvision_swin", "load_torchvision_vit", "load_timm_swin",
+           "load_timm_vit", "load_flax_params", "load_pretrained", "resample_pos_embed", "torchvision_resnet_layout",
            "torchvision_swin_layout", "torchvision_vit_layout", "timm_swin_layout", "timm_vit_layout"]
 
 # arch -> (blocks per stage, bottleneck?)
@@ -511,12 +511,11 @@ def _bicubic_weights(n_in, n_out, align_corners, antialias):
     return m
 
 
-def _grid_pair(grid, what):
-    if isinstance(grid, (int, np.integer)) and not isinstance(grid, bool):
-        grid = (grid, grid)
+def _grid_pair(value, what):
+    grid = (value, value) if isinstance(value, (int, np.integer)) else value
     if (not isinstance(grid, (tuple, list)) or len(grid) != 2 or
             not all(isinstance(g, (int, np.integer)) and not isinstance(g, bool) and g >= 1 for g in grid)):
-        raise PodletError(f"{what}: expected a positive int or (rows, columns) of positive ints, got {grid!r}")
+        raise PodletError(f"{what}: expected a positive int or (rows, columns) of positive ints, got {value!r}")
     return int(grid[0]), int(grid[1])
 
 
@@ -552,7 +551,8 @@ def resample_pos_embed(pos_embed, new_grid, *, num_prefix_tokens: int = 1, old_g
             raise PodletError(f"resample_pos_embed: {n} grid tokens ({a.shape[1]} minus {num_prefix_tokens} prefix) "
                               f"are not a square grid; pass old_grid=(rows, columns)")
         old_grid = (side, side)
-    (h, w), (h2, w2) = _grid_pair(old_grid, "resample_pos_embed old_grid"), _grid_pair(new_grid, "resample_pos_embed new_grid")
+    h, w = _grid_pair(old_grid, "resample_pos_embed old_grid")
+    h2, w2 = _grid_pair(new_grid, "resample_pos_embed new_grid")
     if h * w != n:
         raise PodletError(f"resample_pos_embed: old_grid {h}x{w} has {h * w} tokens, the embeddings {n}")
     if (h, w) == (h2, w2):
@@ -605,7 +605,8 @@ def _swin_from(sd, where, arch, timm, in_channels, num_classes, rng, downsample=
     ws = spec["window_size"]
     from .swin import relative_position_index
     want = relative_position_index(ws)
-    bad = [k for k in arrays if k.endswith("relative_position_index") and not np.array_equal(arrays[k].reshape(-1), want)]
+    bad = [k for k in arrays
+           if k.endswith("relative_position_index") and not np.array_equal(arrays[k].reshape(-1), want)]
     if bad:
         raise PodletError(f"{where}: {bad} do not hold the relative position index of {ws}x{ws} windows "
                           f"({names['what']}'s relative_position_index buffer)")
