@@ -17,12 +17,14 @@ the roll brought together from opposite borders (``shifted_window_mask``).
 
 The algorithm follows torchvision's (torchvision/models/swin_transformer.py) step for
 step, so its state_dicts load with ``podlet.models.load_torchvision_swin`` and give
-torch's logits: a feature map whose side is not a multiple of the window is padded with
-zeros at the bottom/right before the windows are cut (the padded tokens take part in
-attention, as in torchvision); a map no larger than one window is not shifted; patch
-merging pads odd sides with a zero row/column. Stochastic depth rises linearly from 0 at
-the first block to ``stochastic_depth_rate`` at the last, over all stages (torchvision's
-"row" mode: one keep/drop draw per example, from the ``'dropout'`` rng).
+torch's logits (timm's load with ``load_timm_swin``, with timm's logits where every
+stage's map is a multiple of the window, as at 224 px): a feature map whose side is not a
+multiple of the window is padded with zeros at the bottom/right before the windows are
+cut (the padded tokens take part in attention, as in torchvision); a map no larger than
+one window is not shifted; patch merging pads odd sides with a zero row/column.
+Stochastic depth rises linearly from 0 at the first block to ``stochastic_depth_rate`` at
+the last, over all stages (torchvision's "row" mode: one keep/drop draw per example, from
+the ``'dropout'`` rng).
 
 Parameter names follow torchvision's modules (``norm1``, ``attn/qkv``, ``attn/proj``,
 ``attn/relative_position_bias_table``, ``norm2``, ``mlp/fc1``, ``mlp/fc2``, ``merge_{s}/norm``,

@@ -15,6 +15,11 @@ Parameter names follow google-research/vision_transformer (``embedding``, ``cls`
 kernels, N(0, 1e-6) MLP biases, N(0, 0.02) position embeddings, zero class token and
 head. The residual stream is float32 (the class token and position embeddings are
 float32 params); LayerNorm, attention and MLP compute in ``dtype``.
+
+Pretrained weights: ``load_torchvision_vit`` (vit_b_16/32) and ``load_timm_vit``
+(vit_tiny/small/base_patch16_224, vit_base_patch32_224; build ViTTiny/ViTSmall with
+``approximate_gelu=False`` for timm's logits). The position embeddings fix the patch grid:
+pass ``image_size=`` to the loader to resize them for another image size.
 """
 import functools
 from typing import Any, Optional
