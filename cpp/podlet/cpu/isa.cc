@@ -45,8 +45,10 @@ void detect_amx(CpuFeatures& f) {
   if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0) {
     f.amx_permitted = true;
   } else {
+    const int err = errno;
     f.amx_note = std::string("Linux refused the AMX tile-data permission (arch_prctl ARCH_REQ_XCOMP_PERM: ") +
-                 std::strerror(errno) + ")";
+                 std::strerror(err) +
+                 (err == ENOSPC ? "; a thread's signal stack (sigaltstack) is too small for the tile state)" : ")");
   }
 }
 #endif

@@ -44,8 +44,27 @@ inline TileConfig eight_full_tiles() {
   return c;
 }
 
+// ODR / ISA safety as in avx2_engine.h: the *_amx.cc files are compiled for AVX-512 and
+// AMX, so nothing here or in the AMX kernels' headers may instantiate a template or an
+// inline function with external linkage (bf16::operator float, store_row, fmt ...) - the
+// linker could keep that copy for the whole library. Conversions are local copies.
+inline float widen_bf16(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// f32 -> bf16, round to nearest even, NaN kept quiet with its sign (as dtype.h's bf16).
+inline uint16_t round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t(((u >> 16) & 0x8000u) | 0x7fc0u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+
 // TDPBF16PS reads bf16 denormals as zero (DAZ) ...
-inline float daz_bf16(uint16_t b) { return bf16::to_f32((b & 0x7f80u) == 0 ? uint16_t(b & 0x8000u) : b); }
+inline float daz_bf16(uint16_t b) { return widen_bf16((b & 0x7f80u) == 0 ? uint16_t(b & 0x8000u) : b); }
 // ... and flushes each f32 result below the normal range to a zero of its sign (FTZ).
 inline float ftz(float x) { return std::fabs(x) < FLT_MIN ? std::copysign(0.f, x) : x; }
 

@@ -68,7 +68,7 @@ template <class T> void conv_fwd_tiles(const ConvGeom& q, const bf16* x, const b
           });
         }
       },
-      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_row<float>(yd, y, m * O + n0, nb, r); });
+      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_out(yd, y, m * O + n0, nb, r); });
 }
 
 template <class T> void conv_bwd_data_tiles(const ConvGeom& q, const bf16* g, const bf16* w, DType dxd, void* dx) {
@@ -98,7 +98,7 @@ template <class T> void conv_bwd_data_tiles(const ConvGeom& q, const bf16* g, co
           });
         }
       },
-      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_row<float>(dxd, dx, m * C + n0, nb, r); });
+      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_out(dxd, dx, m * C + n0, nb, r); });
 }
 
 template <class T> void conv_bwd_filter_tiles(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void* dw) {
@@ -124,7 +124,7 @@ template <class T> void conv_bwd_filter_tiles(const ConvGeom& q, const bf16* x, 
           }
         }
       },
-      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_row<float>(dwd, dw, m * O + n0, nb, r); });
+      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_out(dwd, dw, m * O + n0, nb, r); });
 }
 
 }  // namespace

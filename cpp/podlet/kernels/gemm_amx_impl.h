@@ -32,6 +32,16 @@ constexpr int64_t kMaxMC = 128, kMaxNC = 128;  // an output block: at most 128 x
 
 template <class T> inline uint16_t bits_of(const T& x) { return x.bits; }
 
+// n f32 sums to dst[off, off + n) of an f32 or bf16 output (the kernels' preconditions).
+inline void store_out(DType d, void* dst, int64_t off, int64_t n, const float* src) {
+  if (d == DType::f32) {
+    std::memcpy(static_cast<float*>(dst) + off, src, sizeof(float) * size_t(n));
+  } else {
+    uint16_t* p = static_cast<uint16_t*>(dst) + off;
+    for (int64_t i = 0; i < n; ++i) p[i] = round_bf16(src[i]);
+  }
+}
+
 // Panel j (16 columns) of B[b] as Kc VNNI tiles.
 void pack_b_panel(const GemmArgs& g, int64_t b, int64_t j, int64_t Kc, uint16_t* dst) {
   const bf16* base = static_cast<const bf16*>(g.b) + g.b_batch[b];
@@ -186,7 +196,7 @@ template <class T> void gemm_run(const GemmArgs& g) {
         pack_a_block(g, b, m0, mb, q0, nq, a_k_unit, dst);
       },
       [&](int64_t b, int64_t m, int64_t n0, int64_t nb, const float* row) {
-        store_row<float>(g.c_dtype, g.c, (b * g.M + m) * g.N + n0, nb, row);
+        store_out(g.c_dtype, g.c, (b * g.M + m) * g.N + n0, nb, row);
       });
 }
 
