@@ -277,10 +277,12 @@ _TIMM_HEADS = ("head.fc", "head")
 
 def _timm_swin_names(downsample, head):
     if downsample not in _TIMM_DOWNSAMPLE:
-        raise PodletError(f"timm Swin downsample={downsample!r}: expected 'start' (timm >= 0.9: layers.{{s+1}}."
-                          f"downsample) or 'end' (timm < 0.9: layers.{{s}}.downsample)")
+        raise PodletError(f"timm Swin downsample={downsample!r}: expected 'start' (timm >= 0.9: "
+                          f"layers.{{s+1}}.downsample) or 'end' (timm < 0.9: layers.{{s}}.downsample); "
+                          f"load_timm_swin also takes 'auto'")
     if head not in _TIMM_HEADS:
-        raise PodletError(f"timm Swin head={head!r}: expected 'head.fc' (timm >= 0.9) or 'head' (timm < 0.9)")
+        raise PodletError(f"timm Swin head={head!r}: expected 'head.fc' (timm >= 0.9) or 'head' (timm < 0.9); "
+                          f"load_timm_swin also takes 'auto'")
     return {"what": "timm", "embed": "patch_embed.proj", "embed_norm": "patch_embed.norm",
             "block": "layers.{s}.blocks.{j}", "mlp": ("mlp.fc1", "mlp.fc2"), "merge": _TIMM_DOWNSAMPLE[downsample],
             "head": head}
