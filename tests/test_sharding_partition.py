@@ -172,6 +172,9 @@ CASES = [
     ("gram_over_batch", lambda x: x.T @ x, ""),
     ("batched_dot", lambda x: jnp.einsum("bi,bj->bij", x, x), ""),
     ("dot_with_replicated", lambda x: x @ jnp.ones((6, 4)), ""),
+    # a TPU's bf16 algorithms stay on the split dots (a dropped attr would be off by ~1e-2)
+    ("dot_bf16_with_replicated", lambda x: jnp.dot(x, jnp.full((6, 4), 0.3), precision="bfloat16"), ""),
+    ("gram_bf16_3x_over_batch", lambda x: jnp.dot(x.T, x, precision="bfloat16_3x"), ""),
     ("concat_features", lambda x: jnp.concatenate([x, 2 * x], 1), ""),
     ("slice_features", lambda x: x[:, 1:4], ""),
     ("pad_features", lambda x: jnp.pad(x, ((0, 0), (1, 2))), ""),

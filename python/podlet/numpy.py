@@ -1562,7 +1562,8 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
 
 
 def vdot(a, b, *, precision=None, preferred_element_type=None):
-    if precision is None and preferred_element_type is None:
+    from ._src.precision import algorithm
+    if precision is None and preferred_element_type is None and not algorithm(None):  # (a bf16 default: a dot)
         return sum(ravel(a) * ravel(b))
     return dot(ravel(a), ravel(b), precision=precision, preferred_element_type=preferred_element_type)
 
