@@ -3,7 +3,7 @@
 // runs it on the hardware, gemm_amx_emu.cc on emulated tiles.
 //
 // Packed operands, each (row group or column panel, K chunk) one 1 KiB tile:
-//   A block of a task: [groups of 16 rows][K chunks of 32][16 rows][32 bf16];
+//   A block of a task: [groups of 16 rows][K chunks of its K block][16 rows][32 bf16];
 //   B (once per call): [panels of 16 columns][K chunks][16 K pairs][16 columns x 2 bf16].
 // Rows past M, columns past N and K past K are zeros (a zero product leaves a sum as it
 // is). The micro-kernel keeps a 2 x 2 block of accumulator tiles (32 x 32 outputs) and
@@ -28,7 +28,10 @@ using engine::imin;
 using engine::PoolBuf;
 using engine::round_up;
 
-constexpr int64_t kMaxMC = 128, kMaxNC = 128;  // an output block: at most 128 x 128
+// An output block: at most 128 rows, and every column while there are blocks enough for
+// the threads, so the A block (a gather of patches, for convolutions) is packed once per
+// row block and K block, not once per column block.
+constexpr int64_t kMaxMC = 128;
 
 template <class T> inline uint16_t bits_of(const T& x) { return x.bits; }
 
@@ -122,13 +125,16 @@ template <class T> struct Scratch {
 
 constexpr int64_t kMaxKChunks = 64;  // K chunks per block: A block <= 512 KiB, B slice <= 512 KiB
 
-// Output block sizes: large, halved (in whole 32-row steps) until every thread has two
-// blocks to take. The bits do not depend on them.
+// Output block sizes: 128 rows (fewer when M is small) by all N, then halved - rows first,
+// down to 32, then columns - until every thread has two blocks to take. The bits do not
+// depend on them.
 void choose_block(int64_t batches, int64_t M, int64_t N, int64_t& mc, int64_t& nc) {
   mc = imin(kMaxMC, round_up(M, 32));
-  nc = imin(kMaxNC, round_up(N, 32));
+  nc = round_up(N, 32);
   const int64_t want = 2 * int64_t(num_threads());
-  while (mc > 32 && batches * cdiv(M, mc) * cdiv(N, nc) < want) mc = round_up(mc / 2, 32);
+  auto blocks = [&] { return batches * cdiv(M, mc) * cdiv(N, nc); };
+  while (mc > 32 && blocks() < want) mc = round_up(mc / 2, 32);
+  while (nc > 32 && blocks() < want) nc = round_up(nc / 2, 32);
 }
 
 // C[b] (M x N) = A[b] (M x K) B[b] (K x N) for b < batches, on tiles of backend T, the
