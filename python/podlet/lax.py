@@ -207,8 +207,9 @@ def cumsum(operand, axis=0, reverse=False):
 # ---- contractions ----
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
     """jax.lax.dot_general. precision: a Precision (values unchanged: every product is
-    exact, sums in f32), a DotAlgorithmPreset / DotAlgorithm (operands cast as jax's CPU
-    does), see podlet/_src/precision.py."""
+    exact, sums in f32), 'bfloat16' / 'bfloat16_3x' / BF16_BF16_F32(_X3/_X6) (a TPU's bf16
+    passes on f32 operands), another DotAlgorithmPreset / DotAlgorithm (operands cast as
+    jax's CPU does), see podlet/_src/precision.py."""
     (lc, rc), (lb, rb) = dimension_numbers
     lhs, rhs, attrs, finish = _precision.dot_operands(lhs, rhs, precision, preferred_element_type)
     attrs.update(lhs_contracting=[int(i) for i in lc], rhs_contracting=[int(i) for i in rc],

@@ -302,8 +302,10 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None, r
     with feature_group_count=G after moving the batch groups into the features.
 
     precision / preferred_element_type (podlet/_src/precision.py): products are exact
-    and summed in f32 whatever is asked; as jax's CPU, a DotAlgorithm(Preset) does not
-    change a convolution's operands. DEFAULT (or None) lets bf16 3x3 stride-1 layers take
+    and summed in f32, except under 'bfloat16' / 'bfloat16_3x' / BF16_BF16_F32(_X3/_X6),
+    which round f32 operands to bf16 (one, three or six passes of the direct kernels, a
+    TPU's numerics, also in the gradient); other presets do not change a convolution's
+    operands, as on jax's CPU. DEFAULT (or None) lets bf16 3x3 stride-1 layers take
     Winograd; HIGH, HIGHEST and any algorithm but DEFAULT keep the direct kernel (also
     for the convolutions of the gradient)."""
     from . import precision as _precision

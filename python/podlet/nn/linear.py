@@ -60,8 +60,8 @@ class Dense(Module):
       use_bias: whether to add a bias to the output (default: True).
       dtype: the dtype of the computation (default: infer from input and params).
       param_dtype: the dtype passed to parameter initializers (default: float32).
-      precision: numerical precision of the computation (accepted; podlet's matmuls
-        always accumulate in float32).
+      precision: numerical precision of the computation: lax.dot_general's (f32 products
+        exact, except 'bfloat16' / 'bfloat16_3x', a TPU's bf16 passes; _src/precision.py).
       kernel_init: initializer for the weight matrix (default: lecun_normal()).
       bias_init: initializer for the bias (default: zeros).
 
@@ -325,7 +325,8 @@ class Conv(_ConvBase):
       mask: optional mask multiplied into the kernel (same shape as the kernel).
       dtype: the dtype of the computation (default: infer from input and params).
       param_dtype: the dtype passed to parameter initializers (default float32).
-      precision: accepted for compatibility; podlet accumulates in float32.
+      precision: lax.conv_general_dilated's (f32 products exact, except 'bfloat16' /
+        'bfloat16_3x', a TPU's bf16 passes; _src/precision.py).
       kernel_init: initializer for the kernel (default lecun_normal()).
       bias_init: initializer for the bias (default zeros).
 
