@@ -319,6 +319,42 @@ def test_f32_update_has_the_scalar_loops_bits_on_every_isa(n):
 
 
 @pytest.mark.parametrize("n", [5, 37, 70001])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float64"])
+def test_bf16_and_f64_updates_have_the_scalar_loops_bits_on_every_isa(n, dtype):
+    """bf16 and f64 params run the element loop of kernels/optim_adamw_loops.h, compiled
+    for baseline x86-64 (`ref`) and for AVX2 (vectorised, every intermediate still rounded
+    to bf16 op by op): the same bits on every ISA the host runs, every output form, with
+    and without clip and decay, NaN and inf included."""
+    import ml_dtypes
+    from podlet import _core
+    from podlet._src.core import bind
+    from prim_check import as_podlet
+    dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float64
+    rng = np.random.default_rng(23)
+    p, g, m, e = (rng.normal(size=n).astype(dt) for _ in range(4))
+    v = (rng.random(n) * 0.01).astype(dt)
+    p[1], g[2], m[3 % n], e[4 % n] = np.nan, np.inf, -np.inf, np.nan
+    isa = _core.active_isa()
+    try:
+        for gnorm, wd in ((3.0, 1e-2), (0.5, 0.0)):
+            sc = [pnp.asarray(np.float32(x)) for x in (1e-2, gnorm, 0.5, 0.01)]
+            base = dict(b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, weight_decay=wd, max_norm=2.0)
+            for extra in (dict(apply=0), dict(apply=1), dict(apply=1, ema_c_old=0.9, ema_c_new=0.1),
+                          dict(apply=1, ema_c_old=0.9, ema_c_new=0.1, ema_new_first=1)):
+                args = [as_podlet(a) for a in (p, g, m, v)] + sc + ([as_podlet(e)] if "ema_c_old" in extra else [])
+                outs = {}
+                for i in _core.cpu_info()["available_isas"]:
+                    _core.set_isa(i)
+                    outs[i] = [bits(o).copy() for o in bind("adamw_update", *args, **base, **extra)]
+                    assert np.asarray(outs[i][0]).dtype.itemsize == np.dtype(dt).itemsize
+                for i, got in outs.items():
+                    for a, b in zip(got, outs["ref"]):
+                        np.testing.assert_array_equal(a, b, err_msg=f"{i} {extra}")
+    finally:
+        _core.set_isa(isa)
+
+
+@pytest.mark.parametrize("n", [5, 37, 70001])
 @pytest.mark.parametrize("pdtype", [np.float32, np.float64])
 def test_bf16_grads_read_widened_match_the_converted_grads(n, pdtype):
     """adamw_update of a float32 / float64 param takes bfloat16 grads (what the graph pass

@@ -5,6 +5,7 @@
 // the arrays are large (no read for ownership: 3-4 of the update's 7-9 streams).
 #pragma once
 #include <cstdint>
+#include "podlet/dtype.h"
 
 namespace podlet::kernels {
 
@@ -23,6 +24,21 @@ struct AdamWF32 {
   AdamWOut out;
   bool stream;
 };
+
+// Every dtype (f32, bf16, f64; bf16 grads of a wider param when g16): the op sequence of
+// prims/optim.cc one element at a time (kernels/optim_adamw_loops.h), constants already
+// rounded to the dtype. AVX2 build: adamw_avx2; the baseline build is the loop itself.
+struct AdamWStep {
+  DType dtype;
+  bool g16;
+  const void *p, *g, *m, *v, *ema;  // ema: null without the EMA output
+  void *o, *mo, *vo, *eo;
+  double one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm;
+  double ema_c_old, ema_c_new;
+  bool clip, decay;
+  AdamWOut out;
+};
+void adamw_avx2(const AdamWStep& s, int64_t b, int64_t e);
 
 // Elements [b, e) of the update; false when the active ISA has no AVX-512 (the caller's
 // scalar loop then runs).

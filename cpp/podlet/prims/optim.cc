@@ -36,117 +36,18 @@
 // bc1 = 1 - b1**count and bc2 are computed by the caller in f32, as optax does.
 #include "podlet/prims/optim_common.h"
 #include <cmath>
+#include "podlet/cpu/isa.h"
 #include "podlet/kernels/optim.h"
+#include "podlet/kernels/optim_adamw_loops.h"
 
 namespace podlet {
 namespace {
 
-using optim::add_first;
-using optim::Lane;
 using optim::scalar_value;
 
 double round_to(DType d, double x) { return optim::round_to(d, x, "adamw_update"); }
 
-struct AdamWConsts {
-  double one_m_b1, b1, one_m_b2, b2, eps, eps_root, wd, neg_lr, bc1, bc2, gnorm, max_norm;
-  double ema_c_old = 0, ema_c_new = 0;
-};
-
 using Out = kernels::AdamWOut;
-
-// One chunk [b, e). A function of its own so that every pointer is a restrict argument and
-// every constant a local: reading them through a lambda's closure, the compiler must assume
-// each store may change them, and the loop does not vectorise.
-template <class T, class G, bool kClip, bool kDecay, Out kOut>
-void adamw_chunk(const T* __restrict p, const G* __restrict gr, const T* __restrict m, const T* __restrict v,
-                 const T* __restrict ema, T* __restrict o, T* __restrict mo, T* __restrict vo, T* __restrict eo,
-                 const AdamWConsts& c, int64_t b, int64_t e) {
-  using A = acc_t<T>;
-  using L = Lane<T>;
-  const A one_m_b1 = A(c.one_m_b1), b1 = A(c.b1), one_m_b2 = A(c.one_m_b2), b2 = A(c.b2);
-  const A eps = A(c.eps), eps_root = A(c.eps_root), wd = A(c.wd), neg_lr = A(c.neg_lr);
-  const A bc1 = A(c.bc1), bc2 = A(c.bc2), gnorm = A(c.gnorm), max_norm = A(c.max_norm);
-  const A ema_c_old = A(c.ema_c_old), ema_c_new = A(c.ema_c_new);
-  auto R = [](A x) { return L::round(x); };  // an intermediate rounded to T (no-op for f32/f64)
-  for (int64_t i = b; i < e; ++i) {
-    const A pi = L::load(p, i);
-    A g = A(Lane<G>::load(gr, i));  // a bf16 grad of an f32 param: widened, exactly
-    if constexpr (kClip) g = R(R(g / gnorm) * max_norm);
-    // The adds of two values that may both be NaN keep the first one's, as the unfused
-    // chain's add does (a compiler may commute a plain a + b: the decay add returned the
-    // param's NaN over the update's before).
-    const A mu = R(add_first(R(one_m_b1 * g), R(b1 * L::load(m, i))));
-    const A nu = R(add_first(R(one_m_b2 * R(g * g)), R(b2 * L::load(v, i))));
-    const A mu_hat = R(mu / bc1);
-    const A nu_hat = R(nu / bc2);
-    A u = R(mu_hat / R(R(std::sqrt(R(nu_hat + eps_root))) + eps));
-    if constexpr (kDecay) u = R(add_first(u, R(wd * pi)));
-    u = R(neg_lr * u);
-    if constexpr (kOut == Out::kUpdate) {
-      L::store(o, i, u);
-    } else {
-      const A np = R(add_first(pi, u));
-      L::store(o, i, np);
-      if constexpr (kOut == Out::kApplyEma)
-        L::store(eo, i, add_first(R(ema_c_old * L::load(ema, i)), R(ema_c_new * np)));
-      if constexpr (kOut == Out::kApplyEmaNewFirst)
-        L::store(eo, i, add_first(R(ema_c_new * np), R(ema_c_old * L::load(ema, i))));
-    }
-    L::store(mo, i, mu);
-    L::store(vo, i, nu);
-  }
-}
-
-// Outputs never alias inputs: the executor gives each output its own buffer.
-template <class T, bool kClip, bool kDecay, Out kOut>
-void adamw_loop(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c) {
-  const T* p = in[0].data<T>();
-  const T* m = in[2].data<T>();
-  const T* v = in[3].data<T>();
-  constexpr bool kEma = kOut == Out::kApplyEma || kOut == Out::kApplyEmaNewFirst;
-  const T* ema = kEma ? in[8].data<T>() : nullptr;
-  T* o = out[0].data<T>();
-  T* mo = out[1].data<T>();
-  T* vo = out[2].data<T>();
-  T* eo = kEma ? out[3].data<T>() : nullptr;
-  const bool g16 = in[1].dtype() == DType::bf16 && !std::is_same_v<T, bf16>;
-  if constexpr (std::is_same_v<T, float>) {
-    // The AVX-512 loop (kernels/optim.h): same ops, same bits. Outputs of 256 KB or more
-    // are streamed: ResNet-34's 21.3M-parameter update 18-19 -> 11-12 ms (4 MB and up
-    // only: 12.5-16 ms; alternating processes, 2 threads).
-    const kernels::AdamWF32 f{p, g16 ? nullptr : in[1].data<float>(), g16 ? in[1].data<uint16_t>() : nullptr,
-                              m, v, ema, o, mo, vo, eo,
-                              float(c.one_m_b1), float(c.b1), float(c.one_m_b2), float(c.b2), float(c.eps),
-                              float(c.eps_root), float(c.wd), float(c.neg_lr), float(c.bc1), float(c.bc2),
-                              float(c.gnorm), float(c.max_norm), float(c.ema_c_old), float(c.ema_c_new),
-                              kClip, kDecay, kOut, in[0].size() * 4 >= (int64_t(256) << 10)};
-    parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
-      if (kernels::adamw_f32(f, b, e)) return;
-      if (g16) adamw_chunk<T, bf16, kClip, kDecay, kOut>(p, in[1].data<bf16>(), m, v, ema, o, mo, vo, eo, c, b, e);
-      else adamw_chunk<T, T, kClip, kDecay, kOut>(p, in[1].data<T>(), m, v, ema, o, mo, vo, eo, c, b, e);
-    });
-    return;
-  }
-  parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
-    if (g16) adamw_chunk<T, bf16, kClip, kDecay, kOut>(p, in[1].data<bf16>(), m, v, ema, o, mo, vo, eo, c, b, e);
-    else adamw_chunk<T, T, kClip, kDecay, kOut>(p, in[1].data<T>(), m, v, ema, o, mo, vo, eo, c, b, e);
-  });
-}
-
-template <class T, bool kClip, bool kDecay>
-void adamw_dispatch_out(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, Out o) {
-  switch (o) {
-    case Out::kUpdate: adamw_loop<T, kClip, kDecay, Out::kUpdate>(in, out, c); break;
-    case Out::kApply: adamw_loop<T, kClip, kDecay, Out::kApply>(in, out, c); break;
-    case Out::kApplyEma: adamw_loop<T, kClip, kDecay, Out::kApplyEma>(in, out, c); break;
-    case Out::kApplyEmaNewFirst: adamw_loop<T, kClip, kDecay, Out::kApplyEmaNewFirst>(in, out, c); break;
-  }
-}
-
-template <class T, bool kClip>
-void adamw_dispatch(const std::vector<Array>& in, std::vector<Array>& out, const AdamWConsts& c, bool decay, Out o) {
-  if (decay) adamw_dispatch_out<T, kClip, true>(in, out, c, o); else adamw_dispatch_out<T, kClip, false>(in, out, c, o);
-}
 
 bool has_ema(const Attrs& a) { return a.has("ema_c_old"); }
 
@@ -190,7 +91,9 @@ void adamw_kernel(const std::vector<Array>& in, std::vector<Array>& out, const A
   const double gnorm_raw = scalar_value(in[5]);
   // The trigger compares the norm in its own dtype with max_norm rounded to it (weak typing).
   const bool clip = clip_on && !(gnorm_raw < round_to(in[5].dtype(), max_norm));
-  AdamWConsts c;
+  kernels::AdamWStep c{};
+  c.dtype = t;
+  c.g16 = in[1].dtype() == DType::bf16 && t != DType::bf16;
   c.one_m_b1 = round_to(t, 1.0 - b1);
   c.b1 = round_to(t, b1);
   c.one_m_b2 = round_to(t, 1.0 - b2);
@@ -206,22 +109,45 @@ void adamw_kernel(const std::vector<Array>& in, std::vector<Array>& out, const A
   // Rounding is a no-op for the graph constants the pass copies in (T values already).
   c.ema_c_old = round_to(t, a.f("ema_c_old", 0.0));
   c.ema_c_new = round_to(t, a.f("ema_c_new", 0.0));
-  const bool decay = wd != 0.0;
-  const Out o = !has_ema(a)                   ? (a.i("apply", 1) != 0 ? Out::kApply : Out::kUpdate)
-                : a.i("ema_new_first", 0) != 0 ? Out::kApplyEmaNewFirst
-                                               : Out::kApplyEma;
-  switch (t) {
-    case DType::f32:
-      if (clip) adamw_dispatch<float, true>(in, out, c, decay, o); else adamw_dispatch<float, false>(in, out, c, decay, o);
-      break;
-    case DType::bf16:
-      if (clip) adamw_dispatch<bf16, true>(in, out, c, decay, o); else adamw_dispatch<bf16, false>(in, out, c, decay, o);
-      break;
-    case DType::f64:
-      if (clip) adamw_dispatch<double, true>(in, out, c, decay, o); else adamw_dispatch<double, false>(in, out, c, decay, o);
-      break;
-    default: throw DTypeError(fmt("adamw_update: unsupported dtype ", dtype_name(t)));
-  }
+  c.clip = clip;
+  c.decay = wd != 0.0;
+  c.out = !has_ema(a)                   ? (a.i("apply", 1) != 0 ? Out::kApply : Out::kUpdate)
+          : a.i("ema_new_first", 0) != 0 ? Out::kApplyEmaNewFirst
+                                         : Out::kApplyEma;
+  const bool ema = c.out == Out::kApplyEma || c.out == Out::kApplyEmaNewFirst;
+  c.p = in[0].raw();
+  c.g = in[1].raw();
+  c.m = in[2].raw();
+  c.v = in[3].raw();
+  c.ema = ema ? in[8].raw() : nullptr;
+  c.o = out[0].raw();
+  c.mo = out[1].raw();
+  c.vo = out[2].raw();
+  c.eo = ema ? out[3].raw() : nullptr;
+  if (t != DType::f32 && t != DType::bf16 && t != DType::f64)
+    throw DTypeError(fmt("adamw_update: unsupported dtype ", dtype_name(t)));
+  // Fixed-size chunks: the bits do not depend on the thread count. Outputs never alias
+  // inputs (the executor gives each output its own buffer).
+  const bool avx2 = int(cpu::active_isa()) >= int(cpu::Isa::avx2);
+  auto loop = [&](int64_t b, int64_t e) {
+    if (avx2) kernels::adamw_avx2(c, b, e);
+    else kernels::adamw_loop(c, b, e);
+  };
+  if (t != DType::f32) return parallel_for(in[0].size(), kGrain, loop);
+  // The AVX-512 loop (kernels/optim.h): same ops, same bits. Outputs of 256 KB or more are
+  // streamed: ResNet-34's 21.3M-parameter update 18-19 -> 11-12 ms (4 MB and up only:
+  // 12.5-16 ms; alternating processes, 2 threads).
+  const kernels::AdamWF32 f{static_cast<const float*>(c.p), c.g16 ? nullptr : static_cast<const float*>(c.g),
+                            c.g16 ? static_cast<const uint16_t*>(c.g) : nullptr, static_cast<const float*>(c.m),
+                            static_cast<const float*>(c.v), static_cast<const float*>(c.ema),
+                            static_cast<float*>(c.o), static_cast<float*>(c.mo), static_cast<float*>(c.vo),
+                            static_cast<float*>(c.eo), float(c.one_m_b1), float(c.b1), float(c.one_m_b2),
+                            float(c.b2), float(c.eps), float(c.eps_root), float(c.wd), float(c.neg_lr),
+                            float(c.bc1), float(c.bc2), float(c.gnorm), float(c.max_norm), float(c.ema_c_old),
+                            float(c.ema_c_new), c.clip, c.decay, c.out, in[0].size() * 4 >= (int64_t(256) << 10)};
+  parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) {
+    if (!kernels::adamw_f32(f, b, e)) loop(b, e);
+  });
 }
 
 // clip 2 + mu 3 + nu 4 + bias correction 2 + sqrt/add/add/div 4 + decay 2 + lr 1 (whether
