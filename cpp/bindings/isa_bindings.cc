@@ -8,6 +8,7 @@
 #include "podlet/kernels/attention.h"
 #include "podlet/kernels/conv.h"
 #include "podlet/kernels/gemm.h"
+#include "podlet/kernels/norm.h"
 
 namespace py = pybind11;
 
@@ -65,4 +66,6 @@ void bind_isa(py::module_& m) {
         "How many convolutions (any direction) ran on AMX tiles, real or emulated, so far (tests).");
   m.def("attention_last_isa", []() { return std::string(podlet::kernels::attention_last_isa()); },
         "The build of the fused attention kernels that ran last ('ref', 'avx2', 'avx512'; tests).");
+  m.def("norm_last_isa", []() { return std::string(podlet::kernels::norm_last_isa()); },
+        "The build of the fused layer_norm / softmax kernels that ran last ('ref', 'avx2', 'avx512'; tests).");
 }

@@ -1,6 +1,8 @@
 """podlet.config.update(name, value), like jax.config."""
 import os
 
+import numpy as np
+
 from .. import _core
 from . import dtypes
 
@@ -45,7 +47,12 @@ class _Config:
                         # the faster), True (always), False (Flax's op-by-op rounding);
                         # PODLET_FUSED_ATTENTION=auto|1|0
                         "fused_attention": {"0": False, "1": True}.get(
-                            os.environ.get("PODLET_FUSED_ATTENTION", "auto"), "auto")}
+                            os.environ.get("PODLET_FUSED_ATTENTION", "auto"), "auto"),
+                        # Flax's LayerNorm / RMSNorm and jax.nn.softmax / log_softmax as
+                        # the fused row primitives where they compute the same thing
+                        # (_src/norm.py); False (PODLET_FUSED_NORMS=0): Flax's op-by-op graph
+                        "fused_norms": os.environ.get("PODLET_FUSED_NORMS", "1").lower() not in
+                        ("0", "false", "off", "no")}
         if os.environ.get("JAX_ENABLE_X64", "").lower() in ("1", "true"):
             self.update("enable_x64", True)
 
@@ -68,6 +75,10 @@ class _Config:
         elif key == "conv_winograd":
             value = bool(value)
             _core.set_conv_winograd(value)
+        elif key == "fused_norms":
+            if not isinstance(value, (bool, int, np.bool_)):
+                raise ValueError(f"fused_norms must be True or False, got {value!r}")
+            value = bool(value)
         elif key == "fused_attention":
             if value != "auto" and not isinstance(value, (bool, int)):
                 raise ValueError(f"fused_attention must be 'auto', True or False, got {value!r}")

@@ -8,6 +8,7 @@ import numpy as _np
 from .. import numpy as jnp
 from .. import lax
 from .._src.core import bind
+from .._src import norm as _fused_norm
 from .module import Module, compact
 
 
@@ -98,8 +99,11 @@ def logsumexp(a, axis=None, b=None, keepdims=False, return_sign=False, where=Non
 
 
 def log_softmax(x, axis=-1, where=None):
-    """jax.nn.log_softmax (with jax's `where` semantics)."""
+    """jax.nn.log_softmax (with jax's `where` semantics); over the last axis without
+    `where`, one fused node (_src/norm.py)."""
     x = jnp.asarray(x)
+    if _fused_norm.softmax_fusable(x, axis, where):
+        return _fused_norm.log_softmax(x)
     if where is not None:
         x_max = jnp.max(x, axis, keepdims=True, where=where, initial=-jnp.inf)
     else:
@@ -114,8 +118,11 @@ def log_softmax(x, axis=-1, where=None):
 
 
 def softmax(x, axis=-1, where=None):
-    """jax.nn.softmax (with jax's `where` semantics)."""
+    """jax.nn.softmax (with jax's `where` semantics); over the last axis without `where`,
+    one fused node (_src/norm.py)."""
     x = jnp.asarray(x)
+    if _fused_norm.softmax_fusable(x, axis, where):
+        return _fused_norm.softmax(x)
     if where is not None:
         x_max = jnp.max(x, axis, keepdims=True, where=where, initial=-jnp.inf)
     else:

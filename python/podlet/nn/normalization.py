@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import lax
 from .. import numpy as jnp
+from .._src import norm as _fused_norm
 from . import initializers
 from .linear import canonicalize_dtype
 from .module import Module, compact, merge_param, nowrap
@@ -193,6 +194,32 @@ class _StatsNorm(Module):
                           self.force_float32_reductions)
 
 
+    @nowrap
+    def _fused(self, x, mask, use_mean, use_bias):
+        """The layer as one fused layer_norm node (_src/norm.py), declaring the same
+        params; None where Flax's ops compute something else (then nothing is declared)."""
+        plan = _fused_norm.layer_norm_plan(self, x, self.reduction_axes, self.feature_axes, mask)
+        if plan is None:
+            return None
+        k, acc = plan
+        used = [jnp.result_type(x)] + [jnp.dtype(self.param_dtype)] * (int(self.use_scale) + int(use_bias))
+        dtype = canonicalize_dtype(*[jnp.zeros((), d) for d in used], dtype=self.dtype)
+        if not _fused_norm.out_dtype(acc, dtype):
+            return None
+        feature_shape = [x.shape[ax] for ax in _canonicalize_axes(x.ndim, self.feature_axes)]
+        trailing = tuple(x.shape[x.ndim - k:])
+        scale = bias = None
+        if self.use_scale:
+            scale = self.param("scale", self.scale_init, feature_shape, self.param_dtype)
+            scale = jnp.reshape(jnp.asarray(scale, acc), trailing)
+        if use_bias:
+            bias = self.param("bias", self.bias_init, feature_shape, self.param_dtype)
+            bias = jnp.reshape(jnp.asarray(bias, acc), trailing)
+        y, _, _ = _fused_norm.layer_norm(jnp.asarray(x), scale, bias, epsilon=self.epsilon, use_mean=use_mean,
+                                         feature_ndim=k, dtype=dtype)
+        return y
+
+
 class LayerNorm(_StatsNorm):
     """Layer normalization (https://arxiv.org/abs/1607.06450): each example normalised
     over `reduction_axes` (default the last), with a learned per-feature scale and bias.
@@ -222,6 +249,9 @@ class LayerNorm(_StatsNorm):
 
     @compact
     def __call__(self, x, *, mask=None):
+        y = self._fused(x, mask, True, self.use_bias)
+        if y is not None:
+            return y
         mean, var = self._stats(x, self.reduction_axes, mask)
         return self._normalize(x, mean, var, self.reduction_axes, self.feature_axes)
 
@@ -245,6 +275,9 @@ class RMSNorm(_StatsNorm):
 
     @compact
     def __call__(self, x, *, mask=None):
+        y = self._fused(x, mask, False, False)
+        if y is not None:
+            return y
         mean, var = self._stats(x, self.reduction_axes, mask, use_mean=False)
         return self._normalize(x, mean, var, self.reduction_axes, self.feature_axes, use_bias=False,
                                bias_init=initializers.zeros)

@@ -1,0 +1,160 @@
+"""The fused row kernels (prims/norm.cc: layer_norm, RMSNorm, softmax, log_softmax, forward
+and backward) as GB/s against the machine's copy bandwidth, measured in the same run.
+
+    .venv/bin/python bench/norms.py [--reps 7] [--batch 32] [--only vit]
+
+Each kernel runs as one primitive on concrete arrays (``_core.apply``, outputs allocated
+per call as in a graph); its bytes are what it must move: every input row read once and
+every output row written once. The copy is podlet's ``copy`` primitive (a memcpy split
+over the same threads) of an array whose read + write bytes equal the kernel's, so the
+ratio compares like with like in the same cache regime. Beside it: the jitted fused
+layer / function, forward and forward + backward, and the same with
+``config.fused_norms`` False (Flax's op-by-op graph). Shapes: ViT-Small (batch x 197
+tokens x 384; attention scores batch x 6 heads x 197 x 197) and Swin-T (the four stages'
+tokens x 96..768 channels; window scores batch*64 windows x 3 heads x 49 x 49).
+Best of --reps; ratios are only meaningful within one run on a shared machine.
+"""
+import argparse
+import time
+
+import ml_dtypes
+import numpy as np
+
+import podlet
+import podlet.numpy as jnp
+from podlet import _core, nn
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def best(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        podlet.block_until_ready(fn())
+        ts.append(time.perf_counter() - t0)
+    return min(ts)
+
+
+def arr(x):
+    return _core.Array.from_numpy(np.ascontiguousarray(x))
+
+
+def copy_time(nbytes, reps):
+    """The copy primitive on nbytes / 2 bytes (nbytes moved: read + write)."""
+    a = arr(np.ones(max(1, nbytes // 8), np.float32))
+    return best(lambda: _core.apply("copy", [a], {}), reps)
+
+
+def row(label, what, dtype, nbytes, t, tc, t_fused=None, t_unfused=None):
+    gbs, cgbs = nbytes / t / 1e9, nbytes / tc / 1e9
+    extra = ""
+    if t_fused is not None:
+        extra = f"  jit fused {t_fused * 1e3:7.2f} ms  unfused {t_unfused * 1e3:7.2f} ms  ({t_unfused / t_fused:4.1f}x)"
+    print(f"{label:26s} {what:13s} {dtype:8s} {t * 1e3:7.2f} ms {gbs:6.1f} GB/s  copy {cgbs:6.1f} GB/s  "
+          f"{100 * gbs / cgbs:5.0f}%{extra}", flush=True)
+    return gbs / cgbs
+
+
+def jit_pair(make, args, reps):
+    """(fused, unfused) times of the jitted fn make() returns."""
+    out = []
+    before = podlet.config.fused_norms
+    for fused in (True, False):
+        podlet.config.update("fused_norms", fused)
+        f = podlet.jit(make())
+        out.append(best(lambda: f(*args), reps))
+    podlet.config.update("fused_norms", before)
+    return out
+
+
+def bench_norm(label, rows, C, dtype, rms, reps, ratios):
+    rs = np.random.RandomState(0)
+    x = rs.normal(size=(rows, C)).astype(np.float32).astype(dtype)
+    sc, bi = rs.normal(size=C).astype(np.float32), rs.normal(size=C).astype(np.float32)
+    dname = np.dtype(dtype).name
+    attrs = {"epsilon": 1e-6, "use_mean": int(not rms), "feature_ndim": 1, "dtype": dname, "has_scale": 1}
+    ins = [arr(x), arr(sc)]
+    if not rms:
+        attrs["has_bias"] = 1
+        ins.append(arr(bi))
+    isz = np.dtype(dtype).itemsize
+    y, mean, rstd = _core.apply("layer_norm", ins, attrs)
+    t = best(lambda: _core.apply("layer_norm", ins, attrs), reps)
+    fwd_bytes = 2 * rows * C * isz + 8 * rows
+    tc = copy_time(fwd_bytes, reps)
+    mod = nn.RMSNorm() if rms else nn.LayerNorm()
+    xv = jnp.asarray(x)
+    params = mod.init(podlet.random.PRNGKey(0), xv)
+    w = jnp.asarray(rs.normal(size=(rows, C)).astype(np.float32))
+    tf, tu = jit_pair(lambda: (lambda p, x: mod.apply(p, x)), (params, xv), reps)
+    name = "RMSNorm" if rms else "LayerNorm"
+    ratios.append(row(f"{label} [{rows}, {C}]", f"{name} fwd", dname, fwd_bytes, t, tc, tf, tu))
+    dy = arr(rs.normal(size=(rows, C)).astype(np.float32).astype(dtype))
+    bins = [dy, ins[0], mean, rstd, ins[1]]
+    t = best(lambda: _core.apply("layer_norm_bwd", bins, attrs), reps)
+    bwd_bytes = 3 * rows * C * isz + 8 * rows
+    tc = copy_time(bwd_bytes, reps)
+
+    def make_grad():
+        return podlet.grad(lambda p, x: (mod.apply(p, x).astype(jnp.float32) * w).sum(), argnums=(0, 1))
+    tf, tu = jit_pair(make_grad, (params, xv), reps)
+    ratios.append(row(f"{label} [{rows}, {C}]", f"{name} bwd", dname, bwd_bytes, t, tc, tf, tu))
+
+
+def bench_softmax(label, shape, dtype, log, reps, ratios):
+    rs = np.random.RandomState(0)
+    x = (rs.normal(size=shape) * 3).astype(np.float32).astype(dtype)
+    n = x.size
+    isz = np.dtype(dtype).itemsize
+    dname = np.dtype(dtype).name
+    prim = "log_softmax" if log else "softmax"
+    xa = arr(x)
+    (y,) = _core.apply(prim, [xa], {})
+    t = best(lambda: _core.apply(prim, [xa], {}), reps)
+    tc = copy_time(2 * n * isz, reps)
+    fn = nn.log_softmax if log else nn.softmax
+    xv = jnp.asarray(x)
+    w = jnp.asarray(rs.normal(size=shape).astype(np.float32))
+    tf, tu = jit_pair(lambda: (lambda x: fn(x)), (xv,), reps)
+    ratios.append(row(f"{label} {list(shape)}", f"{prim} fwd", dname, 2 * n * isz, t, tc, tf, tu))
+    dy = arr(rs.normal(size=shape).astype(np.float32).astype(dtype))
+    t = best(lambda: _core.apply(prim + "_bwd", [y, dy], {}), reps)
+    tc = copy_time(3 * n * isz, reps)
+    tf, tu = jit_pair(lambda: podlet.grad(lambda x: (fn(x).astype(jnp.float32) * w).sum()), (xv,), reps)
+    ratios.append(row(f"{label} {list(shape)}", f"{prim} bwd", dname, 3 * n * isz, t, tc, tf, tu))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--only", choices=("vit", "swin"), default=None)
+    a = ap.parse_args()
+    B = a.batch
+    info = podlet.cpu_info()
+    print(f"active ISA: {info['active_isa']}, {_core.num_threads()} threads; kernel = one primitive, "
+          f"% = its GB/s over the copy primitive's on the same bytes")
+    ratios = []
+    norms = []
+    if a.only in (None, "vit"):
+        norms.append(("ViT-Small tokens", B * 197, 384))
+    if a.only in (None, "swin"):
+        norms += [(f"Swin-T stage {i + 1}", B * (56 // 2 ** i) ** 2, 96 * 2 ** i) for i in range(4)]
+    for dtype in (np.float32, BF16):
+        for label, rows, C in norms:
+            bench_norm(label, rows, C, dtype, False, a.reps, ratios)
+            if label.startswith("ViT") or label.endswith("stage 1"):
+                bench_norm(label, rows, C, dtype, True, a.reps, ratios)
+        if a.only in (None, "vit"):
+            for log in (False, True):
+                bench_softmax("ViT-Small scores", (B, 6, 197, 197), dtype, log, a.reps, ratios)
+        if a.only in (None, "swin"):
+            bench_softmax("Swin-T window scores", (B * 64, 3, 49, 49), dtype, False, a.reps, ratios)
+    print(f"min {100 * min(ratios):.0f}%  median {100 * float(np.median(ratios)):.0f}%  of copy bandwidth "
+          f"over {len(ratios)} kernels")
+
+
+if __name__ == "__main__":
+    main()
