@@ -17,7 +17,7 @@ in float32. On request it gives a TPU's numerics instead:
   - 'bfloat16_3x' / BF16_BF16_F32_X3: each float32 operand x splits into hi = bf16(x) and
     lo = bf16(x - hi); the result is (dot(lo_a, hi_b) + dot(hi_a, lo_b)) + dot(hi_a,
     hi_b), each dot summed in float32, in the order of XLA's DotAlgorithmRewriter (a NaN
-    of the small terms alone counts as 0): three passes, a TPU's HIGH, about 2^-16
+    of the small terms alone counts as 0): three passes, a TPU's HIGH, about 2^-17
     relative error per operand instead of 2^-9.
   - BF16_BF16_F32_X6: hi, mid, lo (three bf16 parts of each operand), six products in
     XLA's order: about float32's own accuracy.
