@@ -509,8 +509,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet18,resnet34")
     p.add_argument("--frameworks", default="podlet,podlet-direct,jax,torch",
-                   help="podlet-direct: podlet with conv_winograd off (bf16 only; f32 never uses it)")
-    p.add_argument("--dtypes", default="f32,bf16")
+                   help="podlet-direct: podlet with conv_winograd off (bf16 only; f32 and f32-bf16prec never use it)")
+    p.add_argument("--dtypes", default="f32,bf16",
+                   help="some of f32, bf16, f32-bf16prec (the f32 model under default_matmul_precision('bfloat16'))")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--threads", type=int, default=2)
