@@ -163,6 +163,15 @@ CASES = [
     ("min_batch", lambda x: x.min(0), ""),
     ("logsumexp_batch", lambda x: podlet.nn.logsumexp(x, 0), ""),
     ("softmax_features", lambda x: podlet.nn.softmax(x, -1), ""),
+    # the fused row primitives (prims/norm.cc): rows split, dscale / dbias psum'd
+    ("fused_softmax_grad", lambda x: podlet.grad(lambda x: (podlet.nn.softmax(x) * x).sum())(x), ""),
+    ("fused_log_softmax_grad", lambda x: podlet.grad(lambda x: (podlet.nn.log_softmax(x) ** 2).sum())(x), ""),
+    ("fused_layer_norm_grads", lambda x: podlet.grad(
+        lambda x, s, b: (podlet.nn.LayerNorm().apply({"params": {"scale": s, "bias": b}}, x) ** 3).sum(),
+        argnums=(0, 1, 2))(x, jnp.linspace(0.5, 2.0, 6), jnp.linspace(-1.0, 1.0, 6)), ""),
+    ("fused_rms_norm_grads", lambda x: podlet.grad(
+        lambda x, s: (podlet.nn.RMSNorm().apply({"params": {"scale": s}}, x) ** 3).sum(),
+        argnums=(0, 1))(x, jnp.linspace(0.5, 2.0, 6)), ""),
     ("argmax_features", lambda x: jnp.argmax(x, 1), ""),
     ("cumsum_features", lambda x: jnp.cumsum(x, 1), ""),
     ("rev_features", lambda x: x[:, ::-1], ""),

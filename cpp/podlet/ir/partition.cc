@@ -320,6 +320,12 @@ struct Partitioner {
       // Every operand and result leads with the batch: each image attends within itself.
       auto r = leading_batch(nd, in, osd);
       if (!r.empty()) return finish(nd, r, osd);
+    } else if (p == "layer_norm" || p == "layer_norm_bwd" || p == "softmax" || p == "log_softmax" ||
+               p == "softmax_bwd" || p == "log_softmax_bwd") {
+      const bool ln = p == "layer_norm" || p == "layer_norm_bwd";
+      const size_t nrow = p == "layer_norm_bwd" ? 4 : p == "softmax_bwd" || p == "log_softmax_bwd" ? 2 : 1;
+      auto r = rows(nd, in, osd, nrow, ln ? a.i("feature_ndim", 1) : 1, p == "layer_norm_bwd" ? 1 : nd.out.size());
+      if (!r.empty()) return finish(nd, r, osd);
     } else if (p == "take_along_axis" || p == "scatter_add_along_axis") {
       auto r = along_axis(nd, in, osd);
       if (!r.empty()) return finish(nd, r, osd);
@@ -423,6 +429,33 @@ struct Partitioner {
       if (gshape(v).empty() || gshape(v)[0] != B) return {};
     osd.assign(nd.out.size(), 0);
     return run(nd, in, nd.attrs);
+  }
+
+  // Row primitives (prims/norm.cc): the first `nrow` operands lead with the same row dims
+  // (all but the `trail` last), and rows are independent, so a split row dim stays split.
+  // Later operands (scale) must be replicated; results past the first `nrow_out`
+  // (layer_norm_bwd's dscale, dbias) are sums over rows: local sums, then one psum.
+  std::vector<int> rows(const Node& nd, std::vector<int>& in, std::vector<int>& osd, size_t nrow, int64_t trail,
+                        size_t nrow_out) {
+    if (nd.attrs.has("vmap_size")) return {};
+    int d = -1;
+    for (size_t k = 0; k < nd.in.size(); ++k) {
+      const int s = sd[nd.in[k]];
+      if (s < 0) continue;
+      if (k >= nrow || (d >= 0 && s != d)) return {};
+      d = s;
+    }
+    const Shape& xs = gshape(nd.in[0]);
+    if (d < 0 || d >= int64_t(xs.size()) - trail || xs[d] % n != 0) return {};
+    for (size_t k = 0; k < nrow; ++k)
+      if (sd[nd.in[k]] < 0) in[k] = localize(in[k], d);
+    auto out = run(nd, in, nd.attrs);
+    osd.assign(out.size(), d);
+    for (size_t k = nrow_out; k < out.size(); ++k) {
+      out[k] = psum(out[k]);
+      osd[k] = -1;
+    }
+    return out;
   }
 
   // Concatenation along another dim than the split one: blocks side by side.
