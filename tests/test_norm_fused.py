@@ -417,3 +417,40 @@ def _vit_and_swin(x):
         podlet.config.update("fused_norms", False)
         unfused = np.asarray(podlet.jit(lambda v, x: model.apply(v, x, train=False))(v, jnp.asarray(x)))
         np.testing.assert_allclose(fused, unfused, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_onnx_round_trip(tmp_path, opset):
+    import onnx
+    import onnxruntime as ort
+    from podlet import export
+    rs = np.random.RandomState(11)
+    s, bb = jnp.asarray(rs.normal(size=24).astype(np.float32)), jnp.asarray(rs.normal(size=24).astype(np.float32))
+    s2 = jnp.asarray(rs.normal(size=(3, 24)).astype(np.float32))
+
+    def f(x):  # x: (2, 3, 24)
+        ln = nn.LayerNorm(epsilon=1e-3).apply({"params": {"scale": s, "bias": bb}}, x)
+        bare = nn.LayerNorm(use_scale=False, use_bias=False).apply({}, x * 2)
+        two = nn.LayerNorm(reduction_axes=(-2, -1), feature_axes=(-2, -1), use_bias=False).apply(
+            {"params": {"scale": s2}}, x)
+        rms = nn.RMSNorm().apply({"params": {"scale": s}}, x + 1)
+        lo = nn.LayerNorm(dtype=jnp.bfloat16).apply({"params": {"scale": s, "bias": bb}}, x).astype(jnp.float32)
+        return nn.softmax(ln) + nn.log_softmax(rms) + bare + two + 0.0 * lo + nn.softmax(x.astype(jnp.bfloat16))
+    x = rs.normal(size=(2, 3, 24)).astype(np.float32)
+    jp = _jaxpr(f, jnp.asarray(x))
+    assert _has(jp, "layer_norm") and _has(jp, "softmax") and _has(jp, "log_softmax")
+    path = tmp_path / "norms.onnx"
+    proto = export.to_onnx(f, None, jnp.asarray(x), path, opset=opset)
+    onnx.checker.check_model(onnx.load(str(path)), full_check=True)
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"Softmax", "LogSoftmax"} <= ops and (("LayerNormalization" in ops) == (opset >= 17))
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x})
+    np.testing.assert_allclose(got, np.asarray(f(jnp.asarray(x))), rtol=1e-4, atol=1e-3)
+    # the bf16 softmax's rounding aside, the float32 parts agree to 1e-5
+    def g(x):
+        return f(x) - nn.softmax(x.astype(jnp.bfloat16))
+    export.to_onnx(g, None, jnp.asarray(x), tmp_path / "g.onnx", opset=opset)
+    sess = ort.InferenceSession(str(tmp_path / "g.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x})
+    np.testing.assert_allclose(got, np.asarray(g(jnp.asarray(x))), rtol=1e-5, atol=1e-5)

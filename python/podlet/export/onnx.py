@@ -8,8 +8,10 @@ statistics arrive already folded into a scale and a shift, since that arithmetic
 on concrete values while tracing). podlet's layouts are Flax's (NHWC activations, HWIO
 kernels), so a convolution or pooling becomes Transpose -> Conv/MaxPool (NCHW) ->
 Transpose; onnxruntime's optimizer cancels the transposes between consecutive layers.
-Transformers need nothing special: LayerNorm, softmax and GELU arrive as their
-elementwise and reduction primitives, attention as batched dot_generals (MatMul), a
+Transformers need nothing special: LayerNorm / RMSNorm and softmax arrive as their fused
+primitives (LayerNormalization, Softmax, LogSoftmax; or as elementwise and reduction
+primitives with podlet.config fused_norms off), GELU as its elementwise primitives,
+attention as batched dot_generals (MatMul) or the fused node, a
 ViT's class token as a concatenate, a Swin's relative position bias as a take (folded
 when the table is a weight), its shifted windows as slices + concatenate (static rolls)
 and its masks as a select. podlet.models' ResNets, ViTs and Swins are checked against
@@ -482,6 +484,57 @@ def _attention(b, n, ins, ia, oa):
     out = b.cast(b.transpose(out, [0, 2, 1, 3]), f32, oa[0][0])
     lse = b.reduce("ReduceLogSumExp", logits, [3])
     return [out, b.cast(lse, f32, oa[1][0])]
+
+
+@_rule("layer_norm")
+def _layer_norm(b, n, ins, ia, oa):
+    """Flax's LayerNorm (use_mean 1) as ONNX's LayerNormalization (opset >= 17, float32
+    statistics); RMSNorm, and LayerNorm below opset 17, as ReduceMean / Sqrt / Div with
+    Flax's var = max(0, E[x^2] - E[x]^2). mean and rstd come out as the primitive's."""
+    a = n.attrs
+    xd, xs = ia[0]
+    k, eps, use_mean = int(a.get("feature_ndim", 1)), float(a["epsilon"]), bool(int(a.get("use_mean", 1)))
+    acc = oa[1][0]
+    R = len(xs)
+    lead, kept = list(xs[:R - k]), list(xs[:R - k]) + [1] * k
+    axes = list(range(R - k, R))
+    pos = 1
+    scale = bias = None
+    if int(a.get("has_scale", 0)):
+        scale, pos = ins[pos], pos + 1
+    if int(a.get("has_bias", 0)):
+        bias = ins[pos]
+    x = b.cast(ins[0], xd, acc)
+    if use_mean and b.opset >= 17:
+        if scale is None:
+            scale = b.constant(np.ones(xs[R - k:], dtypes.SUPPORTED[acc]))
+        y, mean, rstd = b.op("LayerNormalization", [x, scale] + ([bias] if bias is not None else []), n_out=3,
+                             axis=R - k, epsilon=eps, stash_type=1)
+    else:
+        def mean_of(v):
+            return b.reshape(b.reduce("ReduceMean", v, axes), kept, lead)
+        m2 = mean_of(b.op("Mul", [x, x]))
+        if use_mean:
+            mean = mean_of(x)
+            var = b.op("Max", [b.op("Sub", [m2, b.op("Mul", [mean, mean])]), b.scalar(0.0, acc)])
+            xc = b.op("Sub", [x, mean])
+        else:
+            mean, var, xc = b.op("Mul", [m2, b.scalar(0.0, acc)]), m2, x
+        rstd = b.op("Div", [b.scalar(1.0, acc), b.op("Sqrt", [b.op("Add", [var, b.scalar(eps, acc)])])])
+        y = b.op("Mul", [xc, rstd if scale is None else b.op("Mul", [rstd, scale])])
+        if bias is not None:
+            y = b.op("Add", [y, bias])
+    return [b.cast(y, acc, oa[0][0]), b.reshape(mean, lead, kept), b.reshape(rstd, lead, kept)]
+
+
+@_rule("softmax", "log_softmax")
+def _softmax(b, n, ins, ia, oa):
+    """jax.nn.softmax / log_softmax over the last axis, computed in float32 for bfloat16
+    as the fused kernel does."""
+    xd = ia[0][0]
+    acc = "float64" if xd == "float64" else "float32"
+    y = b.op("Softmax" if n.prim == "softmax" else "LogSoftmax", [b.cast(ins[0], xd, acc)], axis=-1)
+    return b.cast(y, acc, oa[0][0])
 
 
 @_rule("conv_general_dilated")
