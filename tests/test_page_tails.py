@@ -110,6 +110,28 @@ def normalize_rows(rng, dtype, where):
 
 
 @case
+def fused_layer_norm_rows(rng, dtype, where):
+    # The fused layer_norm / layer_norm_bwd kernels (prims/norm.cc) on the guarded rows
+    # themselves, bf16 read without a cast first.
+    rows = 16 if dtype == np.float32 else 32
+    x = rand(rng, (rows, 7), dtype)
+    x64 = x.astype(np.float64)
+    mu = x64.mean(-1, keepdims=True)
+    want = (x64 - mu) / np.sqrt(np.maximum((x64 * x64).mean(-1, keepdims=True) - mu * mu, 0) + 1e-6)
+    return (lambda x: podlet.nn.LayerNorm(use_scale=False, use_bias=False).apply({}, x)), (guarded(x, where),), \
+        want, 1.0
+
+
+@case
+def fused_softmax_rows(rng, dtype, where):
+    # The fused softmax / softmax_bwd kernels on guarded rows of the input's own dtype.
+    rows = 16 if dtype == np.float32 else 32
+    x = rand(rng, (rows, 7), dtype)
+    e = np.exp(x.astype(np.float64) - x.astype(np.float64).max(-1, keepdims=True))
+    return (lambda x: podlet.nn.softmax(x, axis=-1)), (guarded(x, where),), e / e.sum(-1, keepdims=True), 1.0
+
+
+@case
 def reduce_and_transpose(rng, dtype, where):
     rows = 16 if dtype == np.float32 else 32
     x = rand(rng, (rows, 7), dtype)
