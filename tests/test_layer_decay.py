@@ -293,6 +293,30 @@ def test_resume_mid_freeze_and_after_is_bit_identical(frozen_run, tmp_path):
     assert all(a[k].tobytes() == b[k].tobytes() for k in a), [k for k in a if a[k].tobytes() != b[k].tobytes()]
 
 
+def test_a_skipped_step_delays_the_release_and_the_schedule_alike(tmp_path):
+    """nan_policy: skip keeps the optimizer state of a non-finite step, counters included:
+    the head's schedule (the logged lr) and the release both follow the optimizer's count."""
+    cfg = tiny_config(*VIT, "train.nan_policy=skip")
+    data = tiny_data(cfg)
+    order = np.random.default_rng([cfg.train.seed, 0]).permutation(96)  # epoch 1's shuffle
+    data.splits["train"][0][order[16]] = np.nan  # in step 2's batch (16 a step)
+    d = str(tmp_path)
+    loop.train(cfg, d, data=data, progress=False, print_fn=None)
+    recs = loop.read_metrics(d, "train")
+    # skipped: step 2, and any later step whose batch the later epochs' shuffles give it
+    bad = {r["step"] for r in recs if not r["finite"]}
+    assert 2 in bad and not bad & {1, 3, 4, 5, 6}, bad
+    sched = S.create_learning_rate_schedule(cfg.train, 3)
+    counts = [sum(s not in bad for s in range(1, k)) for k in range(1, 10)]  # the optimizer's, before step k
+    assert counts[:6] == [0, 1, 1, 2, 3, 4]
+    np.testing.assert_allclose([r["lr"] for r in recs], [float(sched(c)) for c in counts], rtol=1e-6)
+    e2 = _state(d, 6)
+    assert int(e2["opt_state/2/inner_states/head/inner_state/0/count"]) == 5
+    assert int(e2["opt_state/2/inner_states/layer_0/inner_state/step"]) == 5
+    # released at the optimizer's 4th update (global step 5): steps 5 and 6 reached Adam
+    assert int(e2["opt_state/2/inner_states/layer_0/inner_state/inner_state/0/count"]) == 2
+
+
 # -------------------------------------------------------------------------- config
 
 @pytest.mark.parametrize("overrides,match", [
