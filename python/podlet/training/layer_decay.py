@@ -47,7 +47,7 @@ from podlet import models
 from podlet import tree_util
 
 __all__ = ["ParamGroups", "layer_ids", "head_keys", "param_groups", "partitioned_optimizer", "run_optimizer",
-           "HEAD", "BACKBONE"]
+           "head_schedule_count", "HEAD", "BACKBONE"]
 
 HEAD = "head"          # the label of the classifier's params
 BACKBONE = "backbone"  # the label of every other param when there is no layer decay
@@ -197,6 +197,7 @@ def run_optimizer(config, learning_rate):
 
 
 def _scaled(schedule, scale, shift=0):
+    """``count -> scale * schedule(count + shift)`` (the schedule itself when it is unchanged)."""
     if scale == 1.0 and not shift:
         return schedule
     if scale == 1.0:
