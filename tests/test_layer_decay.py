@@ -349,3 +349,16 @@ def test_config_keys_load_and_default_off():
     state = S.create_train_state(cfg, S.build_model(cfg), S.create_learning_rate_schedule(cfg.train, 3),
                                  podlet.random.PRNGKey(0), steps_per_epoch=3)
     assert not any(isinstance(s, podlet.optim.PartitionState) for s in state.opt_state)
+
+
+def test_a_frozen_run_is_evaluated_and_restored_by_the_tools(frozen_run):
+    """`podlet eval` and the export/explain loader rebuild the state without the run's
+    epoch length: the optimizer state has one structure whatever the phase."""
+    d = frozen_run[0]
+    cfg = tiny_config(*VIT)
+    m = loop.evaluate_run(d, "test", checkpoint="latest", data=tiny_data(cfg))
+    assert m["step"] == 9 and m["num_examples"] == 40
+    from podlet import cli
+    _, _, variables = cli._run_model(d, "3")  # a checkpoint of the frozen epoch
+    np.testing.assert_array_equal(np.asarray(variables["params"]["head"]["kernel"]),
+                                  _state(d, 3)["params/head/kernel"])
