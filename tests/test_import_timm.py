@@ -630,3 +630,29 @@ def test_torchvision_vit_at_another_image_size():
     assert v["params"]["Transformer"]["posembed_input"]["pos_embedding"].shape == (1, 19, 48)
     out = np.asarray(small_vit(num_classes=5).apply(v, jnp.ones((1, 96, 48, 1)), train=False))
     assert out.shape == (1, 5) and np.all(np.isfinite(out))
+
+
+def test_train_init_from_timm_vit_tiny_at_another_image_size(tmp_path):
+    """train.init_from with a timm vit_tiny file (224 px, 14x14 grid): the config accepts
+    it for model vit_tiny, and the loop's _init_from resizes the position embeddings to
+    the run's 32 px (2x2 grid) as timm would, replacing the head with a 5-class one."""
+    import os
+    from podlet.training import config as C, loop as L, steps as S
+    torch.manual_seed(0)
+    net = TimmViT(224, 16, 192, 12, 3, 768).eval()
+    path = tmp_path / "vit_tiny.pth"
+    torch.save(net.state_dict(), path)
+    cfg_file = os.path.join(os.path.dirname(__file__), "..", "configs", "experiments", "vit_tiny_baseline.yaml")
+    cfg = C.load_config(cfg_file, [f"train.init_from={path}", "data.image_size=[32, 32, 1]", "data.scale=0.01",
+                                   "train.batch_size=8"], num_devices=8)
+    assert cfg.model.architecture == "vit_tiny"
+    model = S.build_model(cfg)
+    state = S.create_train_state(cfg, model, S.create_learning_rate_schedule(cfg.train, 10), podlet.random.PRNGKey(0))
+    new = L._init_from(state, cfg.train.init_from, cfg)
+    pos = next(np.asarray(v) for k, v in podlet.traverse_util.flatten_dict(new.params).items()
+               if "pos" in "/".join(k))
+    grid = net.pos_embed.detach()[:, 1:]
+    want = timm_resample_abs_pos_embed(net.pos_embed.detach(), (2, 2)).numpy()
+    assert pos.shape == want.shape == (1, 5, 192) and grid.shape[1] == 196
+    np.testing.assert_allclose(pos, want, atol=5e-6)
+    assert podlet.tree_util.tree_structure(new.params) == podlet.tree_util.tree_structure(state.params)

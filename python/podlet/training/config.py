@@ -615,7 +615,7 @@ def _check_data_files(d, err):
         raise err("data.data_dir", f"TFDS dataset {d.dataset_name!r}: {info} does not exist")
 
 
-_TORCHVISION_ARCHS = ("resnet", "swin_", "vit_b")  # architectures podlet.models.load_pretrained reads from .pth
+_TORCHVISION_ARCHS = ("resnet", "swin_", "vit_")  # architectures podlet.models.load_pretrained reads from .pth
 
 
 def _check_init_from(value, arch, err):
@@ -625,7 +625,8 @@ def _check_init_from(value, arch, err):
                   f"(.pth, .pt) or Flax variables (.msgpack)")
     if path.endswith((".pth", ".pt")) and not arch.startswith(_TORCHVISION_ARCHS):
         raise err("train.init_from", f"{value!r}: torchvision state_dicts hold ResNets, Swins (swin_tiny, "
-                  f"swin_small) or ViT-Bs (vit_b16, vit_b32), but model.architecture is {arch!r}")
+                  f"swin_small) or ViTs (vit_b16, vit_b32; timm's also vit_tiny, vit_small), but "
+                  f"model.architecture is {arch!r}")
     if not os.path.isfile(path):
         raise err("train.init_from", f"{path} {'is not a file' if os.path.exists(path) else 'does not exist'}")
 

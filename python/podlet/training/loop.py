@@ -490,7 +490,8 @@ def train(cfg, run_dir=None, *, resume=False, data=None, progress=True, print_fn
 
 def _init_from(state, path, cfg):
     """Start from pretrained weights: a podlet checkpoint (.h5: its params, EMA ignored),
-    a torchvision ResNet, Swin or ViT-B state_dict (.pth/.pt) or Flax variables
+    a torchvision or timm ResNet, Swin or ViT state_dict (.pth/.pt; a ViT's position
+    embeddings resized to data.image_size) or Flax variables
     (.msgpack). Params and batch stats are replaced (every path must match the model's),
     EMA restarts from them and the optimizer state is fresh."""
     path = os.path.expanduser(path)
@@ -502,8 +503,10 @@ def _init_from(state, path, cfg):
         stored = ckpt.restore_checkpoint(path, {"params": state.params, "batch_stats": state.batch_stats})
         params, bs = stored["params"], stored["batch_stats"]
     elif path.endswith((".pth", ".pt")):
+        # image_size: a ViT's position embeddings resized to this run's patch grid
         v = models.load_pretrained(path, cfg.model.architecture, in_channels=cfg.model.in_channels,
-                                   num_classes=cfg.data.num_classes, rng=jax.random.PRNGKey(cfg.train.seed))
+                                   num_classes=cfg.data.num_classes, rng=jax.random.PRNGKey(cfg.train.seed),
+                                   image_size=cfg.data.image_size)
         v.setdefault("batch_stats", {})  # transformers have none
         ckpt.check_structure(v, {"params": state.params, "batch_stats": state.batch_stats}, path)
         params, bs = v["params"], v["batch_stats"]
