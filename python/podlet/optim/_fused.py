@@ -101,6 +101,22 @@ def _lr_ok(learning_rate) -> bool:
     return callable(learning_rate) or _is_number(learning_rate)
 
 
+def _reference(unfused, clip_norm):
+    """The unfused transform a fused one must equal: ``unfused``, after
+    ``clip_by_global_norm(clip_norm)`` when clip_norm is given (the state layout too)."""
+    return unfused if clip_norm is None else _base._chain(transform.clip_by_global_norm(clip_norm), unfused)
+
+
+def _inner_state(state, clip_norm):
+    """The optimizer's own state inside the (clip, optimizer) chain state."""
+    return state[1] if clip_norm is not None else state
+
+
+def _outer_state(state, new_inner, clip_norm):
+    """The chain state with the optimizer's part replaced (the clip's state is empty)."""
+    return (state[0], new_inner) if clip_norm is not None else new_inner
+
+
 def adamw_update(param, grad, mu, nu, lr, gnorm, bc1, bc2, *, b1, b2, eps, eps_root=0.0,
                  weight_decay=0.0, max_norm=0.0, apply=True):
     """The ``adamw_update`` primitive for one array (see cpp/podlet/prims/optim.cc).
@@ -154,17 +170,14 @@ def fused_adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, weight_
                          "number or schedule learning rate and a positive Python-number clip_norm; use "
                          "chain(clip_by_global_norm(...), adamw(...)) for anything else")
     from . import alias
-    ref = alias._adamw_unfused(learning_rate, b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=None,
-                               weight_decay=weight_decay, mask=mask)
-    if clip_norm is not None:
-        ref = _base._chain(transform.clip_by_global_norm(clip_norm), ref)
+    ref = _reference(alias._adamw_unfused(learning_rate, b1=b1, b2=b2, eps=eps, eps_root=eps_root, mu_dtype=None,
+                                          weight_decay=weight_decay, mask=mask), clip_norm)
     ref_update = ref.update
 
     def update_fn(updates, state, params=None, **extra_args):
         if params is None:
             return ref_update(updates, state, params, **extra_args)  # raises optax's NO_PARAMS_MSG
-        inner = state[1] if clip_norm is not None else state
-        adam_state, wd_state, lr_state = inner
+        adam_state, wd_state, lr_state = _inner_state(state, clip_norm)
         g_leaves, treedef = _tu.tree_flatten(updates)
         p_leaves, p_def = _tu.tree_flatten(params)
         m_leaves, m_def = _tu.tree_flatten(adam_state.mu)
@@ -192,9 +205,7 @@ def fused_adamw(learning_rate, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, weight_
             new_v.append(v2)
         new_adam = transform.ScaleByAdamState(count=count_inc, mu=_tu.tree_unflatten(m_def, new_m),
                                               nu=_tu.tree_unflatten(v_def, new_v))
-        new_inner = (new_adam, wd_state, new_lr_state)
-        new_state = (state[0], new_inner) if clip_norm is not None else new_inner
-        return _tu.tree_unflatten(treedef, new_u), new_state
+        return _tu.tree_unflatten(treedef, new_u), _outer_state(state, (new_adam, wd_state, new_lr_state), clip_norm)
 
     update_fn._podlet_fused_adamw = dict(learning_rate=learning_rate, b1=b1, b2=b2, eps=eps, eps_root=eps_root,
                                          weight_decay=weight_decay, mask=mask, clip_norm=clip_norm)
@@ -272,14 +283,11 @@ def fused_sgd(learning_rate, momentum, nesterov: bool = False,
                          "a positive Python-number clip_norm; use chain(clip_by_global_norm(...), sgd(...)) for "
                          "anything else")
     from . import alias
-    ref = alias._sgd_unfused(learning_rate, momentum=momentum, nesterov=nesterov)
-    if clip_norm is not None:
-        ref = _base._chain(transform.clip_by_global_norm(clip_norm), ref)
+    ref = _reference(alias._sgd_unfused(learning_rate, momentum=momentum, nesterov=nesterov), clip_norm)
     ref_update = ref.update
 
     def update_fn(updates, state, params=None, **extra_args):
-        inner = state[1] if clip_norm is not None else state
-        trace_state, lr_state = inner
+        trace_state, lr_state = _inner_state(state, clip_norm)
         g_leaves, treedef = _tu.tree_flatten(updates)
         t_leaves, t_def = _tu.tree_flatten(trace_state.trace)
         if treedef != t_def or not all(map(_leaves_ok, g_leaves, t_leaves)):
@@ -302,8 +310,7 @@ def fused_sgd(learning_rate, momentum, nesterov: bool = False,
             new_u.append(u)
             new_t.append(t2)
         new_inner = (transform.TraceState(trace=_tu.tree_unflatten(t_def, new_t)), new_lr_state)
-        new_state = (state[0], new_inner) if clip_norm is not None else new_inner
-        return _tu.tree_unflatten(treedef, new_u), new_state
+        return _tu.tree_unflatten(treedef, new_u), _outer_state(state, new_inner, clip_norm)
 
     update_fn._podlet_fused_sgd = dict(learning_rate=learning_rate, momentum=momentum, nesterov=nesterov,
                                        clip_norm=clip_norm)
@@ -338,16 +345,14 @@ def fused_lion(learning_rate, b1=0.9, b2=0.99, weight_decay=1e-3, mask=None,
                          "learning rate and a positive Python-number clip_norm; use "
                          "chain(clip_by_global_norm(...), lion(...)) for anything else")
     from . import alias
-    ref = alias._lion_unfused(learning_rate, b1=b1, b2=b2, mu_dtype=None, weight_decay=weight_decay, mask=mask)
-    if clip_norm is not None:
-        ref = _base._chain(transform.clip_by_global_norm(clip_norm), ref)
+    ref = _reference(alias._lion_unfused(learning_rate, b1=b1, b2=b2, mu_dtype=None, weight_decay=weight_decay,
+                                         mask=mask), clip_norm)
     ref_update = ref.update
 
     def update_fn(updates, state, params=None, **extra_args):
         if params is None:
             return ref_update(updates, state, params, **extra_args)  # raises optax's NO_PARAMS_MSG
-        inner = state[1] if clip_norm is not None else state
-        lion_state, wd_state, lr_state = inner
+        lion_state, wd_state, lr_state = _inner_state(state, clip_norm)
         g_leaves, treedef = _tu.tree_flatten(updates)
         p_leaves, p_def = _tu.tree_flatten(params)
         m_leaves, m_def = _tu.tree_flatten(lion_state.mu)
@@ -366,9 +371,7 @@ def fused_lion(learning_rate, b1=0.9, b2=0.99, weight_decay=1e-3, mask=None,
             new_m.append(m2)
         new_lion = _moments.ScaleByLionState(count=_base.safe_increment(lion_state.count),
                                              mu=_tu.tree_unflatten(m_def, new_m))
-        new_inner = (new_lion, wd_state, new_lr_state)
-        new_state = (state[0], new_inner) if clip_norm is not None else new_inner
-        return _tu.tree_unflatten(treedef, new_u), new_state
+        return _tu.tree_unflatten(treedef, new_u), _outer_state(state, (new_lion, wd_state, new_lr_state), clip_norm)
 
     update_fn._podlet_fused_lion = dict(learning_rate=learning_rate, b1=b1, b2=b2, weight_decay=weight_decay,
                                         mask=mask, clip_norm=clip_norm)
