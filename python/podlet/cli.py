@@ -5,7 +5,7 @@
     podlet sweep CONFIG --seeds 21,22,23          # mean +- std of every metric over seeds
     podlet data export --format tfds|hdf5 --out DIR [--config CONFIG]
     podlet bench [NAME [ARGS ...]]                 # lists bench/, or runs bench/<NAME>.py
-    podlet export RUN_DIR --format onnx [--out F]  # the selected checkpoint's inference graph
+    podlet export RUN_DIR --format onnx [--out F] [--no-dynamic-batch]  # the selected checkpoint's inference graph
     podlet explain RUN_DIR [--split test] [-n 16] [--method gradcam|rollout|saliency]  # heatmap overlays
 
 Errors in configs, files and run directories print one line naming the key or file and
@@ -215,8 +215,9 @@ def cmd_export(args):
         raise CLIError(f"--format {args.format!r}: only onnx is supported")
     cfg, model, variables = _run_model(args.run_dir, args.checkpoint)
     out = args.out or os.path.join(args.run_dir, "model.onnx")
-    export.to_onnx(model, variables, jnp.zeros([1] + list(cfg.data.image_size), jnp.float32), out)
-    print(f"wrote {out}")
+    export.to_onnx(model, variables, jnp.zeros([1] + list(cfg.data.image_size), jnp.float32), out,
+                   dynamic_batch=args.dynamic_batch)
+    print(f"wrote {out} (batch {'symbolic' if args.dynamic_batch else 'fixed at 1'})")
     return 0
 
 
@@ -298,6 +299,9 @@ def build_parser():
     q.add_argument("--format", default="onnx")
     q.add_argument("--out")
     q.add_argument("--checkpoint", default="best")
+    q.add_argument("--dynamic-batch", action=argparse.BooleanOptionalAction, default=True,
+                   help="the batch dim of the ONNX input and output is symbolic ('batch', the default); "
+                        "--no-dynamic-batch fixes it at 1")
     q.set_defaults(fn=cmd_export)
 
     q = sub.add_parser("explain", help="heatmap overlays (Grad-CAM, attention rollout) of a run's predictions")

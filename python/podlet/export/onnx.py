@@ -16,7 +16,9 @@ ViT's class token as a concatenate, a Swin's relative position bias as a take (f
 when the table is a weight), its shifted windows as slices + concatenate (static rolls)
 and its masks as a select. podlet.models' ResNets, ViTs and Swins are checked against
 onnxruntime in tests/test_export_onnx.py.
-The graph has fixed shapes: those of the sample input.
+The graph has fixed shapes, those of the sample input; with ``dynamic_batch=True`` its
+batch size is symbolic instead (``_dynamic.py``: traced at three batch sizes, the
+shapes that change computed from the input's shape at run time).
 """
 import inspect
 import os
@@ -26,9 +28,10 @@ import numpy as np
 
 from .._src import dtypes
 from .._src.errors import PodletError
-from . import _record
+from . import _dynamic, _record
+from ._dynamic import DynamicBatchError
 
-__all__ = ["to_onnx", "UnsupportedPrimitiveError", "SUPPORTED_PRIMITIVES", "DEFAULT_OPSET"]
+__all__ = ["to_onnx", "UnsupportedPrimitiveError", "DynamicBatchError", "SUPPORTED_PRIMITIVES", "DEFAULT_OPSET"]
 
 DEFAULT_OPSET = 17
 
@@ -67,6 +70,9 @@ class _Builder:
         self.const = {}        # name -> NumPy value, for names that are initializers
         self.names = {}        # podlet value id -> ONNX name
         self.counter = 0
+        self.current = None    # the podlet node being lowered (None: the graph's own nodes)
+        self.origin = {}       # initializer name -> the podlet node it was made for
+        self.node_origin = []  # per ONNX node, the podlet node it was emitted for
 
     # -- names and constants
     def fresh(self, hint="t"):
@@ -84,6 +90,7 @@ class _Builder:
             t = self.onnx.numpy_helper.from_array(np.ascontiguousarray(value), name)
         self.inits.append(t)
         self.const[name] = value
+        self.origin[name] = self.current
         return name
 
     def ints(self, values):
@@ -92,6 +99,7 @@ class _Builder:
     def op(self, op_type, inputs, n_out=1, **attrs):
         outs = [self.fresh(op_type.lower()) for _ in range(n_out)]
         self.nodes.append(self.onnx.helper.make_node(op_type, list(inputs), outs, **attrs))
+        self.node_origin.append(self.current)
         return outs[0] if n_out == 1 else outs
 
     # -- shape helpers, folded when the value is a constant
@@ -622,6 +630,12 @@ def _inference_fn(model, variables, apply_kwargs, dtype):
 
 def build_model(rec, opset=DEFAULT_OPSET, input_names=None, output_names=None, graph_name="podlet"):
     """The ONNX ModelProto of a recording (see ``_record.record``)."""
+    return _build(rec, opset, input_names, output_names, graph_name)[0]
+
+
+def _build(rec, opset, input_names, output_names, graph_name):
+    """The ModelProto and its _Builder (which podlet node each initializer and ONNX node
+    came from: what a dynamic-batch error names)."""
     onnx = _onnx()
     h = onnx.helper
     b = _Builder(rec, opset)
@@ -630,9 +644,15 @@ def build_model(rec, opset=DEFAULT_OPSET, input_names=None, output_names=None, g
                                     else [f"output_{i}" for i in range(len(rec.outputs))])
     for vid, name in zip(rec.inputs, input_names):
         b.names[vid] = name
+    first_use = {}
+    for n in rec.nodes:
+        for v in n.inputs:
+            first_use.setdefault(v, n)
     for vid, value in rec.consts.items():
+        b.current = first_use.get(vid)
         b.names[vid] = b.constant(value, "w")
     for n in rec.nodes:
+        b.current = n
         rule = _RULES.get(n.prim)
         if rule is None:
             raise UnsupportedPrimitiveError(
@@ -643,8 +663,10 @@ def build_model(rec, opset=DEFAULT_OPSET, input_names=None, output_names=None, g
         outs = [outs] if isinstance(outs, str) else list(outs)
         for v, name in zip(n.outputs, outs):
             b.names[v] = name
+    b.current = None
     for vid, name in zip(rec.outputs, output_names):
         b.nodes.append(h.make_node("Identity", [b.names[vid]], [name]))
+        b.node_origin.append(None)
 
     def info(name, vid):
         d, s = rec.avals[vid]
@@ -657,11 +679,48 @@ def build_model(rec, opset=DEFAULT_OPSET, input_names=None, output_names=None, g
     opsets = [h.make_opsetid("", opset)]
     # The oldest IR version that knows the opset, so older runtimes load the file.
     return h.make_model(graph, opset_imports=opsets, producer_name="podlet",
-                        ir_version=h.find_min_ir_version_for(opsets))
+                        ir_version=h.find_min_ir_version_for(opsets)), b
+
+
+def _output_names(rec, output_name):
+    if len(rec.outputs) != 1:
+        return [f"{output_name}_{i}" for i in range(len(rec.outputs))]
+    return [output_name]
+
+
+def _dynamic_model(fn, sample_input, opset, input_name, output_name, graph_name):
+    """The graph traced at _dynamic.TRACE_BATCHES, its batch left to run time."""
+    from .. import tree_util
+    from .._src.core import ShapeDtypeStruct
+    leaves, tree = tree_util.tree_flatten(sample_input)
+    shapes = [tuple(x.shape) if hasattr(x, "shape") else np.shape(x) for x in leaves]
+    for s in shapes:
+        if not s:
+            raise PodletError(f"to_onnx(dynamic_batch=True): the sample input's leading axis is the batch, "
+                              f"but an input is a scalar (shape {s}); pass dynamic_batch=False")
+    models, builders = [], []
+    for batch in _dynamic.TRACE_BATCHES:
+        sample = tree_util.tree_unflatten(
+            tree, [ShapeDtypeStruct((batch,) + s[1:], x.dtype) for x, s in zip(leaves, shapes)])
+        try:
+            rec = _record.record(fn, sample)
+        except UnsupportedPrimitiveError:
+            raise
+        except (PodletError, ValueError, TypeError) as e:
+            raise _dynamic.DynamicBatchError(
+                f"to_onnx(dynamic_batch=True) traces the model at batch sizes {list(_dynamic.TRACE_BATCHES)}; "
+                f"at batch {batch} it failed ({type(e).__name__}: {e}); a model that runs at one batch size "
+                f"only is exported with dynamic_batch=False") from e
+        input_names = [input_name] if len(rec.inputs) == 1 else [f"{input_name}_{i}" for i in range(len(rec.inputs))]
+        proto, b = _build(rec, opset, input_names, _output_names(rec, output_name), graph_name)
+        models.append(proto)
+        builders.append(b)
+    return _dynamic.make_batch_dynamic(models, builders, _dynamic.TRACE_BATCHES, input_names,
+                                       [o.name for o in models[0].graph.output])
 
 
 def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwargs=None,
-            input_name="input", output_name="output", dtype="float32"):
+            input_name="input", output_name="output", dtype="float32", dynamic_batch=False):
     """Writes the eval-mode inference graph of `model` to `path` as ONNX; returns the
     ModelProto (already checked with ``onnx.checker.check_model``).
 
@@ -679,19 +738,31 @@ def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwa
         attribute (podlet.models, Flax-style layers). Default float32: a model trained
         in bfloat16 is exported in float32, since ONNX's Conv and most runtimes have no
         bfloat16 kernels. None keeps the model's own.
+      dynamic_batch: if True, the leading axis of the input and of every output that has
+        it is symbolic (``dim_param "batch"``, as torch.onnx's ``dynamic_axes`` give),
+        and every shape in the graph that depends on it (Reshape targets, Expand and
+        Tile shapes, Slice ends, constants broadcast over the batch) is computed from
+        the input's shape at run time. The model is traced at batch sizes 2, 3 and 5
+        (the sample's own batch size is not used) and the three graphs must differ
+        only in such values. Default False, as in torch.onnx.export: the graph is the
+        sample's shape, which also suits a function whose code fixes its batch size;
+        ``podlet export`` (a podlet.models network) turns it on by default.
 
-    Raises UnsupportedPrimitiveError naming the first primitive that has no mapping.
+    Raises UnsupportedPrimitiveError naming the first primitive that has no mapping, and
+    DynamicBatchError (a PodletError) naming the primitive whose graph cannot take its
+    batch size at run time (a mean over the batch axis, a size quadratic in the batch,
+    code that fixes the batch size).
     """
     onnx = _onnx()
     if not 13 <= int(opset) <= onnx.defs.onnx_opset_version():
         raise PodletError(f"to_onnx: opset {opset} is not supported; expected 13..{onnx.defs.onnx_opset_version()}")
     fn = _inference_fn(model, variables, apply_kwargs, dtype)
-    rec = _record.record(fn, sample_input)
-    if len(rec.outputs) != 1:
-        output_names = [f"{output_name}_{i}" for i in range(len(rec.outputs))]
+    if dynamic_batch:
+        proto = _dynamic_model(fn, sample_input, opset, input_name, output_name, type(model).__name__)
     else:
-        output_names = [output_name]
-    proto = build_model(rec, opset, [input_name], output_names, graph_name=type(model).__name__)
+        rec = _record.record(fn, sample_input)
+        proto = build_model(rec, opset, [input_name], _output_names(rec, output_name),
+                            graph_name=type(model).__name__)
     onnx.checker.check_model(proto, full_check=True)
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
