@@ -28,6 +28,9 @@ constexpr int kLanes = 16;
 constexpr int64_t kBwdBlock = 32;        // rows per dscale / dbias partial (fixed: thread-count free)
 constexpr int64_t kChunkElems = 16384;   // elements per parallel chunk of the forward passes
 
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef uint16_t u16x8 __attribute__((vector_size(16)));
+
 template <class A> inline A exp_a(A x) { return std::exp(x); }
 template <> inline float exp_a<float>(float x) { return fm::exp(x); }
 template <class A> inline A log_a(A x) { return std::log(x); }
@@ -40,7 +43,14 @@ inline const A* widen_row(const T* src, int64_t C, A* buf) {
     return src;
   } else if constexpr (std::is_same_v<T, bf16>) {
     const uint16_t* u = reinterpret_cast<const uint16_t*>(src);
-    for (int64_t j = 0; j < C; ++j) buf[j] = fm::from_bits(uint32_t(u[j]) << 16);
+    int64_t j = 0;
+    for (; j + 8 <= C; j += 8) {  // 8 at a time (GCC vectorised the plain loop 4 wide)
+      u16x8 h;
+      std::memcpy(&h, u + j, sizeof h);
+      const u32x8 w = __builtin_convertvector(h, u32x8) << 16;
+      std::memcpy(buf + j, &w, sizeof w);
+    }
+    for (; j < C; ++j) buf[j] = fm::from_bits(uint32_t(u[j]) << 16);
     return buf;
   } else {
     for (int64_t j = 0; j < C; ++j) buf[j] = A(src[j]);
@@ -60,7 +70,16 @@ inline void narrow_row(const A* src, int64_t C, O* dst) {
     return;
   } else if constexpr (std::is_same_v<O, bf16>) {
     uint16_t* u = reinterpret_cast<uint16_t*>(dst);
-    for (int64_t j = 0; j < C; ++j) u[j] = f32_to_bf16_bits(src[j]);
+    int64_t j = 0;
+    for (; j + 8 <= C; j += 8) {  // f32_to_bf16_bits on 8 lanes
+      u32x8 b;
+      std::memcpy(&b, src + j, sizeof b);
+      const u32x8 r = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+      const u32x8 nan = ((b >> 16) & 0x8000u) | 0x7fc0u;
+      const u16x8 h = __builtin_convertvector((b & 0x7fffffffu) > 0x7f800000u ? nan : r, u16x8);
+      std::memcpy(u + j, &h, sizeof h);
+    }
+    for (; j < C; ++j) u[j] = f32_to_bf16_bits(src[j]);
   } else {
     for (int64_t j = 0; j < C; ++j) dst[j] = O(src[j]);
   }
