@@ -10,7 +10,8 @@ initializers. Each initializer that differs is replaced by a value computed from
 input's shape at run time:
 
 - an integer tensor of one shape whose elements are ``a * batch + c`` at all three batch
-  sizes (a shape, a slice end, a clip bound): ``Add(Mul(a, batch), c)``;
+  sizes (a shape, a slice end, a clip bound, an index such as ``batch - 1``):
+  ``Add(Mul(a, batch), c)``;
 - a tensor whose axes of ``a * batch`` entries repeat a block of ``a`` entries along
   them (a weight broadcast over the batch, a Swin mask tiled over batch * windows):
   ``Tile(block, repeats)``.
@@ -23,9 +24,12 @@ import numpy as np
 
 from .._src.errors import PodletError
 
-# Three batch sizes, none of them 1 (a dim of 1 broadcasts, so a rule may emit different
-# nodes for it), pairwise coprime so that a * B + c is pinned by two and checked by the third.
-TRACE_BATCHES = (2, 3, 5)
+# Three batch sizes. None is 1: a dim of 1 broadcasts, so a rule may emit other nodes for
+# it. The first two pin a * B + c; the third checks it far away, where a value that only
+# looked linear near 2 and 3 departs from the line: a slice of the batch axis such as
+# x[:8] (the whole batch at 2 and 3, 8 rows at 101) raises instead of being read as the
+# whole batch. A clamp beyond 101 rows would still pass: the one blind spot.
+TRACE_BATCHES = (2, 3, 101)
 BATCH = "batch"
 
 
@@ -128,21 +132,26 @@ def make_batch_dynamic(models, builders, batches, input_names, output_names):
     base = models[0]
     g0 = base.graph
     # 1. One structure: same nodes, inputs, outputs and attributes at every batch size.
-    for m, bb in zip(models[1:], batches[1:]):
+    for m, bld, bb in zip(models[1:], builders[1:], batches[1:]):
         g = m.graph
-        if len(g.node) != len(g0.node):
-            raise DynamicBatchError(
-                f"dynamic batch: the model lowers to {len(g0.node)} ONNX nodes at batch {batches[0]} and "
-                f"{len(g.node)} at batch {bb}; its graph depends on the batch size (export with "
-                f"dynamic_batch=False for a fixed batch)")
-        for i, (n0, n1) in enumerate(zip(g0.node, g.node)):
-            if n0 != n1:
-                what = ("attributes" if (n0.op_type, list(n0.input), list(n0.output)) ==
-                        (n1.op_type, list(n1.input), list(n1.output)) else "nodes")
-                raise DynamicBatchError(
-                    f"dynamic batch: {_where(builders[0].node_origin[i])} lowers to ONNX {n0.op_type} {what} that "
-                    f"differ between batch {batches[0]} and batch {bb}, so the batch cannot be left to run time "
-                    f"(export with dynamic_batch=False for a fixed batch)")
+        for i in range(max(len(g0.node), len(g.node))):
+            n0 = g0.node[i] if i < len(g0.node) else None
+            n1 = g.node[i] if i < len(g.node) else None
+            if n0 == n1:
+                continue
+            if n0 is not None and n1 is not None and (n0.op_type, list(n0.input), list(n0.output)) == \
+                    (n1.op_type, list(n1.input), list(n1.output)):
+                what = f"{_where(builders[0].node_origin[i])} lowers to an ONNX {n0.op_type} whose attributes " \
+                       f"differ between batch {batches[0]} and batch {bb}"
+            else:
+                def at(n, b_, batch):
+                    if n is None:
+                        return f"at batch {batch} the graph has ended"
+                    return f"at batch {batch} {_where(b_.node_origin[i])} lowers to ONNX {n.op_type}"
+                what = f"the graph changes with the batch size: {at(n0, builders[0], batches[0])}, " \
+                       f"{at(n1, bld, bb)}"
+            raise DynamicBatchError(f"dynamic batch: {what}, so the batch cannot be left to run time (export "
+                                    f"with dynamic_batch=False for a fixed batch)")
         if [t.name for t in g.initializer] != [t.name for t in g0.initializer]:
             raise DynamicBatchError(f"dynamic batch: the model's constants differ in number between batch "
                                     f"{batches[0]} and batch {bb} (export with dynamic_batch=False)")

@@ -742,9 +742,10 @@ def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwa
         it is symbolic (``dim_param "batch"``, as torch.onnx's ``dynamic_axes`` give),
         and every shape in the graph that depends on it (Reshape targets, Expand and
         Tile shapes, Slice ends, constants broadcast over the batch) is computed from
-        the input's shape at run time. The model is traced at batch sizes 2, 3 and 5
+        the input's shape at run time. The model is traced at batch sizes 2, 3 and 101
         (the sample's own batch size is not used) and the three graphs must differ
-        only in such values. Default False, as in torch.onnx.export: the graph is the
+        only in such values, each ``a * batch + c`` (a slice of the batch axis ending
+        beyond 101 rows would be read as the whole batch: the one case not caught). Default False, as in torch.onnx.export: the graph is the
         sample's shape, which also suits a function whose code fixes its batch size;
         ``podlet export`` (a podlet.models network) turns it on by default.
 
