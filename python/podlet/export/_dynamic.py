@@ -80,7 +80,7 @@ def _tile_block(arrays, batches):
 class _Prologue:
     """The nodes that compute batch-dependent values from the first input's shape."""
 
-    def __init__(self, onnx, input_name, opset):
+    def __init__(self, onnx, input_name):
         self.onnx, self.h, self.input_name = onnx, onnx.helper, input_name
         self.nodes, self.inits, self.cache = [], [], {}
         self.counter = 0
@@ -124,9 +124,10 @@ class _Prologue:
         return out
 
 
-def make_batch_dynamic(models, builders, batches, input_names, output_names):
-    """The first of `models` (the same model lowered at `batches`) with its batch size
-    taken from the inputs' leading dim at run time; raises DynamicBatchError."""
+def make_batch_dynamic(models, builders, batches, input_names):
+    """The first of `models` (the same model lowered at `batches`, with the _Builder of
+    each) with its batch size read from the first input's leading dim at run time;
+    raises DynamicBatchError."""
     import onnx
     from onnx import numpy_helper
     base = models[0]
@@ -156,7 +157,7 @@ def make_batch_dynamic(models, builders, batches, input_names, output_names):
             raise DynamicBatchError(f"dynamic batch: the model's constants differ in number between batch "
                                     f"{batches[0]} and batch {bb} (export with dynamic_batch=False)")
     # 2. The initializers that differ, as values computed from the batch.
-    pro = _Prologue(onnx, input_names[0], None)
+    pro = _Prologue(onnx, input_names[0])
     keep = []
     others = [{t.name: t for t in m.graph.initializer} for m in models[1:]]
     for t in g0.initializer:

@@ -715,8 +715,7 @@ def _dynamic_model(fn, sample_input, opset, input_name, output_name, graph_name)
         proto, b = _build(rec, opset, input_names, _output_names(rec, output_name), graph_name)
         models.append(proto)
         builders.append(b)
-    return _dynamic.make_batch_dynamic(models, builders, _dynamic.TRACE_BATCHES, input_names,
-                                       [o.name for o in models[0].graph.output])
+    return _dynamic.make_batch_dynamic(models, builders, _dynamic.TRACE_BATCHES, input_names)
 
 
 def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwargs=None,
