@@ -704,9 +704,7 @@ def _dynamic_model(fn, sample_input, opset, input_name, output_name, graph_name)
             tree, [ShapeDtypeStruct((batch,) + s[1:], x.dtype) for x, s in zip(leaves, shapes)])
         try:
             rec = _record.record(fn, sample)
-        except UnsupportedPrimitiveError:
-            raise
-        except (PodletError, ValueError, TypeError) as e:
+        except (PodletError, ValueError, TypeError, IndexError) as e:
             raise _dynamic.DynamicBatchError(
                 f"to_onnx(dynamic_batch=True) traces the model at batch sizes {list(_dynamic.TRACE_BATCHES)}; "
                 f"at batch {batch} it failed ({type(e).__name__}: {e}); a model that runs at one batch size "
@@ -744,9 +742,10 @@ def to_onnx(model, variables, sample_input, path, opset=DEFAULT_OPSET, apply_kwa
         the input's shape at run time. The model is traced at batch sizes 2, 3 and 101
         (the sample's own batch size is not used) and the three graphs must differ
         only in such values, each ``a * batch + c`` (a slice of the batch axis ending
-        beyond 101 rows would be read as the whole batch: the one case not caught). Default False, as in torch.onnx.export: the graph is the
-        sample's shape, which also suits a function whose code fixes its batch size;
-        ``podlet export`` (a podlet.models network) turns it on by default.
+        beyond 101 rows would be read as the whole batch: the one case not caught).
+        Default False, as in torch.onnx.export: the graph has the sample's shape, which
+        also suits a function whose code fixes its batch size (it cannot be traced at
+        another); ``podlet export`` (a podlet.models network) turns it on by default.
 
     Raises UnsupportedPrimitiveError naming the first primitive that has no mapping, and
     DynamicBatchError (a PodletError) naming the primitive whose graph cannot take its
