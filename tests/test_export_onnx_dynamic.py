@@ -197,6 +197,10 @@ def test_what_cannot_be_dynamic_is_named(tmp_path, capsys):
     with pytest.raises(export.DynamicBatchError, match=r"at batch 2 primitive 'add' .* ONNX Add, at batch 3 "
                                                        r"primitive 'mul' .* ONNX Mul"):
         export.to_onnx(lambda x: x * 2.0 if x.shape[0] == 3 else x + 1.0, None, sample, path, dynamic_batch=True)
+    # an error of the model's own, at any batch size, is reported as it is
+    with pytest.raises(podlet.PodletError, match=r"calls a jitted function") as e:
+        export.to_onnx(podlet.jit(lambda x: x * 2.0), None, sample, path, dynamic_batch=True)
+    assert not isinstance(e.value, export.DynamicBatchError)
     with pytest.raises(podlet.PodletError, match=r"a scalar \(shape \(\)\)"):
         export.to_onnx(lambda x: x * 2.0, None, podlet.ShapeDtypeStruct((), jnp.float32), path,
                        dynamic_batch=True)

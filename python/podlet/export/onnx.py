@@ -705,6 +705,7 @@ def _dynamic_model(fn, sample_input, opset, input_name, output_name, graph_name)
         try:
             rec = _record.record(fn, sample)
         except (PodletError, ValueError, TypeError, IndexError) as e:
+            _record.record(fn, sample_input)    # an error at the sample's own shape is not the batch's
             raise _dynamic.DynamicBatchError(
                 f"to_onnx(dynamic_batch=True) traces the model at batch sizes {list(_dynamic.TRACE_BATCHES)}; "
                 f"at batch {batch} it failed ({type(e).__name__}: {e}); a model that runs at one batch size "
