@@ -189,6 +189,14 @@ def test_grad_of_grad_matches_jax(layer):
     pg = podlet.grad(outer(pm, podlet.grad, pv, x), argnums=(0, 1))(pv, jnp.asarray(x))
     for a, b in zip(jax.tree_util.tree_leaves(pg), jax.tree_util.tree_leaves(jg)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-3, atol=2e-3 * np.abs(np.asarray(b)).max())
+    # forward mode: jvp of the layer and of its gradient (jvp transposes the VJP graph)
+    t = np.cos(np.arange(x.size)).reshape(x.shape).astype(np.float32)
+    _, jt = jax.jvp(lambda x: fm.apply(v, x), (jjnp.asarray(x),), (jjnp.asarray(t),))
+    _, ptan = podlet.jvp(lambda x: pm.apply(pv, x), (jnp.asarray(x),), (jnp.asarray(t),))
+    np.testing.assert_allclose(np.asarray(ptan), np.asarray(jt), rtol=1e-4, atol=1e-4)
+    _, jt = jax.jvp(jax.grad(lambda x: (fm.apply(v, x) * w).sum()), (jjnp.asarray(x),), (jjnp.asarray(t),))
+    _, ptan = podlet.jvp(podlet.grad(lambda x: (pm.apply(pv, x) * w).sum()), (jnp.asarray(x),), (jnp.asarray(t),))
+    np.testing.assert_allclose(np.asarray(ptan), np.asarray(jt), rtol=2e-3, atol=2e-3 * np.abs(np.asarray(jt)).max())
 
 
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
@@ -454,3 +462,14 @@ def test_onnx_round_trip(tmp_path, opset):
     sess = ort.InferenceSession(str(tmp_path / "g.onnx"), providers=["CPUExecutionProvider"])
     (got,) = sess.run(None, {sess.get_inputs()[0].name: x})
     np.testing.assert_allclose(got, np.asarray(g(jnp.asarray(x))), rtol=1e-5, atol=1e-5)
+
+
+def test_hessian_matches_jax():
+    x = _x((2, 5))
+    w = np.sin(np.arange(10)).reshape(2, 5).astype(np.float32)
+    fm, pm = fnn.LayerNorm(), nn.LayerNorm()
+    v = _randomised(fm.init(jax.random.PRNGKey(0), jjnp.asarray(x)))
+    pv = _to_podlet(v)
+    jh = jax.hessian(lambda x: (fm.apply(v, x) ** 2 * w).sum() + (jax.nn.log_softmax(x) * w).sum())(jjnp.asarray(x))
+    ph = podlet.hessian(lambda x: (pm.apply(pv, x) ** 2 * w).sum() + (nn.log_softmax(x) * w).sum())(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(ph), np.asarray(jh), rtol=2e-3, atol=2e-3 * np.abs(np.asarray(jh)).max())

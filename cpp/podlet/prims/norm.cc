@@ -149,13 +149,15 @@ void ln_bwd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const 
 // ---- the unfused formulation (Flax's ops), for the second-order derivatives ----------
 
 // y of layer_norm from plain primitives: in = x, then scale and bias (both present here;
-// the caller passes ones / zeros for absent ones).
-int unfused_layer_norm(Graph& g, const LnLayout& L, const Attrs& a, int x, int scale, int bias) {
+// the caller passes ones / zeros for absent ones). `looped`: the node of a vmap loop
+// (batching::looped), whose x, scale and bias carry the mapped elements in front.
+int unfused_layer_norm(Graph& g, const LnLayout& L, const Attrs& a, int x, int scale, int bias, bool looped) {
   const Shape xs = g.aval(x).shape;
   const int64_t R = int64_t(xs.size()), k = int64_t(L.feat.size());
   std::vector<int64_t> axes, lead_dims, feat_dims;
   for (int64_t d = 0; d < R; ++d) (d < R - k ? lead_dims : axes).push_back(d);
-  feat_dims = axes;
+  if (looped) feat_dims.push_back(0);
+  feat_dims.insert(feat_dims.end(), axes.begin(), axes.end());
   int xa = ops::convert(g, x, L.A);
   auto per_row = [&](int v) { return ops::broadcast_in_dim(g, v, xs, lead_dims); };
   auto per_feat = [&](int v) { return ops::broadcast_in_dim(g, v, xs, feat_dims); };
@@ -195,19 +197,23 @@ std::vector<int> ln_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
 // differentiated twice (vjp_graph), as dot_product_attention_bwd does. dx is the total
 // derivative through mean and rstd, so those inputs get none.
 std::vector<int> ln_bwd_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
-  if (n.attrs.i("vmap_size", -1) >= 0)
-    throw ValueError("the derivative of a vmapped layer_norm_bwd (grad of grad or jvp after vmap with batched "
-                     "scale) is not supported: differentiate before vmapping, or turn the fusion off "
-                     "(podlet.config.update('fused_norms', False))");
   std::vector<AVal> av;
   for (int v : n.in) av.push_back(g.aval(v));
-  LnLayout L = ln_layout(av, n.attrs, 1, "layer_norm_bwd");
+  // A vmap loop's node (jacrev's vmap, then jacfwd: hessian): every operand carries the
+  // B mapped elements in front, scale and the sums too ([B, features]).
+  const int64_t B = n.attrs.i("vmap_size", -1);
+  std::vector<AVal> el = av;
+  if (B >= 0)
+    for (auto& a : el) a.shape.erase(a.shape.begin());
+  LnLayout L = ln_layout(el, n.attrs, 1, "layer_norm_bwd");
+  Shape ps = L.feat;  // scale / bias / dscale / dbias shape
+  if (B >= 0) ps.insert(ps.begin(), B);
   const bool has_scale = n.attrs.i("has_scale", 0);
   Graph F;
   const int fx = F.add_input(av[1]);
-  const int fs = has_scale ? F.add_input(AVal{L.A, L.feat}) : F.add_const(full(L.A, L.feat, 1.0));
-  const int fb = F.add_input(AVal{L.A, L.feat});
-  F.outputs = {unfused_layer_norm(F, L, n.attrs, fx, fs, fb)};
+  const int fs = has_scale ? F.add_input(AVal{L.A, ps}) : F.add_const(full(L.A, ps, 1.0));
+  const int fb = F.add_input(AVal{L.A, ps});
+  F.outputs = {unfused_layer_norm(F, L, n.attrs, fx, fs, fb, B >= 0)};
   const int nf = has_scale ? 3 : 2;  // x, [scale], bias
   std::vector<int> wrt;
   for (int i = 0; i < nf; ++i) wrt.push_back(i);
