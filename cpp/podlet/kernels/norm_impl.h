@@ -114,6 +114,67 @@ inline void vstore(A* acc, const vec<A>& lo, const vec<A>& hi) {
   std::memcpy(acc + kHalf, &hi, sizeof hi);
 }
 
+// fm::exp on 8 lanes, the same operations in the same order (so the same bits), written on
+// vectors so that the softmax loop can keep four independent exp chains in flight: the
+// auto-vectorised loop ran one ymm chain at a time, latency-bound on short rows.
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef float f32x8 __attribute__((vector_size(32)));
+inline f32x8 splat(float c) { return f32x8{} + c; }
+inline f32x8 exp2i8(i32x8 n) {
+  const i32x8 b = (n + 127) << 23;
+  f32x8 f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+inline f32x8 vexp(f32x8 x) {
+  f32x8 xc = x < splat(-104.0f) ? splat(-104.0f) : x;
+  xc = xc > splat(89.0f) ? splat(89.0f) : xc;
+  xc = x == x ? xc : splat(0.0f);
+  const f32x8 fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const i32x8 n = __builtin_convertvector(fn, i32x8);
+  f32x8 r = xc - fn * 0.693359375f;
+  r = r - fn * -2.12194440e-4f;
+  const f32x8 z = r * r;
+  f32x8 p = splat(1.9875691500E-4f);
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * z + r + 1.0f;
+  const i32x8 n1 = n >> 1, n2 = n - n1;
+  const f32x8 y = p * exp2i8(n1) * exp2i8(n2);
+  return x == x ? y : x;
+}
+
+// e[j] = exp(d[j]) for j < Cp (a multiple of 8): four vectors at a time.
+template <class A>
+inline void exp_row(const A* d, int64_t Cp, A* e) {
+  if constexpr (std::is_same_v<A, float>) {
+    int64_t j = 0;
+    for (; j + 32 <= Cp; j += 32) {
+      f32x8 x0, x1, x2, x3;
+      std::memcpy(&x0, d + j, 32);
+      std::memcpy(&x1, d + j + 8, 32);
+      std::memcpy(&x2, d + j + 16, 32);
+      std::memcpy(&x3, d + j + 24, 32);
+      const f32x8 y0 = vexp(x0), y1 = vexp(x1), y2 = vexp(x2), y3 = vexp(x3);
+      std::memcpy(e + j, &y0, 32);
+      std::memcpy(e + j + 8, &y1, 32);
+      std::memcpy(e + j + 16, &y2, 32);
+      std::memcpy(e + j + 24, &y3, 32);
+    }
+    for (; j < Cp; j += 8) {
+      f32x8 x0;
+      std::memcpy(&x0, d + j, 32);
+      const f32x8 y0 = vexp(x0);
+      std::memcpy(e + j, &y0, 32);
+    }
+  } else {
+    for (int64_t j = 0; j < Cp; ++j) e[j] = exp_a(d[j]);
+  }
+}
+
 // sum(v), element j in lane j % 16.
 template <class A>
 inline A lane_sum(const A* v, int64_t C) {
@@ -289,16 +350,21 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
 template <class T, class A>
 void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
   parallel_for(rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
-    std::vector<A> xb(std::is_same_v<T, A> ? 0 : C), eb(C), yb(std::is_same_v<T, A> ? 0 : C);
+    // x - max, padded with -inf to a multiple of 8 lanes: the exp loop never runs its
+    // scalar remainder (short rows: Swin's 49 keys), the padding's exp is never read.
+    const int64_t Cp = (C + 7) / 8 * 8;
+    std::vector<A> xb(std::is_same_v<T, A> ? 0 : C), db(Cp, -std::numeric_limits<A>::infinity()), eb(Cp),
+        yb(std::is_same_v<T, A> ? 0 : C);
     for (int64_t r = r0; r < r1; ++r) {
       const A* xr = widen_row(x + r * C, C, xb.data());
       const A m = lane_max(xr, C);
-      for (int64_t j = 0; j < C; ++j) eb[j] = exp_a(xr[j] - m);
+      for (int64_t j = 0; j < C; ++j) db[j] = xr[j] - m;
+      exp_row(db.data(), Cp, eb.data());
       const A s = lane_sum(eb.data(), C);
       A* yr = out_row<T, A>(y + r * C, yb.data());
       if (log) {
         const A l = log_a(s);
-        for (int64_t j = 0; j < C; ++j) yr[j] = (xr[j] - m) - l;
+        for (int64_t j = 0; j < C; ++j) yr[j] = db[j] - l;
       } else {
         for (int64_t j = 0; j < C; ++j) yr[j] = eb[j] / s;
       }
