@@ -650,7 +650,7 @@ def _configured(cfg):
 def available_configs():
     """Every configuration this host can run; the first is the reference (unfused)."""
     info = podlet.cpu_info()
-    isas = [i for i in info["available_isas"] if i != "avx512bf16"]  # the fused kernels stop at avx512
+    isas = [i for i in info["available_isas"] if i not in ("avx512bf16", "amx")]  # the fused kernels stop at avx512
     cfgs = [Config("unfused", fusion=False), Config("eager", eager=True)]
     cfgs += [Config(f"fused/{isa}", isa=isa) for isa in isas]
     if "avx512" in isas:   # the JIT compiles only where the active ISA is AVX-512
