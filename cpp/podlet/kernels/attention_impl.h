@@ -7,12 +7,12 @@
 // No loop reduces into one scalar across lanes, so vectorised and scalar builds add in
 // the same order and give the same bits.
 #pragma once
+#include "podlet/kernels/local_vec.h"
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <vector>
 #include "podlet/kernels/attention.h"
 #include "podlet/kernels/fastmath.h"
 #include "podlet/parallel.h"
@@ -124,7 +124,7 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
   Ctx<T, A> c(p, q, k, v);
   const int64_t H = p.H, nt = (p.T + kTq - 1) / kTq;
   parallel_for(p.B * p.N * nt, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<A> Q(kTq * H), Kr(kSk * H), Kt(H * kSk), V(kSk * H), Sc(kTq * kSk), acc(kTq * H), m(kTq), l(kTq);
+    LocalVec<A> Q(kTq * H), Kr(kSk * H), Kt(H * kSk), V(kSk * H), Sc(kTq * kSk), acc(kTq * H), m(kTq), l(kTq);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / (p.N * nt), n = task / nt % p.N, t0 = task % nt * kTq;
       const int64_t tq = std::min(kTq, p.T - t0), kh = n / c.G;
@@ -179,8 +179,8 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
   // probabilities are recomputed once (FlashAttention-2's backward). dK and dV of a key
   // tile, and dQ of every row, are summed by this task alone in a fixed order.
   parallel_for(p.B * p.K, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<A> Q(G * T_ * H), dO(G * T_ * H), dQ(G * T_ * H), D(G * T_), L(G * T_);
-    std::vector<A> Kr(kSk * H), Kt(H * kSk), Vr(kSk * H), Vt(H * kSk), Sc(kTq * kSk), dS(kTq * kSk), dK(kSk * H),
+    LocalVec<A> Q(G * T_ * H), dO(G * T_ * H), dQ(G * T_ * H), D(G * T_), L(G * T_);
+    LocalVec<A> Kr(kSk * H), Kt(H * kSk), Vr(kSk * H), Vt(H * kSk), Sc(kTq * kSk), dS(kTq * kSk), dK(kSk * H),
         dV(kSk * H);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / p.K, kh = task % p.K;

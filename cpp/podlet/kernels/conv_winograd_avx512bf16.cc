@@ -12,6 +12,7 @@
 //   G^T v: (v0 + (v1 + v2) / 2, (v1 - v2) / 2, (v1 + v2) / 2 + v3)
 // All in f32 with -ffp-contract=off, in the order written, so the bits depend on the
 // inputs only (not on threads or task sizes).
+#include "podlet/kernels/local_vec.h"
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -417,12 +418,12 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
   // The tiles in K order: by edge class (order_by_edge) when Ho or Wo is odd, so that
   // the GEMMs skip the (position, tile) pairs whose dM is zero (7x7 outputs multiply 225
   // of 256); the natural order otherwise.
-  std::vector<int64_t> perm;
+  LocalVec<int64_t> perm;
   int64_t cnt[4] = {0, T, 0, 0};
   if ((q.Ho | q.Wo) & 1) {
     std::vector<Tile> all(T);
     walk_tiles(0, T, th, tw, all.data());
-    perm.resize(T);
+    perm.resize(size_t(T));
     order_by_edge(all.data(), T, th, tw, q.Ho, q.Wo, perm.data(), cnt);
   }
   // Position p's steps: [lo, hi) (a step is a pair of tiles; one holding a tile of the

@@ -6,12 +6,12 @@
 // accumulators combined by a fixed tree. No loop reduces into one scalar, so the
 // vectorised builds add in the reference's order and give its bits.
 #pragma once
+#include "podlet/kernels/local_vec.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
-#include <vector>
 #include "podlet/kernels/fastmath.h"
 #include "podlet/kernels/norm.h"
 #include "podlet/parallel.h"
@@ -254,7 +254,7 @@ void ln_fwd(const NormRows& p, const T* x, const A* scale, const A* bias, O* y, 
   const int64_t C = p.C;
   const A n = A(C), eps = A(p.eps);
   parallel_for(p.rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
-    std::vector<A> xb(std::is_same_v<T, A> ? 0 : C), yb(std::is_same_v<O, A> ? 0 : C);
+    LocalVec<A> xb(std::is_same_v<T, A> ? 0 : C), yb(std::is_same_v<O, A> ? 0 : C);
     for (int64_t r = r0; r < r1; ++r) {
       const A* xr = widen_row(x + r * C, C, xb.data());
       A s1, s2, mu = A(0), var;
@@ -300,9 +300,9 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
   const int64_t C = p.C, rows = p.rows;
   const A n = A(C);
   const int64_t nblocks = std::max<int64_t>(1, (rows + kBwdBlock - 1) / kBwdBlock);
-  std::vector<A> part(size_t(nblocks) * size_t(C) * 2, A(0));
+  LocalVec<A> part(size_t(nblocks) * size_t(C) * 2, A(0));
   parallel_for(rows, kBwdBlock, [&](int64_t r0, int64_t r1) {
-    std::vector<A> xb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<O, A> ? 0 : C), xh(C),
+    LocalVec<A> xb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<O, A> ? 0 : C), xh(C),
         gb(scale ? C : 0), dxb(std::is_same_v<T, A> ? 0 : C);
     A* ps = part.data() + size_t(r0 / kBwdBlock) * size_t(C) * 2;
     A* pb = ps + C;
@@ -353,7 +353,7 @@ void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
     // x - max, padded with -inf to a multiple of 8 lanes: the exp loop never runs its
     // scalar remainder (short rows: Swin's 49 keys), the padding's exp is never read.
     const int64_t Cp = (C + 7) / 8 * 8;
-    std::vector<A> xb(std::is_same_v<T, A> ? 0 : C), db(Cp, -std::numeric_limits<A>::infinity()), eb(Cp),
+    LocalVec<A> xb(std::is_same_v<T, A> ? 0 : C), db(Cp, -std::numeric_limits<A>::infinity()), eb(Cp),
         yb(std::is_same_v<T, A> ? 0 : C);
     for (int64_t r = r0; r < r1; ++r) {
       const A* xr = widen_row(x + r * C, C, xb.data());
@@ -376,7 +376,7 @@ void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
 template <class T, class A>
 void sm_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* dx) {
   parallel_for(rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
-    std::vector<A> yb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<T, A> ? 0 : C),
+    LocalVec<A> yb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<T, A> ? 0 : C),
         xb(std::is_same_v<T, A> ? 0 : C);
     for (int64_t r = r0; r < r1; ++r) {
       const A* yr = widen_row(y + r * C, C, yb.data());
