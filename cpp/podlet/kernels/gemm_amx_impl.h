@@ -13,7 +13,6 @@
 // chunk after chunk; tasks (output blocks) are independent. The bits depend on K alone,
 // not on threads or task sizes.
 #pragma once
-#include <vector>
 #include "podlet/kernels/amx_tiles.h"
 #include "podlet/kernels/engine_common.h"
 #include "podlet/kernels/gemm.h"
