@@ -12,6 +12,9 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include "podlet/kernels/fastmath.h"
 #include "podlet/kernels/norm.h"
 #include "podlet/parallel.h"
@@ -29,6 +32,7 @@ constexpr int64_t kBwdBlock = 32;        // rows per dscale / dbias partial (fix
 constexpr int64_t kChunkElems = 16384;   // elements per parallel chunk of the forward passes
 
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef uint16_t u16x8 __attribute__((vector_size(16)));
 
 template <class A> inline A exp_a(A x) { return std::exp(x); }
@@ -85,13 +89,6 @@ inline void narrow_row(const A* src, int64_t C, O* dst) {
   }
 }
 
-template <class A>
-inline A tree(A* acc) {
-  for (int w = kLanes / 2; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] = acc[l] + acc[l + w];
-  return acc[0];
-}
-
 // Lanes 0-7 and 8-15 as two vectors of GCC's vector extension: one ymm each in the AVX2
 // build, split into SSE2 halves in the baseline one, the same IEEE operation per lane
 // either way. (Written as plain loops over 16 lanes, GCC vectorised the row loop instead,
@@ -109,15 +106,63 @@ inline vec<A> vload(const A* p) {
   return v;
 }
 template <class A>
-inline void vstore(A* acc, const vec<A>& lo, const vec<A>& hi) {
-  std::memcpy(acc, &lo, sizeof lo);
-  std::memcpy(acc + kHalf, &hi, sizeof hi);
+inline void vput(A* p, const vec<A>& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+template <class A>
+inline vec<A> vsplat(A c) {
+  return c - vec<A>{};  // c - (+0) is c for every c, -0 included
+}
+
+// The row's last n < 16 elements as the two lane vectors, the lanes past them set to pad:
+// a value that leaves a lane's accumulator as it is (-0.0 for a sum, -inf for a max), so
+// the tail needs no scalar loop and adds into the same lanes as the full chunks. With AVX
+// a masked load, which never touches memory past the row (tests/test_page_tails.py); a
+// copy through the stack stalled each row on store forwarding.
+template <class A, class V>
+inline void tail_load(const A* p, int64_t n, A pad, V& lo, V& hi) {
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<A, float>) {
+    const i32x8 iota = {0, 1, 2, 3, 4, 5, 6, 7};
+    const i32x8 m0 = iota < int32_t(n), m1 = iota + 8 < int32_t(n);
+    const V pv = vsplat(pad);
+    lo = reinterpret_cast<V>(_mm256_maskload_ps(p, reinterpret_cast<__m256i>(m0)));
+    hi = n > 8 ? reinterpret_cast<V>(_mm256_maskload_ps(p + 8, reinterpret_cast<__m256i>(m1))) : pv;
+    lo = m0 ? lo : pv;
+    hi = m1 ? hi : pv;
+    return;
+  }
+#endif
+  A buf[kLanes];
+  for (int l = 0; l < kLanes; ++l) buf[l] = pad;
+  std::memcpy(buf, p, size_t(n) * sizeof(A));
+  lo = vload<A>(buf);
+  hi = vload<A>(buf + kHalf);
+}
+
+// The 16 lanes combined by the fixed halving tree: lane l with lane l + w for w = 8, 4, 2,
+// 1, the lower lane as the first operand (the reference's pairs and order, on vectors).
+template <class V>
+inline auto tree(const V& lo, const V& hi) {
+  const V v = lo + hi;
+  const V a = v + __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
+  const V b = a + __builtin_shufflevector(a, a, 2, 3, 0, 1, 4, 5, 6, 7);
+  return b[0] + b[1];
+}
+// The same tree for a max: lane l takes lane l + w where that one is greater.
+template <class V>
+inline auto tree_max(const V& lo, const V& hi) {
+  const V v = hi > lo ? hi : lo;
+  const V v4 = __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
+  const V a = v4 > v ? v4 : v;
+  const V a2 = __builtin_shufflevector(a, a, 2, 3, 0, 1, 4, 5, 6, 7);
+  const V b = a2 > a ? a2 : a;
+  return b[1] > b[0] ? b[1] : b[0];
 }
 
 // fm::exp on 8 lanes, the same operations in the same order (so the same bits), written on
 // vectors so that the softmax loop can keep four independent exp chains in flight: the
 // auto-vectorised loop ran one ymm chain at a time, latency-bound on short rows.
-typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef float f32x8 __attribute__((vector_size(32)));
 inline f32x8 splat(float c) { return f32x8{} + c; }
 inline f32x8 exp2i8(i32x8 n) {
@@ -147,32 +192,32 @@ inline f32x8 vexp(f32x8 x) {
   return x == x ? y : x;
 }
 
-// e[j] = exp(d[j]) for j < Cp (a multiple of 8): four vectors at a time.
-template <class A>
-inline void exp_row(const A* d, int64_t Cp, A* e) {
-  if constexpr (std::is_same_v<A, float>) {
-    int64_t j = 0;
-    for (; j + 32 <= Cp; j += 32) {
-      f32x8 x0, x1, x2, x3;
-      std::memcpy(&x0, d + j, 32);
-      std::memcpy(&x1, d + j + 8, 32);
-      std::memcpy(&x2, d + j + 16, 32);
-      std::memcpy(&x3, d + j + 24, 32);
-      const f32x8 y0 = vexp(x0), y1 = vexp(x1), y2 = vexp(x2), y3 = vexp(x3);
-      std::memcpy(e + j, &y0, 32);
-      std::memcpy(e + j + 8, &y1, 32);
-      std::memcpy(e + j + 16, &y2, 32);
-      std::memcpy(e + j + 24, &y3, 32);
-    }
-    for (; j < Cp; j += 8) {
-      f32x8 x0;
-      std::memcpy(&x0, d + j, 32);
-      const f32x8 y0 = vexp(x0);
-      std::memcpy(e + j, &y0, 32);
-    }
+// exp on the lane vectors: vexp for f32, the scalar exp per lane for f64.
+template <class V>
+inline V vexp_a(const V& v) {
+  if constexpr (std::is_same_v<V, f32x8>) {
+    return vexp(v);
   } else {
-    for (int64_t j = 0; j < Cp; ++j) e[j] = exp_a(d[j]);
+    V e;
+    for (int l = 0; l < kHalf; ++l) e[l] = exp_a(v[l]);
+    return e;
   }
+}
+
+// e[j] = exp(v[j]) for j < C: eight lanes at a time, the last C % 8 by the scalar exp
+// (the same bits).
+template <class A>
+inline void exp_row(const A* v, int64_t C, A* e) {
+  int64_t j = 0;
+  if constexpr (std::is_same_v<A, float>) {
+    for (; j + 8 <= C; j += 8) {
+      f32x8 x;
+      std::memcpy(&x, v + j, 32);
+      const f32x8 y = vexp(x);
+      std::memcpy(e + j, &y, 32);
+    }
+  }
+  for (; j < C; ++j) e[j] = exp_a(v[j]);
 }
 
 // sum(v), element j in lane j % 16.
@@ -184,10 +229,13 @@ inline A lane_sum(const A* v, int64_t C) {
     lo = lo + vload(v + j);
     hi = hi + vload(v + j + kHalf);
   }
-  A acc[kLanes];
-  vstore(acc, lo, hi);
-  for (int l = 0; j + l < C; ++l) acc[l] = acc[l] + v[j + l];
-  return tree(acc);
+  if (j < C) {
+    vec<A> t0, t1;
+    tail_load(v + j, C - j, A(-0.0), t0, t1);
+    lo = lo + t0;
+    hi = hi + t1;
+  }
+  return tree(lo, hi);
 }
 
 // sum(a * b).
@@ -199,10 +247,14 @@ inline A lane_dot(const A* a, const A* b, int64_t C) {
     lo = lo + vload(a + j) * vload(b + j);
     hi = hi + vload(a + j + kHalf) * vload(b + j + kHalf);
   }
-  A acc[kLanes];
-  vstore(acc, lo, hi);
-  for (int l = 0; j + l < C; ++l) acc[l] = acc[l] + a[j + l] * b[j + l];
-  return tree(acc);
+  if (j < C) {  // (-0) * (+0) = -0 in the padded lanes
+    vec<A> a0, a1, b0, b1;
+    tail_load(a + j, C - j, A(-0.0), a0, a1);
+    tail_load(b + j, C - j, A(0), b0, b1);
+    lo = lo + a0 * b0;
+    hi = hi + a1 * b1;
+  }
+  return tree(lo, hi);
 }
 
 // sum(v) and sum(v * v) in one pass.
@@ -217,16 +269,17 @@ inline void lane_sum2(const A* v, int64_t C, A& s1, A& s2) {
     lo2 = lo2 + x0 * x0;
     hi2 = hi2 + x1 * x1;
   }
-  A a1[kLanes], a2[kLanes];
-  vstore(a1, lo1, hi1);
-  vstore(a2, lo2, hi2);
-  for (int l = 0; j + l < C; ++l) {
-    const A x = v[j + l];
-    a1[l] = a1[l] + x;
-    a2[l] = a2[l] + x * x;
+  if (j < C) {  // the padded lanes add -0 to the sum and (-0)^2 = +0 to the sum of squares,
+                // whose lanes are never -0 (they start at +0 and add squares)
+    vec<A> x0, x1;
+    tail_load(v + j, C - j, A(-0.0), x0, x1);
+    lo1 = lo1 + x0;
+    hi1 = hi1 + x1;
+    lo2 = lo2 + x0 * x0;
+    hi2 = hi2 + x1 * x1;
   }
-  s1 = tree(a1);
-  s2 = tree(a2);
+  s1 = tree(lo1, hi1);
+  s2 = tree(lo2, hi2);
 }
 
 // max(v) (-inf for an empty row). A NaN is skipped here; it makes the row NaN later
@@ -234,19 +287,20 @@ inline void lane_sum2(const A* v, int64_t C, A& s1, A& s2) {
 template <class A>
 inline A lane_max(const A* v, int64_t C) {
   const A ninf = -std::numeric_limits<A>::infinity();
-  vec<A> lo = ninf - vec<A>{}, hi = lo;
+  vec<A> lo = vsplat(ninf), hi = lo;
   int64_t j = 0;
   for (; j + kLanes <= C; j += kLanes) {
     const vec<A> x0 = vload(v + j), x1 = vload(v + j + kHalf);
     lo = x0 > lo ? x0 : lo;
     hi = x1 > hi ? x1 : hi;
   }
-  A acc[kLanes];
-  vstore(acc, lo, hi);
-  for (int l = 0; j + l < C; ++l) acc[l] = v[j + l] > acc[l] ? v[j + l] : acc[l];
-  for (int w = kLanes / 2; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) acc[l] = acc[l + w] > acc[l] ? acc[l + w] : acc[l];
-  return acc[0];
+  if (j < C) {
+    vec<A> x0, x1;
+    tail_load(v + j, C - j, ninf, x0, x1);
+    lo = x0 > lo ? x0 : lo;
+    hi = x1 > hi ? x1 : hi;
+  }
+  return tree_max(lo, hi);
 }
 
 template <class T, class O, class A>
@@ -347,28 +401,72 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
   });
 }
 
+// Softmax rows in blocks of about kSmBlockElems elements, each block in three passes over
+// its rows (row maxima; d = x - m, e = exp(d) and the lanes' sums; outputs): every pass
+// is a stream of independent rows, so the out-of-order core overlaps one row's exp chains
+// with the next row's, where a row at a time stalled on each row's max and sum (Swin's
+// 49-key rows ran at a third of the exp loop's speed). The block stays in L1 / L2.
+constexpr int64_t kSmBlockElems = 8192;
+
 template <class T, class A>
 void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
-  parallel_for(rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
-    // x - max, padded with -inf to a multiple of 8 lanes: the exp loop never runs its
-    // scalar remainder (short rows: Swin's 49 keys), the padding's exp is never read.
-    const int64_t Cp = (C + 7) / 8 * 8;
-    LocalVec<A> xb(std::is_same_v<T, A> ? 0 : C), db(Cp, -std::numeric_limits<A>::infinity()), eb(Cp),
-        yb(std::is_same_v<T, A> ? 0 : C);
-    for (int64_t r = r0; r < r1; ++r) {
-      const A* xr = widen_row(x + r * C, C, xb.data());
-      const A m = lane_max(xr, C);
-      for (int64_t j = 0; j < C; ++j) db[j] = xr[j] - m;
-      exp_row(db.data(), Cp, eb.data());
-      const A s = lane_sum(eb.data(), C);
-      A* yr = out_row<T, A>(y + r * C, yb.data());
-      if (log) {
-        const A l = log_a(s);
-        for (int64_t j = 0; j < C; ++j) yr[j] = db[j] - l;
-      } else {
-        for (int64_t j = 0; j < C; ++j) yr[j] = eb[j] / s;
+  // Rows in whole chunks of 16 lanes; the last chunk's missing lanes hold x - m = -inf,
+  // whose exp (+0) leaves the lanes' sums as they are.
+  const int64_t Cf = C / kLanes * kLanes, Cp = Cf + (C > Cf ? kLanes : 0);
+  const int64_t block = std::max<int64_t>(1, kSmBlockElems / std::max<int64_t>(Cp, 1));
+  const int64_t grain = std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1));
+  parallel_for(rows, (grain + block - 1) / block * block, [&](int64_t r0, int64_t r1) {
+    const int64_t nb = std::min(block, r1 - r0);
+    LocalVec<A> xb(std::is_same_v<T, A> ? 0 : nb * C), db(nb * Cp), yb(std::is_same_v<T, A> ? 0 : C),
+        mx(nb), sm(nb);
+    for (int64_t b0 = r0; b0 < r1; b0 += block) {
+      const int64_t n = std::min(block, r1 - b0);
+      for (int64_t i = 0; i < n; ++i) {
+        const A* xr = widen_row(x + (b0 + i) * C, C, xb.data() + (std::is_same_v<T, A> ? 0 : i * C));
+        mx[i] = lane_max(xr, C);
       }
-      narrow_row(yr, C, y + r * C);
+      for (int64_t i = 0; i < n; ++i) {
+        const A* xr = std::is_same_v<T, A> ? reinterpret_cast<const A*>(x + (b0 + i) * C) : xb.data() + i * C;
+        const A m = mx[i];
+        const vec<A> mv = vsplat(m);
+        A* dr = db.data() + i * Cp;
+        vec<A> lo = {}, hi = {};
+        for (int64_t j = 0; j < Cp; j += kLanes) {
+          vec<A> d0, d1, e0, e1;
+          if (j < Cf) {
+            d0 = vload(xr + j) - mv;
+            d1 = vload(xr + j + kHalf) - mv;
+            e0 = vexp_a(d0);
+            e1 = vexp_a(d1);
+          } else {  // the lanes past the row: d = -inf, e = +0 (and no exp for an empty half)
+            const vec<A> iota = {0, 1, 2, 3, 4, 5, 6, 7}, ninf = vsplat(-std::numeric_limits<A>::infinity());
+            const A left = A(C - j);
+            vec<A> x0, x1;
+            tail_load(xr + j, C - j, A(0), x0, x1);
+            d0 = iota < left ? x0 - mv : ninf;
+            d1 = iota + A(kHalf) < left ? x1 - mv : ninf;
+            e0 = vexp_a(d0);
+            e1 = C - j > kHalf ? vexp_a(d1) : vec<A>{};
+          }
+          lo = lo + e0;
+          hi = hi + e1;
+          vput(dr + j, log ? d0 : e0);
+          vput(dr + j + kHalf, log ? d1 : e1);
+        }
+        sm[i] = tree(lo, hi);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        A* yr = out_row<T, A>(y + (b0 + i) * C, yb.data());
+        const A* dr = db.data() + i * Cp;
+        const A s = sm[i];
+        if (log) {
+          const A l = log_a(s);
+          for (int64_t j = 0; j < C; ++j) yr[j] = dr[j] - l;
+        } else {
+          for (int64_t j = 0; j < C; ++j) yr[j] = dr[j] / s;
+        }
+        narrow_row(yr, C, y + (b0 + i) * C);
+      }
     }
   });
 }
@@ -377,14 +475,16 @@ template <class T, class A>
 void sm_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* dx) {
   parallel_for(rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
     LocalVec<A> yb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<T, A> ? 0 : C),
-        xb(std::is_same_v<T, A> ? 0 : C);
+        xb(std::is_same_v<T, A> ? 0 : C), eb(log ? C : 0);
     for (int64_t r = r0; r < r1; ++r) {
       const A* yr = widen_row(y + r * C, C, yb.data());
       const A* dyr = widen_row(dy + r * C, C, db.data());
       A* dxr = out_row<T, A>(dx + r * C, xb.data());
       if (log) {
         const A s = lane_sum(dyr, C);
-        for (int64_t j = 0; j < C; ++j) dxr[j] = dyr[j] - exp_a(yr[j]) * s;
+        exp_row(yr, C, eb.data());
+        const A* er = eb.data();
+        for (int64_t j = 0; j < C; ++j) dxr[j] = dyr[j] - er[j] * s;
       } else {
         const A s = lane_dot(dyr, yr, C);
         for (int64_t j = 0; j < C; ++j) dxr[j] = yr[j] * (dyr[j] - s);
