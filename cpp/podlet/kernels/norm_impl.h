@@ -406,7 +406,7 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
 // is a stream of independent rows, so the out-of-order core overlaps one row's exp chains
 // with the next row's, where a row at a time stalled on each row's max and sum (Swin's
 // 49-key rows ran at a third of the exp loop's speed). The block stays in L1 / L2.
-constexpr int64_t kSmBlockElems = 8192;
+constexpr int64_t kSmBlockElems = 1024;
 
 template <class T, class A>
 void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
@@ -431,7 +431,21 @@ void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
         const vec<A> mv = vsplat(m);
         A* dr = db.data() + i * Cp;
         vec<A> lo = {}, hi = {};
-        for (int64_t j = 0; j < Cp; j += kLanes) {
+        int64_t j0 = 0;
+        for (; j0 + 2 * kLanes <= Cf; j0 += 2 * kLanes) {  // two chunks: four exp chains in flight
+          const vec<A> d0 = vload(xr + j0) - mv, d1 = vload(xr + j0 + kHalf) - mv;
+          const vec<A> d2 = vload(xr + j0 + kLanes) - mv, d3 = vload(xr + j0 + kLanes + kHalf) - mv;
+          const vec<A> e0 = vexp_a(d0), e1 = vexp_a(d1), e2 = vexp_a(d2), e3 = vexp_a(d3);
+          lo = lo + e0;
+          hi = hi + e1;
+          lo = lo + e2;
+          hi = hi + e3;
+          vput(dr + j0, log ? d0 : e0);
+          vput(dr + j0 + kHalf, log ? d1 : e1);
+          vput(dr + j0 + kLanes, log ? d2 : e2);
+          vput(dr + j0 + kLanes + kHalf, log ? d3 : e3);
+        }
+        for (int64_t j = j0; j < Cp; j += kLanes) {
           vec<A> d0, d1, e0, e1;
           if (j < Cf) {
             d0 = vload(xr + j) - mv;
