@@ -401,11 +401,12 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
   });
 }
 
-// Softmax rows in blocks of about kSmBlockElems elements, each block in three passes over
-// its rows (row maxima; d = x - m, e = exp(d) and the lanes' sums; outputs): every pass
-// is a stream of independent rows, so the out-of-order core overlaps one row's exp chains
-// with the next row's, where a row at a time stalled on each row's max and sum (Swin's
-// 49-key rows ran at a third of the exp loop's speed). The block stays in L1 / L2.
+// Softmax rows in blocks of about kSmBlockElems elements (one row from 1024 on), each block
+// in three passes over its rows (row maxima; d = x - m, e = exp(d) and the lanes' sums;
+// outputs): every pass is a stream of independent rows, so the out-of-order core overlaps
+// one row's exp chains with the next row's, where a row at a time stalled on each row's
+// max and sum (Swin's 49-key rows: 1.4x faster so, on Zen 3). The block stays in L1;
+// larger blocks (8192) made rows of 384 slower than one row at a time.
 constexpr int64_t kSmBlockElems = 1024;
 
 template <class T, class A>
