@@ -13,9 +13,17 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include "podlet/kernels/attention.h"
 #include "podlet/kernels/fastmath.h"
 #include "podlet/parallel.h"
+#if defined(__FMA__)
+#include <immintrin.h>
+#endif
+
+// Vectors of GCC's extension pass between inline functions of this header only (internal
+// linkage), so the ABI note about 32-byte vectors without AVX does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 namespace podlet::kernels {
 namespace {
@@ -42,6 +50,172 @@ template <> inline bf16 narrow<bf16, float>(float x) { return bf16(x); }
 // The masked logit: jax's _get_large_negative for an f32 (or f64, capped at f32's
 // range) logits dtype.
 template <class A> constexpr A kMasked = A(-0.7) * A(FLT_MAX);
+
+// ---- register-blocked products (f32) ------------------------------------------------------
+// The tile products as blocks of R rows x 16 columns held in registers over the whole
+// reduction, where the plain loops streamed a row through memory once per reduction step.
+// Each element is still one fma chain in the reduction's order, so the bits are the plain
+// loops' (and the same in every build: vfma is the FMA instruction with AVX2, libm's exact
+// fma per lane in the baseline build).
+typedef float f32x8 __attribute__((vector_size(32)));
+inline f32x8 vld(const float* p) {
+  f32x8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void vst(float* p, const f32x8& v) { std::memcpy(p, &v, sizeof v); }
+inline f32x8 vsplat(float c) { return c - f32x8{}; }
+inline f32x8 vfma(const f32x8& a, const f32x8& b, const f32x8& c) {
+#if defined(__FMA__)
+  return reinterpret_cast<f32x8>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
+                                                 reinterpret_cast<__m256>(c)));
+#else
+  f32x8 r;
+  for (int l = 0; l < 8; ++l) r[l] = std::fma(a[l], b[l], c[l]);
+  return r;
+#endif
+}
+constexpr int kMr = 6;  // rows per register block (6 x 2 accumulators + 3 operands: 15 ymm)
+
+// C[r][j0 + c] = sum over h of A[r][h] * Bt[h][j0 + c] for R rows, c < 16 (from zero).
+// A row-major with row stride lda, Bt row-major [H][ldb].
+template <int R>
+__attribute__((noinline)) void block_abt(const float* A_, int64_t lda, const float* Bt, int64_t ldb, int64_t H, int64_t j0, float* C,
+                      int64_t ldc) {
+  f32x8 c0[R], c1[R];
+  for (int r = 0; r < R; ++r) c0[r] = c1[r] = f32x8{};
+  for (int64_t h = 0; h < H; ++h) {
+    const f32x8 b0 = vld(Bt + h * ldb + j0), b1 = vld(Bt + h * ldb + j0 + 8);
+    for (int r = 0; r < R; ++r) {
+      const f32x8 a = vsplat(A_[r * lda + h]);
+      c0[r] = vfma(a, b0, c0[r]);
+      c1[r] = vfma(a, b1, c1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    vst(C + r * ldc + j0, c0[r]);
+    vst(C + r * ldc + j0 + 8, c1[r]);
+  }
+}
+// C[rows][0, ncols16) for every row (ncols16 a multiple of 16; Bt has that many columns).
+inline void tile_abt(const float* A_, int64_t lda, int64_t rows, const float* Bt, int64_t ldb, int64_t H,
+                     int64_t ncols16, float* C, int64_t ldc) {
+  for (int64_t j0 = 0; j0 < ncols16; j0 += 16) {
+    int64_t i = 0;
+    for (; i + kMr <= rows; i += kMr) block_abt<kMr>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc);
+    switch (rows - i) {
+      case 5: block_abt<5>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
+      case 4: block_abt<4>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
+      case 3: block_abt<3>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
+      case 2: block_abt<2>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
+      case 1: block_abt<1>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
+      default: break;
+    }
+  }
+}
+
+// O[r][h0 + c] (times alpha[r] first, with kAlpha) += P(r, x) * V[x][h0 + c] for x = 0, 1,
+// ..., nx - 1 in order (the plain loops' order), for R rows and W vectors of 8 columns:
+// P(r, x) = P[r * ld + x] (P . V), or with kTrans P[x * ld + r] (P^T . V: the backward's
+// dV and dK).
+template <int R, int W, bool kTrans, bool kAlpha>
+__attribute__((noinline)) void block_acc(const float* P, int64_t ld, int64_t nx, const float* V, int64_t ldv, int64_t h0,
+                      const float* alpha, float* O, int64_t ldo) {
+  static_assert(W == 1 || W == 2);
+  // Two arrays of R vectors, not one [R][W]: GCC kept a 2-D array on the stack.
+  f32x8 o0[R], o1[R];
+  for (int r = 0; r < R; ++r) {
+    o0[r] = vld(O + r * ldo + h0);
+    if constexpr (W == 2) o1[r] = vld(O + r * ldo + h0 + 8);
+    if constexpr (kAlpha) {
+      const f32x8 al = vsplat(alpha[r]);
+      o0[r] = o0[r] * al;
+      if constexpr (W == 2) o1[r] = o1[r] * al;
+    }
+  }
+  for (int64_t x = 0; x < nx; ++x) {
+    const f32x8 v0 = vld(V + x * ldv + h0);
+    f32x8 v1;
+    if constexpr (W == 2) v1 = vld(V + x * ldv + h0 + 8);
+    for (int r = 0; r < R; ++r) {
+      const f32x8 px = vsplat(kTrans ? P[x * ld + r] : P[r * ld + x]);
+      o0[r] = vfma(px, v0, o0[r]);
+      if constexpr (W == 2) o1[r] = vfma(px, v1, o1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    vst(O + r * ldo + h0, o0[r]);
+    if constexpr (W == 2) vst(O + r * ldo + h0 + 8, o1[r]);
+  }
+}
+// block_acc over `rows` rows and the columns [0, H) that whole vectors cover; returns
+// the first column left (H % 8 of them) for the caller's plain loop.
+template <bool kTrans, bool kAlpha>
+inline int64_t rows_acc(const float* P, int64_t ld, int64_t rows, int64_t nx, const float* V, int64_t ldv, int64_t H,
+                        const float* alpha, float* O, int64_t ldo) {
+  int64_t h0 = 0;
+  auto run = [&](auto w_const) {
+    constexpr int W = decltype(w_const)::value;
+    int64_t i = 0;
+    auto blk = [&](auto r_const) {
+      constexpr int R = decltype(r_const)::value;
+      block_acc<R, W, kTrans, kAlpha>(P + (kTrans ? i : i * ld), ld, nx, V, ldv, h0, kAlpha ? alpha + i : nullptr,
+                                      O + i * ldo, ldo);
+    };
+    for (; i + kMr <= rows; i += kMr) blk(std::integral_constant<int, kMr>{});
+    switch (rows - i) {
+      case 5: blk(std::integral_constant<int, 5>{}); break;
+      case 4: blk(std::integral_constant<int, 4>{}); break;
+      case 3: blk(std::integral_constant<int, 3>{}); break;
+      case 2: blk(std::integral_constant<int, 2>{}); break;
+      case 1: blk(std::integral_constant<int, 1>{}); break;
+      default: break;
+    }
+    h0 += 8 * W;
+  };
+  while (h0 + 16 <= H) run(std::integral_constant<int, 2>{});
+  if (h0 + 8 <= H) run(std::integral_constant<int, 1>{});
+  return h0;
+}
+
+// std::max(init, row[0], row[1], ...) in that order. The max of the lanes is the same
+// value; only its zero's sign can depend on the order (std::max keeps the first of +0 and
+// -0), so a zero maximum is taken again in order.
+template <class A>
+inline A row_max(A init, const A* row, int64_t n) {
+  A mx = init;
+  if constexpr (std::is_same_v<A, float>) {
+    if (n >= 16) {
+      f32x8 v0 = vsplat(init), v1 = v0;
+      int64_t j = 0;
+      for (; j + 16 <= n; j += 16) {
+        const f32x8 x0 = vld(row + j), x1 = vld(row + j + 8);
+        v0 = v0 < x0 ? x0 : v0;
+        v1 = v1 < x1 ? x1 : v1;
+      }
+      v0 = v0 < v1 ? v1 : v0;
+      for (int l = 0; l < 8; ++l) mx = std::max(mx, v0[l]);
+      for (; j < n; ++j) mx = std::max(mx, row[j]);
+      if (mx != A(0)) return mx;
+      mx = init;
+    }
+  }
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, row[j]);
+  return mx;
+}
+
+// sums[i] = row i's sum over j < n, j = 0, 1, ... in order; eight rows' chains interleaved
+// (a single chain ran at the add latency). Rows [rows, 8k) of S are read and not used.
+template <class A>
+inline void row_sums(const A* S, int64_t rows, int64_t n, A* sums) {
+  for (int64_t i0 = 0; i0 < rows; i0 += 8) {
+    A s8[8] = {};
+    const A* r0 = S + i0 * kSk;
+    for (int64_t j = 0; j < n; ++j)
+      for (int r = 0; r < 8; ++r) s8[r] += r0[r * kSk + j];
+    for (int r = 0; r < 8 && i0 + r < rows; ++r) sums[i0 + r] = s8[r];
+  }
+}
 
 template <class T, class A>
 struct Ctx {
@@ -95,13 +269,16 @@ struct Ctx {
   void logits(int64_t b, int64_t n, int64_t t0, int64_t tq, int64_t s0, int64_t sk, const A* Q, const A* Kt,
               A* Sc) const {
     const int64_t H = p.H;
+    if constexpr (std::is_same_v<A, float>) tile_abt(Q, H, tq, Kt, kSk, H, (sk + 15) / 16 * 16, Sc, kSk);
     for (int64_t i = 0; i < tq; ++i) {
       A* row = Sc + i * kSk;
-      for (int64_t j = 0; j < sk; ++j) row[j] = A(0);
-      for (int64_t h = 0; h < H; ++h) {
-        const A qv = Q[i * H + h];
-        const A* kc = Kt + h * kSk;
-        for (int64_t j = 0; j < sk; ++j) row[j] = fmadd(qv, kc[j], row[j]);
+      if constexpr (!std::is_same_v<A, float>) {
+        for (int64_t j = 0; j < sk; ++j) row[j] = A(0);
+        for (int64_t h = 0; h < H; ++h) {
+          const A qv = Q[i * H + h];
+          const A* kc = Kt + h * kSk;
+          for (int64_t j = 0; j < sk; ++j) row[j] = fmadd(qv, kc[j], row[j]);
+        }
       }
       for (int64_t j = 0; j < sk; ++j) row[j] *= scale;
       if (p.bias) {
@@ -122,12 +299,28 @@ struct Ctx {
 template <class T, class A>
 void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse) {
   Ctx<T, A> c(p, q, k, v);
-  const int64_t H = p.H, nt = (p.T + kTq - 1) / kTq;
-  parallel_for(p.B * p.N * nt, 1, [&](int64_t lo, int64_t hi) {
-    LocalVec<A> Q(kTq * H), Kr(kSk * H), Kt(H * kSk), V(kSk * H), Sc(kTq * kSk), acc(kTq * H), m(kTq), l(kTq);
+  const int64_t H = p.H, nt = (p.T + kTq - 1) / kTq, nst = (p.S + kSk - 1) / kSk;
+  // Chunks of up to a whole head's query tiles (at least 16 chunks where there are that
+  // many tiles): a row's arithmetic does not depend on the chunks, only the loads below do.
+  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(nt, p.B * p.N * nt / 16));
+  parallel_for(p.B * p.N * nt, grain, [&](int64_t lo, int64_t hi) {
+    // The key tiles (transposed) and value tiles of one (batch, kv head), widened once for
+    // every query tile of this chunk that reads them (they were reloaded per query tile).
+    LocalVec<A> Q(kTq * H), Kr(kSk * H), Kt(nst * H * kSk), V(nst * kSk * H), Sc(kTq * kSk), acc(kTq * H),
+        m(kTq), l(kTq), alpha(kTq);
+    int64_t cached = -1;
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / (p.N * nt), n = task / nt % p.N, t0 = task % nt * kTq;
       const int64_t tq = std::min(kTq, p.T - t0), kh = n / c.G;
+      if (b * p.K + kh != cached) {
+        for (int64_t st = 0; st < nst; ++st) {
+          const int64_t s0 = st * kSk, sk = std::min(kSk, p.S - s0);
+          c.load_kv(k, b, kh, s0, sk, Kr.data());
+          Ctx<T, A>::transpose(Kr.data(), sk, H, Kt.data() + st * H * kSk);
+          c.load_kv(v, b, kh, s0, sk, V.data() + st * kSk * H);
+        }
+        cached = b * p.K + kh;
+      }
       c.load_q(b, n, t0, tq, Q.data());
       std::fill(acc.begin(), acc.end(), A(0));
       std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
@@ -135,28 +328,34 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
       const int64_t send = c.key_end(t0, tq);
       for (int64_t s0 = 0; s0 < send; s0 += kSk) {
         const int64_t sk = std::min(kSk, send - s0);
-        c.load_kv(k, b, kh, s0, sk, Kr.data());
-        Ctx<T, A>::transpose(Kr.data(), sk, H, Kt.data());
-        c.load_kv(v, b, kh, s0, sk, V.data());
-        c.logits(b, n, t0, tq, s0, sk, Q.data(), Kt.data(), Sc.data());
+        const A* Ktile = Kt.data() + s0 / kSk * H * kSk;
+        const A* Vtile = V.data() + s0 / kSk * kSk * H;
+        c.logits(b, n, t0, tq, s0, sk, Q.data(), Ktile, Sc.data());
         for (int64_t i = 0; i < tq; ++i) {
           A* row = Sc.data() + i * kSk;
-          A mx = m[i];
-          for (int64_t j = 0; j < sk; ++j) mx = std::max(mx, row[j]);
-          const A alpha = m[i] == -std::numeric_limits<A>::infinity() ? A(0) : exp_a<A>(m[i] - mx);
+          const A mx = row_max(m[i], row, sk);
+          alpha[i] = m[i] == -std::numeric_limits<A>::infinity() ? A(0) : exp_a<A>(m[i] - mx);
           for (int64_t j = 0; j < sk; ++j) row[j] = exp_a<A>(row[j] - mx);
-          A sum = A(0);
-          for (int64_t j = 0; j < sk; ++j) sum += row[j];
-          l[i] = l[i] * alpha + sum;
           m[i] = mx;
-          A* ai = acc.data() + i * H;
-          for (int64_t h = 0; h < H; ++h) ai[h] *= alpha;
-          for (int64_t j = 0; j < sk; ++j) {
-            const A pj = row[j];
-            const A* vr = V.data() + j * H;
-            for (int64_t h = 0; h < H; ++h) ai[h] = fmadd(pj, vr[h], ai[h]);
-          }
         }
+        A sums[kTq];
+        row_sums(Sc.data(), tq, sk, sums);
+        for (int64_t i = 0; i < tq; ++i) l[i] = l[i] * alpha[i] + sums[i];
+        // acc = acc * alpha + P . V, row by row in the plain loops' order.
+        int64_t h0 = 0;
+        if constexpr (std::is_same_v<A, float>)
+          h0 = rows_acc<false, true>(Sc.data(), kSk, tq, sk, Vtile, H, H, alpha.data(), acc.data(), H);
+        if (h0 < H)
+          for (int64_t i = 0; i < tq; ++i) {
+            const A* row = Sc.data() + i * kSk;
+            A* ai = acc.data() + i * H;
+            for (int64_t h = h0; h < H; ++h) ai[h] *= alpha[i];
+            for (int64_t j = 0; j < sk; ++j) {
+              const A pj = row[j];
+              const A* vr = Vtile + j * H;
+              for (int64_t h = h0; h < H; ++h) ai[h] = fmadd(pj, vr[h], ai[h]);
+            }
+          }
       }
       for (int64_t i = 0; i < tq; ++i) {
         const int64_t t = t0 + i;
@@ -180,8 +379,8 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
   // tile, and dQ of every row, are summed by this task alone in a fixed order.
   parallel_for(p.B * p.K, 1, [&](int64_t lo, int64_t hi) {
     LocalVec<A> Q(G * T_ * H), dO(G * T_ * H), dQ(G * T_ * H), D(G * T_), L(G * T_);
-    LocalVec<A> Kr(kSk * H), Kt(H * kSk), Vr(kSk * H), Vt(H * kSk), Sc(kTq * kSk), dS(kTq * kSk), dK(kSk * H),
-        dV(kSk * H);
+    LocalVec<A> Kr(kSk * H), Kt(H * kSk), Vr(kSk * H), Vt(H * kSk), Sc(kTq * kSk), dS(kTq * kSk), dSs(kTq * kSk),
+        dK(kSk * H), dV(kSk * H);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / p.K, kh = task % p.K;
       for (int64_t g = 0; g < G; ++g) {
@@ -217,6 +416,8 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
             const A* Qt = Q.data() + (g * T_ + t0) * H;
             const A* dOt = dO.data() + (g * T_ + t0) * H;
             c.logits(b, n, t0, tq, s0, sk, Qt, Kt.data(), Sc.data());
+            constexpr bool kF32 = std::is_same_v<A, float>;
+            if constexpr (kF32) tile_abt(dOt, H, tq, Vt.data(), kSk, H, (sk + 15) / 16 * 16, dS.data(), kSk);
             for (int64_t i = 0; i < tq; ++i) {
               const int64_t t = t0 + i;
               A* prow = Sc.data() + i * kSk;
@@ -229,12 +430,14 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
               } else {
                 for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<A>(prow[j] - Lt);
               }
-              for (int64_t j = 0; j < sk; ++j) drow[j] = A(0);
               const A* gi = dOt + i * H;
-              for (int64_t h = 0; h < H; ++h) {
-                const A gv = gi[h];
-                const A* vc = Vt.data() + h * kSk;
-                for (int64_t j = 0; j < sk; ++j) drow[j] = fmadd(gv, vc[j], drow[j]);
+              if constexpr (!kF32) {  // dS = dO . V^T (the f32 path has it from tile_abt)
+                for (int64_t j = 0; j < sk; ++j) drow[j] = A(0);
+                for (int64_t h = 0; h < H; ++h) {
+                  const A gv = gi[h];
+                  const A* vc = Vt.data() + h * kSk;
+                  for (int64_t j = 0; j < sk; ++j) drow[j] = fmadd(gv, vc[j], drow[j]);
+                }
               }
               const A d = D[g * T_ + t];
               if (c.masked) {
@@ -247,18 +450,36 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
                 A* row = dbias + ((b * p.N + n) * T_ + t) * p.S + s0;
                 for (int64_t j = 0; j < sk; ++j) row[j] = drow[j];
               }
-              const A* qi = Qt + i * H;
-              A* dqi = dQ.data() + (g * T_ + t) * H;
-              for (int64_t j = 0; j < sk; ++j) {
-                const A pj = prow[j], dj = drow[j] * c.scale;
-                A* dv_ = dV.data() + j * H;
-                A* dk_ = dK.data() + j * H;
-                const A* kr = Kr.data() + j * H;
-                for (int64_t h = 0; h < H; ++h) dv_[h] = fmadd(pj, gi[h], dv_[h]);
-                for (int64_t h = 0; h < H; ++h) dk_[h] = fmadd(dj, qi[h], dk_[h]);
-                for (int64_t h = 0; h < H; ++h) dqi[h] = fmadd(dj, kr[h], dqi[h]);
-              }
+              A* dsr = dSs.data() + i * kSk;
+              for (int64_t j = 0; j < sk; ++j) dsr[j] = drow[j] * c.scale;
             }
+            // dV[j] += P[i][j] dO[i], dK[j] += dSs[i][j] Q[i] (over the rows i in order) and
+            // dQ[i] += dSs[i][j] K[j] (over j in order): the plain loops' sums, blocked.
+            int64_t hv = 0, hq = 0;
+            if constexpr (kF32) {
+              hv = rows_acc<true, false>(Sc.data(), kSk, sk, tq, dOt, H, H, nullptr, dV.data(), H);
+              rows_acc<true, false>(dSs.data(), kSk, sk, tq, Qt, H, H, nullptr, dK.data(), H);
+              hq = rows_acc<false, false>(dSs.data(), kSk, tq, sk, Kr.data(), H, H, nullptr,
+                                          dQ.data() + (g * T_ + t0) * H, H);
+            }
+            if (hv < H || hq < H)
+              for (int64_t i = 0; i < tq; ++i) {
+                const int64_t t = t0 + i;
+                const A* prow = Sc.data() + i * kSk;
+                const A* dsr = dSs.data() + i * kSk;
+                const A* gi = dOt + i * H;
+                const A* qi = Qt + i * H;
+                A* dqi = dQ.data() + (g * T_ + t) * H;
+                for (int64_t j = 0; j < sk; ++j) {
+                  const A pj = prow[j], dj = dsr[j];
+                  A* dv_ = dV.data() + j * H;
+                  A* dk_ = dK.data() + j * H;
+                  const A* kr = Kr.data() + j * H;
+                  for (int64_t h = hv; h < H; ++h) dv_[h] = fmadd(pj, gi[h], dv_[h]);
+                  for (int64_t h = hv; h < H; ++h) dk_[h] = fmadd(dj, qi[h], dk_[h]);
+                  for (int64_t h = hq; h < H; ++h) dqi[h] = fmadd(dj, kr[h], dqi[h]);
+                }
+              }
           }
           if (dbias && tstart > 0)  // rows the causal skip never visits hold masked logits: zero gradient
             for (int64_t t = 0; t < std::min(tstart, T_); ++t) {
