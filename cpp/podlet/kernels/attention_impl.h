@@ -266,16 +266,18 @@ struct Ctx {
   }
 
   // The tile's logits [tq][kSk]: (Q . K^T) * scale + bias, masked.
+  // Q rows are ldq apart (H for a widened copy, N * H for f32 rows read in place).
   void logits(int64_t b, int64_t n, int64_t t0, int64_t tq, int64_t s0, int64_t sk, const A* Q, const A* Kt,
-              A* Sc) const {
+              A* Sc, int64_t ldq = -1) const {
     const int64_t H = p.H;
-    if constexpr (std::is_same_v<A, float>) tile_abt(Q, H, tq, Kt, kSk, H, (sk + 15) / 16 * 16, Sc, kSk);
+    if (ldq < 0) ldq = H;
+    if constexpr (std::is_same_v<A, float>) tile_abt(Q, ldq, tq, Kt, kSk, H, (sk + 15) / 16 * 16, Sc, kSk);
     for (int64_t i = 0; i < tq; ++i) {
       A* row = Sc + i * kSk;
       if constexpr (!std::is_same_v<A, float>) {
         for (int64_t j = 0; j < sk; ++j) row[j] = A(0);
         for (int64_t h = 0; h < H; ++h) {
-          const A qv = Q[i * H + h];
+          const A qv = Q[i * ldq + h];
           const A* kc = Kt + h * kSk;
           for (int64_t j = 0; j < sk; ++j) row[j] = fmadd(qv, kc[j], row[j]);
         }
@@ -300,13 +302,15 @@ template <class T, class A>
 void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse) {
   Ctx<T, A> c(p, q, k, v);
   const int64_t H = p.H, nt = (p.T + kTq - 1) / kTq, nst = (p.S + kSk - 1) / kSk;
+  constexpr bool kInPlace = std::is_same_v<T, float> && std::is_same_v<A, float>;
   // Chunks of up to a whole head's query tiles (at least 16 chunks where there are that
   // many tiles): a row's arithmetic does not depend on the chunks, only the loads below do.
   const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(nt, p.B * p.N * nt / 16));
   parallel_for(p.B * p.N * nt, grain, [&](int64_t lo, int64_t hi) {
     // The key tiles (transposed) and value tiles of one (batch, kv head), widened once for
     // every query tile of this chunk that reads them (they were reloaded per query tile).
-    LocalVec<A> Q(kTq * H), Kr(kSk * H), Kt(nst * H * kSk), V(nst * kSk * H), Sc(kTq * kSk), acc(kTq * H),
+    LocalVec<A> Q(kInPlace ? 0 : kTq * H), Kr(kSk * H), Kt(nst * H * kSk), V(kInPlace ? 0 : nst * kSk * H),
+        Sc(kTq * kSk), acc(kTq * H),
         m(kTq), l(kTq), alpha(kTq);
     int64_t cached = -1;
     for (int64_t task = lo; task < hi; ++task) {
@@ -317,11 +321,19 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
           const int64_t s0 = st * kSk, sk = std::min(kSk, p.S - s0);
           c.load_kv(k, b, kh, s0, sk, Kr.data());
           Ctx<T, A>::transpose(Kr.data(), sk, H, Kt.data() + st * H * kSk);
-          c.load_kv(v, b, kh, s0, sk, V.data() + st * kSk * H);
+          if (!kInPlace) c.load_kv(v, b, kh, s0, sk, V.data() + st * kSk * H);
         }
         cached = b * p.K + kh;
       }
-      c.load_q(b, n, t0, tq, Q.data());
+      // f32 query and value rows are read in place (rows N * H and K * H apart).
+      const A* Qp = Q.data();
+      int64_t ldq = H;
+      if constexpr (kInPlace) {
+        Qp = reinterpret_cast<const A*>(q) + ((b * p.T + t0) * p.N + n) * H;
+        ldq = p.N * H;
+      } else {
+        c.load_q(b, n, t0, tq, Q.data());
+      }
       std::fill(acc.begin(), acc.end(), A(0));
       std::fill(m.begin(), m.end(), -std::numeric_limits<A>::infinity());
       std::fill(l.begin(), l.end(), A(0));
@@ -329,8 +341,10 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
       for (int64_t s0 = 0; s0 < send; s0 += kSk) {
         const int64_t sk = std::min(kSk, send - s0);
         const A* Ktile = Kt.data() + s0 / kSk * H * kSk;
-        const A* Vtile = V.data() + s0 / kSk * kSk * H;
-        c.logits(b, n, t0, tq, s0, sk, Q.data(), Ktile, Sc.data());
+        const A* Vtile = kInPlace ? reinterpret_cast<const A*>(v) + ((b * p.S + s0) * p.K + kh) * H
+                                  : V.data() + s0 / kSk * kSk * H;
+        const int64_t ldv = kInPlace ? p.K * H : H;
+        c.logits(b, n, t0, tq, s0, sk, Qp, Ktile, Sc.data(), ldq);
         for (int64_t i = 0; i < tq; ++i) {
           A* row = Sc.data() + i * kSk;
           const A mx = row_max(m[i], row, sk);
@@ -344,7 +358,7 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
         // acc = acc * alpha + P . V, row by row in the plain loops' order.
         int64_t h0 = 0;
         if constexpr (std::is_same_v<A, float>)
-          h0 = rows_acc<false, true>(Sc.data(), kSk, tq, sk, Vtile, H, H, alpha.data(), acc.data(), H);
+          h0 = rows_acc<false, true>(Sc.data(), kSk, tq, sk, Vtile, ldv, H, alpha.data(), acc.data(), H);
         if (h0 < H)
           for (int64_t i = 0; i < tq; ++i) {
             const A* row = Sc.data() + i * kSk;
@@ -352,7 +366,7 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
             for (int64_t h = h0; h < H; ++h) ai[h] *= alpha[i];
             for (int64_t j = 0; j < sk; ++j) {
               const A pj = row[j];
-              const A* vr = Vtile + j * H;
+              const A* vr = Vtile + j * ldv;
               for (int64_t h = h0; h < H; ++h) ai[h] = fmadd(pj, vr[h], ai[h]);
             }
           }
