@@ -2,10 +2,11 @@
 // translation unit with its own flags. Internal linkage (anonymous namespace), so no
 // ISA's copy can stand in for another's.
 //
-// Inner loops run over independent lanes: the score tile is built as h-outer, s-inner
-// axpys against a transposed key tile, the value and gradient products as axpys over h.
-// No loop reduces into one scalar across lanes, so vectorised and scalar builds add in
-// the same order and give the same bits.
+// Every product element is one fma chain over its reduction index in order (h for the
+// scores, the key or query position for the value and gradient products), computed in
+// register blocks of 6 rows x 16 columns (f32) or plain loops (f64); row sums run in
+// order too. No loop reduces into one scalar across lanes, so vectorised and scalar builds
+// add in the same order and give the same bits.
 #pragma once
 #include "podlet/kernels/local_vec.h"
 #include <algorithm>
