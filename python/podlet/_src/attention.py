@@ -131,9 +131,11 @@ def flax_fusable(query, key, value, bias, mask, dropout_active, precision, einsu
 
 
 # "auto" fuses heads whose score matrix has at most this many entries. Measured on a Zen 3
-# host (AVX2, 2 threads; bench/attention.py): Swin's 7x7 windows (49 x 49) train 1.45x (f32) /
-# 1.72x (bf16) faster fused; ViT's 197 x 197 heads 0.55x / 0.47x, the batched GEMMs of
-# the unfused graph beating the fused kernel's loops there.
+# host (AVX2, 2 threads; bench/attention.py, 2026-11-29, after the kernels' register
+# blocking): Swin's 7x7 windows (49 x 49) train 2.4x faster fused (f32 and bf16); ViT's
+# 197 x 197 heads 1.03x (f32) / 0.86x (bf16), a tie with the unfused graph's batched
+# GEMMs, so ViT stays unfused by default; fused_attention=True there saves the [T, S]
+# scores' memory at about the same speed.
 AUTO_MAX_SCORES = 64 * 64
 
 
