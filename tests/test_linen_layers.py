@@ -483,7 +483,7 @@ def test_gradients_match_jax(train):
 
     fl = make_loss(fnn, jnp, small_cnn(fnn, jnp)(), fv, jnp.asarray(x), {"dropout": jkey(2)})
     pl = make_loss(pnn, pjnp, small_cnn(pnn, pjnp)(), to_podlet(fv), pjnp.asarray(x), {"dropout": pkey(2)})
-    (floss, fupd), fg = jax.value_and_grad(fl, has_aux=True)(fv["params"])
+    (floss, fupd), fg = jax.jit(jax.value_and_grad(fl, has_aux=True))(fv["params"])  # one compile, not one per op
     (ploss, pupd), pg = podlet.value_and_grad(pl, has_aux=True)(to_podlet(fv["params"]))
     close(ploss, floss)
     close_tree(pupd, fupd)

@@ -311,8 +311,7 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
     // The key tiles (transposed) and value tiles of one (batch, kv head), widened once for
     // every query tile of this chunk that reads them (they were reloaded per query tile).
     LocalVec<A> Q(kInPlace ? 0 : kTq * H), Kr(kSk * H), Kt(nst * H * kSk), V(kInPlace ? 0 : nst * kSk * H),
-        Sc(kTq * kSk), acc(kTq * H),
-        m(kTq), l(kTq), alpha(kTq);
+        Sc(kTq * kSk), acc(kTq * H), m(kTq), l(kTq), alpha(kTq);
     int64_t cached = -1;
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / (p.N * nt), n = task / nt % p.N, t0 = task % nt * kTq;
@@ -469,15 +468,16 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
               for (int64_t j = 0; j < sk; ++j) dsr[j] = drow[j] * c.scale;
             }
             // dV[j] += P[i][j] dO[i], dK[j] += dSs[i][j] Q[i] (over the rows i in order) and
-            // dQ[i] += dSs[i][j] K[j] (over j in order): the plain loops' sums, blocked.
-            int64_t hv = 0, hq = 0;
+            // dQ[i] += dSs[i][j] K[j] (over j in order): the plain loops' sums, blocked; the
+            // plain loops below take the columns [h0, H) the vectors leave.
+            int64_t h0 = 0;
             if constexpr (kF32) {
-              hv = rows_acc<true, false>(Sc.data(), kSk, sk, tq, dOt, H, H, nullptr, dV.data(), H);
+              h0 = rows_acc<true, false>(Sc.data(), kSk, sk, tq, dOt, H, H, nullptr, dV.data(), H);
               rows_acc<true, false>(dSs.data(), kSk, sk, tq, Qt, H, H, nullptr, dK.data(), H);
-              hq = rows_acc<false, false>(dSs.data(), kSk, tq, sk, Kr.data(), H, H, nullptr,
-                                          dQ.data() + (g * T_ + t0) * H, H);
+              rows_acc<false, false>(dSs.data(), kSk, tq, sk, Kr.data(), H, H, nullptr, dQ.data() + (g * T_ + t0) * H,
+                                     H);
             }
-            if (hv < H || hq < H)
+            if (h0 < H)
               for (int64_t i = 0; i < tq; ++i) {
                 const int64_t t = t0 + i;
                 const A* prow = Sc.data() + i * kSk;
@@ -490,9 +490,9 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
                   A* dv_ = dV.data() + j * H;
                   A* dk_ = dK.data() + j * H;
                   const A* kr = Kr.data() + j * H;
-                  for (int64_t h = hv; h < H; ++h) dv_[h] = fmadd(pj, gi[h], dv_[h]);
-                  for (int64_t h = hv; h < H; ++h) dk_[h] = fmadd(dj, qi[h], dk_[h]);
-                  for (int64_t h = hq; h < H; ++h) dqi[h] = fmadd(dj, kr[h], dqi[h]);
+                  for (int64_t h = h0; h < H; ++h) dv_[h] = fmadd(pj, gi[h], dv_[h]);
+                  for (int64_t h = h0; h < H; ++h) dk_[h] = fmadd(dj, qi[h], dk_[h]);
+                  for (int64_t h = h0; h < H; ++h) dqi[h] = fmadd(dj, kr[h], dqi[h]);
                 }
               }
           }
