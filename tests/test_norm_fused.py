@@ -371,8 +371,9 @@ def _nan_canonical(a):
     """The bits with every NaN as one NaN: a NaN's sign and payload follow the order of a
     commutative operation's operands, which the compiler may swap."""
     a = np.array(a)
-    bits = a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32).copy()
-    bits[np.isnan(a.astype(np.float32))] = 0
+    half = a.dtype.itemsize == 2
+    bits = a.view(np.uint16 if half else np.uint32).copy()
+    bits[np.isnan(a.astype(np.float32))] = 0x7FC0 if half else 0x7FC00000  # a NaN, so never equal to a number
     return bits.tobytes()
 
 
