@@ -70,7 +70,7 @@ else
   # JAX's CPU client (the oracle) runs computations and transfers on its own
   # uninstrumented worker threads and hands the buffers (tsl::port::AlignedMalloc) back
   # through synchronisation TSan cannot see; the reports' stacks are XLA's JIT code, which
-  # no suppression can name (the libjax_common.so entry matches access stacks only). So:
+  # no suppression can name (the libjax_common.so entry below did not catch them). So:
   # JAX's computations inline on the calling thread, without Eigen's intra-op pool, and
   # ignore_noninstrumented_modules=1 below: memcpy / free called from uninstrumented code
   # (XLA's, NumPy's) are not checked. podlet's own code is compiled with -fsanitize=thread
