@@ -78,43 +78,6 @@ inline f32x8 vfma(const f32x8& a, const f32x8& b, const f32x8& c) {
 }
 constexpr int kMr = 6;  // rows per register block (6 x 2 accumulators + 3 operands: 15 ymm)
 
-// C[r][j0 + c] = sum over h of A[r][h] * Bt[h][j0 + c] for R rows, c < 16 (from zero).
-// A row-major with row stride lda, Bt row-major [H][ldb].
-template <int R>
-__attribute__((noinline)) void block_abt(const float* A_, int64_t lda, const float* Bt, int64_t ldb, int64_t H, int64_t j0, float* C,
-                      int64_t ldc) {
-  f32x8 c0[R], c1[R];
-  for (int r = 0; r < R; ++r) c0[r] = c1[r] = f32x8{};
-  for (int64_t h = 0; h < H; ++h) {
-    const f32x8 b0 = vld(Bt + h * ldb + j0), b1 = vld(Bt + h * ldb + j0 + 8);
-    for (int r = 0; r < R; ++r) {
-      const f32x8 a = vsplat(A_[r * lda + h]);
-      c0[r] = vfma(a, b0, c0[r]);
-      c1[r] = vfma(a, b1, c1[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    vst(C + r * ldc + j0, c0[r]);
-    vst(C + r * ldc + j0 + 8, c1[r]);
-  }
-}
-// C[rows][0, ncols16) for every row (ncols16 a multiple of 16; Bt has that many columns).
-inline void tile_abt(const float* A_, int64_t lda, int64_t rows, const float* Bt, int64_t ldb, int64_t H,
-                     int64_t ncols16, float* C, int64_t ldc) {
-  for (int64_t j0 = 0; j0 < ncols16; j0 += 16) {
-    int64_t i = 0;
-    for (; i + kMr <= rows; i += kMr) block_abt<kMr>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc);
-    switch (rows - i) {
-      case 5: block_abt<5>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
-      case 4: block_abt<4>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
-      case 3: block_abt<3>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
-      case 2: block_abt<2>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
-      case 1: block_abt<1>(A_ + i * lda, lda, Bt, ldb, H, j0, C + i * ldc, ldc); break;
-      default: break;
-    }
-  }
-}
-
 // O[r][h0 + c] (times alpha[r] first, with kAlpha) += P(r, x) * V[x][h0 + c] for x = 0, 1,
 // ..., nx - 1 in order (the plain loops' order), for R rows and W vectors of 8 columns:
 // P(r, x) = P[r * ld + x] (P . V), or with kTrans P[x * ld + r] (P^T . V: the backward's
@@ -177,6 +140,15 @@ inline int64_t rows_acc(const float* P, int64_t ld, int64_t rows, int64_t nx, co
   while (h0 + 16 <= H) run(std::integral_constant<int, 2>{});
   if (h0 + 8 <= H) run(std::integral_constant<int, 1>{});
   return h0;
+}
+
+// A score-like tile C[rows][0, sk) (row stride kSk) = A . Bt over h < H, Bt [H][kSk]: the
+// accumulating blocks on a zeroed C, on whole 16-column blocks (the columns past sk are
+// computed and never read).
+inline void tile_abt(const float* A_, int64_t lda, int64_t rows, const float* Bt, int64_t H, int64_t sk, float* C) {
+  const int64_t n16 = (sk + 15) / 16 * 16;
+  for (int64_t i = 0; i < rows; ++i) std::fill(C + i * kSk, C + i * kSk + n16, 0.0f);
+  rows_acc<false, false>(A_, lda, rows, H, Bt, kSk, n16, nullptr, C, kSk);
 }
 
 // std::max(init, row[0], row[1], ...) in that order. The max of the lanes is the same
@@ -272,7 +244,7 @@ struct Ctx {
               A* Sc, int64_t ldq = -1) const {
     const int64_t H = p.H;
     if (ldq < 0) ldq = H;
-    if constexpr (std::is_same_v<A, float>) tile_abt(Q, ldq, tq, Kt, kSk, H, (sk + 15) / 16 * 16, Sc, kSk);
+    if constexpr (std::is_same_v<A, float>) tile_abt(Q, ldq, tq, Kt, H, sk, Sc);
     for (int64_t i = 0; i < tq; ++i) {
       A* row = Sc + i * kSk;
       if constexpr (!std::is_same_v<A, float>) {
@@ -431,7 +403,7 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
             const A* dOt = dO.data() + (g * T_ + t0) * H;
             c.logits(b, n, t0, tq, s0, sk, Qt, Kt.data(), Sc.data());
             constexpr bool kF32 = std::is_same_v<A, float>;
-            if constexpr (kF32) tile_abt(dOt, H, tq, Vt.data(), kSk, H, (sk + 15) / 16 * 16, dS.data(), kSk);
+            if constexpr (kF32) tile_abt(dOt, H, tq, Vt.data(), H, sk, dS.data());
             for (int64_t i = 0; i < tq; ++i) {
               const int64_t t = t0 + i;
               A* prow = Sc.data() + i * kSk;
