@@ -164,7 +164,6 @@ inline auto tree_max(const V& lo, const V& hi) {
 // vectors so that the softmax loop can keep four independent exp chains in flight: the
 // auto-vectorised loop ran one ymm chain at a time, latency-bound on short rows.
 typedef float f32x8 __attribute__((vector_size(32)));
-inline f32x8 splat(float c) { return f32x8{} + c; }
 inline f32x8 exp2i8(i32x8 n) {
   const i32x8 b = (n + 127) << 23;
   f32x8 f;
@@ -172,15 +171,15 @@ inline f32x8 exp2i8(i32x8 n) {
   return f;
 }
 inline f32x8 vexp(f32x8 x) {
-  f32x8 xc = x < splat(-104.0f) ? splat(-104.0f) : x;
-  xc = xc > splat(89.0f) ? splat(89.0f) : xc;
-  xc = x == x ? xc : splat(0.0f);
+  f32x8 xc = x < vsplat(-104.0f) ? vsplat(-104.0f) : x;
+  xc = xc > vsplat(89.0f) ? vsplat(89.0f) : xc;
+  xc = x == x ? xc : vsplat(0.0f);
   const f32x8 fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
   const i32x8 n = __builtin_convertvector(fn, i32x8);
   f32x8 r = xc - fn * 0.693359375f;
   r = r - fn * -2.12194440e-4f;
   const f32x8 z = r * r;
-  f32x8 p = splat(1.9875691500E-4f);
+  f32x8 p = vsplat(1.9875691500E-4f);
   p = p * r + 1.3981999507E-3f;
   p = p * r + 8.3334519073E-3f;
   p = p * r + 4.1665795894E-2f;
