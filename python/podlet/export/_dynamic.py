@@ -128,12 +128,9 @@ def make_batch_dynamic(models, builders, batches, input_names):
     """The first of `models` (the same model lowered at `batches`, with the _Builder of
     each) with its batch size read from the first input's leading dim at run time;
     raises DynamicBatchError."""
-    try:
-        import onnx
-        from onnx import numpy_helper
-    except ImportError:  # to_onnx has checked already; kept for a direct caller
-        raise PodletError("ONNX export needs the 'onnx' package: pip install 'podlet[onnx]' "
-                          "(or pip install onnx)") from None
+    from .onnx import _onnx  # its clear error when onnx is missing (here for a direct caller)
+    onnx = _onnx()
+    from onnx import numpy_helper
     base = models[0]
     g0 = base.graph
     # 1. One structure: same nodes, inputs, outputs and attributes at every batch size.
