@@ -130,7 +130,7 @@ def make_batch_dynamic(models, builders, batches, input_names):
     raises DynamicBatchError."""
     from .onnx import _onnx  # its clear error when onnx is missing (here for a direct caller)
     onnx = _onnx()
-    from onnx import numpy_helper
+    numpy_helper = onnx.numpy_helper  # a submodule `import onnx` loads
     base = models[0]
     g0 = base.graph
     # 1. One structure: same nodes, inputs, outputs and attributes at every batch size.
