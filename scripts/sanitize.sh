@@ -7,8 +7,8 @@
 # Builds podlet._core with -DPODLET_SANITIZE=<kind> into build/sanitize-<kind> (its own
 # directory; the installed build is untouched), then runs pytest with that core
 # (PODLET_CORE_DIR), the sanitizer runtime preloaded into the uninstrumented Python, and
-# scripts/sanitize_plugin.py, which fails the test that caused any report. Without pytest
-# args it runs the subset below; pass `tests` to run everything. Exits non-zero on any
+# scripts/sanitize_plugin.py, which fails the test that caused any report. Without a test
+# path among the pytest args it runs the subset below; pass `tests` to run everything. Exits non-zero on any
 # report or failure; ends with pytest's summary and the report count. Reports are kept in
 # build/sanitize-<kind>/logs. Suppressions for third-party runtimes, each with its reason:
 # scripts/sanitize-<kind>.supp. PODLET_SANITIZE_BUILD=0 runs the existing build as it is.
@@ -92,7 +92,10 @@ export LD_PRELOAD="$runtime $(g++ -print-file-name=libstdc++.so)"
 # CONTRIBUTING.md.
 default=(tests --ignore=tests/test_notebooks.py --ignore=tests/test_examples.py
          --ignore=tests/test_examples_transforms.py --ignore=tests/test_packaging.py)
-if (($#)); then args=("$@"); else args=("${default[@]}"); fi
+# Options alone (`-n 2`, `-x`) go with the subset; naming a test path (or `tests`) chooses.
+named_path=0
+for a in "$@"; do [[ -e "${a%%::*}" ]] && named_path=1; done
+if ((named_path)); then args=("$@"); else args=("${default[@]}" "$@"); fi
 # setarch -R: TSan's shadow layout needs the address space without high-entropy ASLR.
 launcher=()
 [[ $kind == thread ]] && launcher=(setarch "$(uname -m)" -R)
