@@ -8,10 +8,11 @@
 # directory; the installed build is untouched), then runs pytest with that core
 # (PODLET_CORE_DIR), the sanitizer runtime preloaded into the uninstrumented Python, and
 # scripts/sanitize_plugin.py, which fails the test that caused any report. Without a test
-# path among the pytest args it runs the subset below; pass `tests` to run everything. Exits non-zero on any
-# report or failure; ends with pytest's summary and the report count. Reports are kept in
-# build/sanitize-<kind>/logs. Suppressions for third-party runtimes, each with its reason:
-# scripts/sanitize-<kind>.supp. PODLET_SANITIZE_BUILD=0 runs the existing build as it is.
+# path among the pytest args it runs the subset below; pass `tests` to run everything.
+# Exits non-zero on any report or failure; ends with pytest's summary and the report
+# count. Reports are kept in build/sanitize-<kind>/logs. Suppressions for third-party
+# runtimes, each with its reason: scripts/sanitize-<kind>.supp. PODLET_SANITIZE_BUILD=0
+# runs the existing build as it is.
 #
 # Under ASan the allocators stop hiding memory (cpp/podlet/sanitize.h): pooled buffers, the
 # slack after every buffer's requested size and memory-plan arena slots outside their
