@@ -8,6 +8,7 @@
 #include <atomic>
 #include <exception>
 #include <thread>
+#include <type_traits>
 #include <omp.h>
 
 namespace podlet {
@@ -34,19 +35,20 @@ class SerialScope {
 // OpenMP in normal builds, where body must not throw (an exception cannot leave an
 // OpenMP region); std::threads in the TSan build (sanitize.h), where libgomp's hand-offs
 // would be invisible, rethrowing the first exception after the join.
+#if defined(PODLET_SANITIZE_THREAD)
+// The std::thread loop, out of line in parallel.cc (a baseline object): instantiated in an
+// ISA object, std::thread's and exception_ptr's inline members would be weak symbols
+// compiled with that object's ISA flags, which the linker may keep for every host
+// (tests/test_isa_objects.py).
+void on_std_threads(int nt, void (*call)(const void* body, int worker), const void* body);
+#endif
+
 template <class F>
 void on_threads(int nt, F&& body) {
 #if defined(PODLET_SANITIZE_THREAD)
-  std::vector<std::exception_ptr> err(std::max(nt, 1));
-  auto run = [&](int w) {
-    SerialScope serial;
-    try { body(w); } catch (...) { err[w] = std::current_exception(); }
-  };
-  std::vector<std::thread> ts;
-  for (int w = 1; w < nt; ++w) ts.emplace_back(run, w);
-  run(0);
-  for (auto& t : ts) t.join();
-  for (auto& e : err) if (e) std::rethrow_exception(e);
+  using Body = std::remove_reference_t<F>;
+  on_std_threads(nt, [](const void* b, int w) { (*static_cast<Body*>(const_cast<void*>(b)))(w); },
+                 static_cast<const void*>(&body));
 #else
 #pragma omp parallel num_threads(nt)
   {
