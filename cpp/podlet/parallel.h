@@ -30,11 +30,6 @@ class SerialScope {
   bool prev_;
 };
 
-// body(worker) on nt threads (worker 0 is the caller), each inside a SerialScope (a nested
-// region runs on one thread, as OpenMP's is by default); returns when all are done.
-// OpenMP in normal builds, where body must not throw (an exception cannot leave an
-// OpenMP region); std::threads in the TSan build (sanitize.h), where libgomp's hand-offs
-// would be invisible, rethrowing the first exception after the join.
 #if defined(PODLET_SANITIZE_THREAD)
 // The std::thread loop, out of line in parallel.cc (a baseline object): instantiated in an
 // ISA object, std::thread's and exception_ptr's inline members would be weak symbols
@@ -43,6 +38,11 @@ class SerialScope {
 void on_std_threads(int nt, void (*call)(const void* body, int worker), const void* body);
 #endif
 
+// body(worker) on nt threads (worker 0 is the caller), each inside a SerialScope (a nested
+// region runs on one thread, as OpenMP's is by default); returns when all are done.
+// OpenMP in normal builds, where body must not throw (an exception cannot leave an
+// OpenMP region); std::threads in the TSan build (sanitize.h), where libgomp's hand-offs
+// would be invisible, rethrowing the first exception after the join.
 template <class F>
 void on_threads(int nt, F&& body) {
 #if defined(PODLET_SANITIZE_THREAD)
