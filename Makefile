@@ -1,7 +1,7 @@
 # podlet: every target sets itself up (scripts/setup.sh is idempotent and fast on re-runs).
 PY := .venv/bin/python
 
-.PHONY: setup run test bench
+.PHONY: setup run test bench torchvision-check
 
 setup:
 	scripts/setup.sh
@@ -22,3 +22,10 @@ bench:
 	$(PY) bench/kernels.py --dtype bfloat16
 	$(PY) bench/train_step.py
 	$(PY) bench/api_coverage.py
+
+# The weight importers against the real torchvision 0.29.1 (its own ~5.5 GB venv, beside
+# torch 2.14.1; the default suite checks plain-torch rebuilds of its layouts).
+torchvision-check:
+	scripts/setup.sh --test
+	bench/setup_torchvision.sh
+	$(PY) scripts/check_torchvision.py
