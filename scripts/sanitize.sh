@@ -83,7 +83,11 @@ else
   # history_size=7: the longest access history, so a race with an uninstrumented JAX thread
   # still shows its libjax_common.so stack and meets the suppression instead of
   # "[failed to restore the stack]".
-  export TSAN_OPTIONS="log_path=$LOGS/tsan:halt_on_error=0:ignore_noninstrumented_modules=1:second_deadlock_stack=1:history_size=7:suppressions=$ROOT/scripts/sanitize-thread.supp"
+  # memory_limit_mb: TSan keeps the shadow of every address a worker ever touched, and a
+  # worker running a quarter of the subset reached 17 GB and was OOM-killed on a 24 GiB
+  # host (2 workers). Above the limit TSan flushes its shadow and histories: a race whose
+  # first access came before a flush goes unseen, a race within the window does not.
+  export TSAN_OPTIONS="log_path=$LOGS/tsan:halt_on_error=0:ignore_noninstrumented_modules=1:second_deadlock_stack=1:history_size=7:memory_limit_mb=${PODLET_TSAN_MEMORY_MB:-6144}:suppressions=$ROOT/scripts/sanitize-thread.supp"
 fi
 # libstdc++ with it: Python is C, so libstdc++ would load after the runtime, which then
 # finds no real __cxa_throw to intercept (ASan CHECK-fails at the first C++ exception).
