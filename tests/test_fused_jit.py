@@ -66,7 +66,7 @@ def _run(fun, *args, expect_compiled=True):
     return fg
 
 
-UNARY = ["neg", "abs", "sqrt", "rsqrt", "exp", "tanh", "logistic"]
+UNARY = ["neg", "abs", "sqrt", "rsqrt", "exp", "tanh", "logistic", "erf"]
 BINARY = ["add", "sub", "mul", "div", "max", "min"]
 COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
 
@@ -131,6 +131,21 @@ def test_exp_tanh_logistic_across_their_ranges(dtype):
 
     def f(x, s):
         return jnp.exp(x) * s, jnp.tanh(x) * s, podlet.nn.sigmoid(x) * s, jnp.exp(jnp.tanh(x) * 3.0) + x
+
+    _run(f, x, np.asarray(1.0, dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+def test_erf_and_exact_gelu_across_their_range(dtype):
+    # erf's double-precision rational form: its clamps at +-3.7439, the subnormal inputs,
+    # the special values; and the exact GELU (ViT-B's and Swin's) with its derivative.
+    rng = np.random.default_rng(10)
+    sweep = np.concatenate([np.linspace(-6, 6, 40000), np.linspace(3.7, 3.8, 2000), np.geomspace(1e-45, 1, 3000)])
+    x = np.concatenate([sweep, -sweep, _special(rng, (4096,)).astype(np.float64)]).astype(np.float32).astype(dtype)
+
+    def f(x, s):
+        gelu = lambda t: podlet.nn.gelu(t, approximate=False)
+        return lax.erf(x) * s, gelu(x) * s, podlet.grad(lambda t: gelu(t).sum())(x) + s
 
     _run(f, x, np.asarray(1.0, dtype))
 

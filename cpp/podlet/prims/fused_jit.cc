@@ -141,6 +141,9 @@ class Gen : public Xbyak::CodeGenerator {
     L(consts_);
     for (uint32_t v : pool_)
       for (int l = 0; l < 16; ++l) dd(v);
+    L(consts64_);
+    for (uint64_t v : pool64_)
+      for (int l = 0; l < 8; ++l) dq(v);
   }
 
   // i += 16, and i % p and i / p of the next vector (p >= 16).
@@ -224,6 +227,8 @@ class Gen : public Xbyak::CodeGenerator {
   int out_arg_ = 0;
   Xbyak::Label consts_;
   std::vector<uint32_t> pool_;
+  Xbyak::Label consts64_;    // double constants (erf_), eight lanes a row
+  std::vector<uint64_t> pool64_;
 
   Reg64 counter(int q) const { return q == 0 ? r8 : q == 1 ? r9 : r10; }
   Reg64 row(int q) const { return q == 0 ? r12 : q == 1 ? r13 : r14; }
@@ -267,6 +272,14 @@ class Gen : public Xbyak::CodeGenerator {
   }
   Xbyak::Address cvec(uint32_t v) { return ptr[rip + consts_ + 64 * row_of(v)]; }
   Xbyak::Address cb(uint32_t v) { return ptr_b[rip + consts_ + 64 * row_of(v)]; }
+  // A double constant broadcast to the eight lanes of a pd instruction.
+  Xbyak::Address cbd(double d) {
+    const uint64_t v = __builtin_bit_cast(uint64_t, d);
+    size_t i = 0;
+    while (i < pool64_.size() && pool64_[i] != v) ++i;
+    if (i == pool64_.size()) pool64_.push_back(v);
+    return ptr_b[rip + consts64_ + int(64 * i)];
+  }
 
   // Checks what the generator supports, resolves aliases, and assigns registers (the
   // same assignment serves both bodies).
@@ -401,6 +414,7 @@ class Gen : public Xbyak::CodeGenerator {
     if (!is_float_reg(ins.d)) throw Refuse{"arithmetic on this dtype"};
     switch (op) {
       case kNeg: case kAbs: case kSqrt: case kRsqrt: case kIntPow: case kIsFinite: case kExp: case kTanh: case kLogistic:
+      case kErf:
       case kAdd: case kSub: case kMul: case kDiv: case kMax: case kMin: case kClamp:
         return;
       default:
@@ -588,6 +602,7 @@ class Gen : public Xbyak::CodeGenerator {
       case kIntPow: int_pow(r, a, ins.imm); break;
       case kExp: exp_(r, a); break;
       case kTanh: tanh_(r, a); break;
+      case kErf: erf_(r, a); break;
       case kLogistic: logistic_(r, a); break;
       case kAdd: vaddps(r, a, b); break;
       case kSub: vsubps(r, a, b); break;
@@ -669,6 +684,46 @@ class Gen : public Xbyak::CodeGenerator {
     vblendmps(zmm6 | k1, zmm6, zmm0);
     vpternlogd(zmm6, x, cb(kSignBit), 0xd8);  // copysign: x's sign bit, zmm6's other bits
     vmovaps(dst, zmm6);
+  }
+  // dst = fm::erf(x) (kernels/fastmath.h): XLA's rational approximation evaluated in
+  // double, its operations in its order (no FMA), eight lanes at a time; a NaN is returned
+  // as it came. Scratch: zmm0-6 and k1; x is read up to the last instruction, dst written
+  // last.
+  void erf_(const Zmm& dst, const Zmm& x) {
+    static const double kA[] = {0.00022905065861350646, 0.0034082910107109506, 0.050955695062380861,
+                                0.18520832239976145, 1.128379143519084};
+    static const double kB[] = {-1.1791602954361697e-7, 0.000023547966471313185, 0.0010179625278914885,
+                                0.014070470171167667, 0.11098505178285362, 0.49746925110067538, 1.0};
+    const double c = 3.7439211627767994;
+    for (int half = 0; half < 2; ++half) {
+      if (half == 0) {
+        vcvtps2pd(zmm1, Xbyak::Ymm(x.getIdx()));
+      } else {
+        vextractf32x8(ymm1, x, 1);
+        vcvtps2pd(zmm1, ymm1);
+      }
+      vmaxpd(zmm1, zmm1, cbd(-c));  // x < -c ? -c : x, then x > c ? c : x (a NaN lane is replaced below)
+      vminpd(zmm1, zmm1, cbd(c));
+      vmulpd(zmm2, zmm1, zmm1);     // x2
+      vmulpd(zmm3, zmm2, cbd(kA[0]));
+      vaddpd(zmm3, zmm3, cbd(kA[1]));
+      for (int i = 2; i < 5; ++i) {
+        vmulpd(zmm3, zmm3, zmm2);
+        vaddpd(zmm3, zmm3, cbd(kA[i]));
+      }
+      vmulpd(zmm4, zmm2, cbd(kB[0]));
+      vaddpd(zmm4, zmm4, cbd(kB[1]));
+      for (int i = 2; i < 7; ++i) {
+        vmulpd(zmm4, zmm4, zmm2);
+        vaddpd(zmm4, zmm4, cbd(kB[i]));
+      }
+      vmulpd(zmm3, zmm1, zmm3);     // x * a / b
+      vdivpd(zmm3, zmm3, zmm4);
+      vcvtpd2ps(half == 0 ? ymm5 : ymm6, zmm3);
+    }
+    vinsertf32x8(zmm5, zmm5, ymm6, 1);
+    vcmpps(k1, x, x, 3);  // unordered: x is NaN
+    vblendmps(dst | k1, zmm5, x);
   }
   // dst = fm::logistic(x): e = e^-|x|, r = 1 / (1 + e), x < 0 ? e * r : r. Scratch:
   // zmm0-7; dst written last.
