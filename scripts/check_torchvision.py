@@ -9,18 +9,20 @@ script closes the loop in two processes:
 
 1. In .venv-torchvision (bench/setup_torchvision.sh), torchvision's own ``resnet18``,
    ``resnet34``, ``resnet50``, ``swin_t``, ``swin_s``, ``vit_b_16`` and ``vit_b_32``
-   (``weights=None``: no model hub; every norm affine, bias, BatchNorm statistic, class
-   token and relative-position table randomised so a wrong mapping shows) are saved with
-   ``torch.save(model.state_dict())`` (unit-gain weights), beside their logits for a random RGB batch and for
-   a gray batch repeated to RGB. timm's ``vit_tiny_patch16_224``, ``vit_small_patch16_224``
-   and ``swin_tiny_patch4_window7_224`` (``pretrained=False``) the same way.
+   (``weights=None``: no model hub) and timm's ``vit_tiny_patch16_224``,
+   ``vit_small_patch16_224`` and ``swin_tiny_patch4_window7_224`` (``pretrained=False``),
+   with random unit-gain weights and every norm affine, bias, BatchNorm statistic, token
+   and relative-position table randomised so a wrong mapping shows, are saved with
+   ``torch.save(model.state_dict())`` beside their logits for a random RGB batch and for a
+   gray batch repeated to RGB.
 2. In .venv, podlet reads each file with its own .pth reader and
-   ``models.load_torchvision_*`` / ``load_timm_*``: RGB logits (``in_channels=3``) and gray logits
-   (``in_channels=1``: the RGB stem / patch filters summed) must be within --atol (times
-   the logits' standard deviation where that is above 1) of torch's, while the same
-   weights with one mid-network matrix mis-mapped (a negative control) must miss them by
-   more than 1000 times that; and each default-suite rebuild, built at full size, must have exactly
-   torchvision's state_dict keys and shapes (so the suite's tests check the real layout).
+   ``models.load_torchvision_*`` / ``load_timm_*``: RGB logits (``in_channels=3``) and
+   gray logits (``in_channels=1``: the RGB stem / patch filters summed) must be within
+   --atol (times the logits' standard deviation where that is above 1) of torch's, while
+   the same weights with one mid-network kernel mis-mapped (a negative control) must miss
+   them by more than 1000 times that; and each default-suite rebuild, built at full size,
+   must have exactly the library's state_dict keys and shapes (so the suite's tests check
+   the real layout).
 
 Prints one line per check with the measured difference; exits 1 if any fails.
 """
@@ -77,7 +79,6 @@ def produce(out_dir, archs, batch, size):
                     m.weight.normal_(0, m.weight[0].numel() ** -0.5)
                 if isinstance(m, tnn.MultiheadAttention):
                     m.in_proj_weight.normal_(0, m.in_proj_weight.shape[1] ** -0.5)
-                if isinstance(m, tnn.MultiheadAttention):
                     m.in_proj_bias.normal_(0, 0.2)
                 if isinstance(m, swin_attn):
                     m.relative_position_bias_table.normal_(0, 1.0)
@@ -96,55 +97,34 @@ def produce(out_dir, archs, batch, size):
         print(f"[{versions}] {arch}: saved", flush=True)
 
 
-def podlet_model(arch, in_channels):
-    from podlet import models
-    if arch in TIMM_ARCHS:  # timm's ViTs use the exact GELU
-        if arch.startswith("swin"):
-            return models.SwinT(num_classes=1000, in_channels=in_channels)
-        cls = {"vit_tiny_patch16_224": models.ViTTiny, "vit_small_patch16_224": models.ViTSmall}[arch]
-        return cls(num_classes=1000, in_channels=in_channels, approximate_gelu=False)
-    if arch.startswith("resnet"):
-        cls = {"resnet18": models.ResNet18, "resnet34": models.ResNet34, "resnet50": models.ResNet50}[arch]
-        return cls(num_classes=1000, torchvision_padding=True, in_channels=in_channels)
-    if arch.startswith("swin"):
-        return {"swin_t": models.SwinT, "swin_s": models.SwinS}[arch](num_classes=1000, in_channels=in_channels)
-    return {"vit_b_16": models.ViTB16, "vit_b_32": models.ViTB32}[arch](num_classes=1000, in_channels=in_channels)
-
-
-def load(arch, path, in_channels):
-    from podlet import models
-    if arch in TIMM_ARCHS:
-        loader = models.load_timm_swin if arch.startswith("swin") else models.load_timm_vit
-        return loader(path, arch, in_channels=in_channels)
-    if arch.startswith("resnet"):
-        return models.load_torchvision_resnet(path, arch, in_channels=in_channels)
-    if arch.startswith("swin"):
-        return models.load_torchvision_swin(path, arch, in_channels=in_channels)
-    return models.load_torchvision_vit(path, arch, in_channels=in_channels)
-
-
-def rebuild_state_shapes(arch):
-    """The default suite's plain-torch rebuild of `arch` at full size: {key: shape}."""
+def arch_spec(arch):
+    """(podlet model class with its fixed keywords, loader, the default suite's plain-torch
+    rebuild at full size) of `arch`."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import test_import_timm as tti
     import test_import_weights as tiw
     import test_swin as tsw
-    if arch == "swin_tiny_patch4_window7_224":
-        net = tti.TimmSwin(224, 96, (2, 2, 6, 2), (3, 6, 12, 24), 7)
-    elif arch in TIMM_ARCHS:
-        width, heads = {"vit_tiny_patch16_224": (192, 3), "vit_small_patch16_224": (384, 6)}[arch]
-        net = tti.TimmViT(224, 16, width, 12, heads, 4 * width)
-    elif arch.startswith("resnet"):
-        block, layers = tiw.TORCH_ARCHS[arch]
-        net = tiw.TorchResNet(block, layers, 1000)
-    elif arch == "swin_t":
-        net = tsw.TorchSwin(96, (2, 2, 6, 2), (3, 6, 12, 24), 7)
-    elif arch == "swin_s":
-        net = tsw.TorchSwin(96, (2, 2, 18, 2), (3, 6, 12, 24), 7)
-    else:
-        patch = int(arch.rsplit("_", 1)[1])
-        net = tiw.TorchViT(224, patch, 12, 12, 768, 3072)
-    return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    from podlet import models
+    vit_b = lambda patch: tiw.TorchViT(224, patch, 12, 12, 768, 3072)
+    timm_vit = lambda width, heads: tti.TimmViT(224, 16, width, 12, heads, 4 * width)
+    resnet = lambda name: tiw.TorchResNet(*tiw.TORCH_ARCHS[name], 1000)
+    tv_resnet = dict(torchvision_padding=True)
+    exact_gelu = dict(approximate_gelu=False)  # timm's ViTs use the exact GELU
+    return {
+        "resnet18": (models.ResNet18, tv_resnet, models.load_torchvision_resnet, lambda: resnet("resnet18")),
+        "resnet34": (models.ResNet34, tv_resnet, models.load_torchvision_resnet, lambda: resnet("resnet34")),
+        "resnet50": (models.ResNet50, tv_resnet, models.load_torchvision_resnet, lambda: resnet("resnet50")),
+        "swin_t": (models.SwinT, {}, models.load_torchvision_swin,
+                   lambda: tsw.TorchSwin(96, (2, 2, 6, 2), (3, 6, 12, 24), 7)),
+        "swin_s": (models.SwinS, {}, models.load_torchvision_swin,
+                   lambda: tsw.TorchSwin(96, (2, 2, 18, 2), (3, 6, 12, 24), 7)),
+        "vit_b_16": (models.ViTB16, {}, models.load_torchvision_vit, lambda: vit_b(16)),
+        "vit_b_32": (models.ViTB32, {}, models.load_torchvision_vit, lambda: vit_b(32)),
+        "vit_tiny_patch16_224": (models.ViTTiny, exact_gelu, models.load_timm_vit, lambda: timm_vit(192, 3)),
+        "vit_small_patch16_224": (models.ViTSmall, exact_gelu, models.load_timm_vit, lambda: timm_vit(384, 6)),
+        "swin_tiny_patch4_window7_224": (models.SwinT, {}, models.load_timm_swin,
+                                         lambda: tti.TimmSwin(224, 96, (2, 2, 6, 2), (3, 6, 12, 24), 7)),
+    }[arch]
 
 
 def check(in_dir, archs, atol):
@@ -155,19 +135,20 @@ def check(in_dir, archs, atol):
 
     failures = 0
     for arch in archs:
+        cls, kwargs, loader, rebuild = arch_spec(arch)
         path = os.path.join(in_dir, f"{arch}.pth")
         ref = np.load(os.path.join(in_dir, f"{arch}.npz"))
         real = {k: tuple(np.asarray(v).shape) for k, v in _torch_pth.load(path).items()}
-        rebuilt = rebuild_state_shapes(arch)
+        rebuilt = {k: tuple(v.shape) for k, v in rebuild().state_dict().items()}
         layout_ok = real == rebuilt
         if not layout_ok:
             failures += 1
             diff = sorted(set(real.items()) ^ set(rebuilt.items()))[:8]
-            print(f"FAIL {arch}: the default suite's rebuild differs from torchvision's state_dict: {diff}")
+            print(f"FAIL {arch}: the default suite's rebuild differs from the library's state_dict: {diff}")
         for what, in_channels, x, want in (("rgb", 3, ref["x"], ref["logits"]),
                                            ("gray", 1, ref["gray"], ref["logits_gray"])):
-            v = load(arch, path, in_channels)
-            model = podlet_model(arch, in_channels)
+            v = loader(path, arch, in_channels=in_channels)
+            model = cls(num_classes=1000, in_channels=in_channels, **kwargs)
             xin = jnp.asarray(x.transpose(0, 2, 3, 1))
             got = np.asarray(model.apply(v, xin, train=False))
             err = float(np.max(np.abs(got.astype(np.float64) - want)))
