@@ -435,8 +435,11 @@ def run_worker(cmd, timeout, env=None):
 
 def worker(a):
     os.environ["OMP_NUM_THREADS"] = str(a.threads)
-    if a.framework in ("podlet", "podlet-direct"):
+    if a.framework in ("podlet", "podlet-direct", "podlet-excess"):
         os.environ["PODLET_NUM_THREADS"] = str(a.threads)
+        # podlet-excess: bf16 values inside a fused elementwise chain kept in f32, one
+        # rounding where they leave it (config allow_excess_precision; a TPU's fusions)
+        os.environ["PODLET_EXCESS_PRECISION"] = "1" if a.framework == "podlet-excess" else "0"
         # podlet-direct: the same step with Winograd off (the direct kernels, whose bf16
         # products are exact: precision HIGHEST for every conv)
         os.environ["PODLET_CONV_WINOGRAD"] = "0" if a.framework == "podlet-direct" else "1"
@@ -459,7 +462,7 @@ def worker(a):
 def grid(models, dtypes, frameworks):
     """The (model, dtype, framework) cells of a run, in order. podlet-direct only for the bf16
     ResNets (Winograd is bf16 only, f32 and f32-bf16prec convolutions are direct anyway, and
-    only the ResNets have 3x3 convolutions). PyTorch's f32-bf16prec cell is its f32 one (its
+    only the ResNets have 3x3 convolutions); podlet-excess only for bf16. PyTorch's f32-bf16prec cell is its f32 one (its
     counterpart of the TPU numerics; issue 27 compares podlet's f32-bf16prec with it), run
     once."""
     cells = []
@@ -467,6 +470,8 @@ def grid(models, dtypes, frameworks):
         for dtype in dtypes:
             for fw in frameworks:
                 if fw == "podlet-direct" and (dtype != "bf16" or model not in RESNETS):
+                    continue
+                if fw == "podlet-excess" and dtype != "bf16":
                     continue
                 c = (model, "f32" if fw == "torch" and dtype == BF16PREC else dtype, fw)
                 if c not in cells:
@@ -509,7 +514,9 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default="resnet18,resnet34")
     p.add_argument("--frameworks", default="podlet,podlet-direct,jax,torch",
-                   help="podlet-direct: podlet with conv_winograd off (bf16 only; f32 and f32-bf16prec never use it)")
+                   help="podlet-direct: podlet with conv_winograd off (bf16 only; f32 and f32-bf16prec never use it); "
+                        "podlet-excess: podlet with allow_excess_precision (bf16 only: bf16 chains inside a fusion "
+                        "round once, as on a TPU)")
     p.add_argument("--dtypes", default="f32,bf16",
                    help="some of f32, bf16, f32-bf16prec (the f32 model under default_matmul_precision('bfloat16'))")
     p.add_argument("--batch", type=int, default=32)
@@ -638,16 +645,17 @@ def table(results):
                 fw = r["framework"]
                 best[fw] = max(best.get(fw, 0.0), r["images_per_s"])
                 ips[(fw, r["dtype"])] = r["images_per_s"]
-        for fw in ("podlet", "podlet-direct"):
+        for fw in ("podlet", "podlet-direct", "podlet-excess"):
             if fw in best and "torch" in best and "jax" in best:
                 out.append(f"\n{model} {fw} (best dtype) {best[fw]:.2f} img/s = {best[fw] / best['torch']:.2f}x the "
                            f"faster PyTorch, {best[fw] / best['jax']:.2f}x the faster JAX.")
         for dtype, torch_dtype in (("bf16", "bf16"), (BF16PREC, "f32")):
-            mine = ips.get(("podlet", dtype))
-            vs = [f"{mine / ips[(fw, d)]:.2f}x {name} {d}" for fw, d, name in
-                  (("torch", torch_dtype, "PyTorch"), ("jax", dtype, "JAX")) if mine and (fw, d) in ips]
-            if vs:
-                out.append(f"\n{model} podlet {dtype} {mine:.2f} img/s = " + ", ".join(vs) + ".")
+            for me in ("podlet", "podlet-excess"):
+                mine = ips.get((me, dtype))
+                vs = [f"{mine / ips[(fw, d)]:.2f}x {name} {d}" for fw, d, name in
+                      (("torch", torch_dtype, "PyTorch"), ("jax", dtype, "JAX")) if mine and (fw, d) in ips]
+                if vs:
+                    out.append(f"\n{model} {me} {dtype} {mine:.2f} img/s = " + ", ".join(vs) + ".")
     return "\n".join(out)
 
 if __name__ == "__main__":

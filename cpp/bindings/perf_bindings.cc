@@ -73,8 +73,10 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
         "about 2.5x the rounding error; off by default, PODLET_CONV_WINOGRAD=1 turns it on).");
   m.def("profiling", &profiling);
   m.def("profiling_by_shape", &profiling_by_shape);
-  m.def("fuse_elementwise", [](const Graph& g) { return fuse_elementwise(g); }, py::arg("graph"),
-        "A copy of the graph with elementwise chains fused into fused_elementwise nodes (bit-identical results).");
+  m.def("fuse_elementwise", [](const Graph& g, bool excess_precision) { return fuse_elementwise(g, nullptr, excess_precision); },
+        py::arg("graph"), py::arg("excess_precision") = false,
+        "A copy of the graph with elementwise chains fused into fused_elementwise nodes (bit-identical results; with "
+        "excess_precision, bf16 values inside a fused node stay f32 and only its outputs round, as XLA on a TPU).");
   m.def("fusion_stats", [](const Graph& g) {
     FusionStats s;
     fuse_elementwise(g, &s);

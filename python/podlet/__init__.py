@@ -65,7 +65,8 @@ __all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "vmap", "jvp", "line
            "no_tracing", "no_execution", "explain_cache_misses", "threefry_partitionable", "make_user_context",
            "fwd_and_bwd", "sharding", "NamedSharding", "P", "make_mesh", "set_mesh", "reshard",
            "default_matmul_precision", "enable_checks", "debug_key_reuse", "default_prng_impl", "legacy_prng_key",
-           "enable_custom_prng", "allow_f16_reductions", "thread_guard", "array_garbage_collection_guard"]
+           "enable_custom_prng", "allow_f16_reductions", "thread_guard", "array_garbage_collection_guard",
+           "allow_excess_precision"]
 
 
 def cpu_info():
@@ -92,7 +93,7 @@ from ._src.config_contexts import (disable_jit, ensure_compile_time_eval, debug_
                                    no_tracing, no_execution, explain_cache_misses, threefry_partitionable,
                                    make_user_context, default_matmul_precision, enable_checks, debug_key_reuse,
                                    default_prng_impl, legacy_prng_key, enable_custom_prng, allow_f16_reductions,
-                                   thread_guard, array_garbage_collection_guard)
+                                   thread_guard, array_garbage_collection_guard, allow_excess_precision)
 from ._src.fwd_and_bwd import fwd_and_bwd  # noqa: E402
 from . import distributed  # noqa: E402
 from .jax_utils import shard, device_put_replicated, device_put_sharded  # noqa: E402

@@ -100,7 +100,7 @@ struct Group {
 
 bool fusible_elementwise(const Node& n, const Graph& g) { return fused_op(n, g) >= 0; }
 
-Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
+Graph fuse_elementwise(const Graph& g_in, FusionStats* stats, bool excess_precision) {
   const Graph g = sink_small_nodes(g_in);
   const int N = int(g.nodes.size());
   std::vector<int64_t> op(N, -1);
@@ -391,6 +391,9 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats) {
   for (size_t i = 0; i < out.nodes.size(); ++i) for (int v : out.nodes[i].out) out.producer[v] = int(i);
   out.dce();  // broadcasts and constants nobody reads any more
   out = merge_sibling_sums(out, &st.siblings_merged);
+  if (excess_precision)  // after the sibling merge, which builds its nodes' attrs anew
+    for (Node& n : out.nodes)
+      if (n.prim->name == "fused_elementwise") n.attrs.set("excess_precision", int64_t(1));
   if (stats) *stats = st;
   return out;
 }

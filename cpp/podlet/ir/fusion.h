@@ -38,7 +38,9 @@ bool fusible_elementwise(const Node& n, const Graph& g);
 // come just before their first use (fusion_order.h) - then sibling sum passes merged
 // (sibling_fusion.h); g is unchanged. Value ids of g's inputs
 // and outputs keep their meaning (same positions in inputs / outputs).
-Graph fuse_elementwise(const Graph& g, FusionStats* stats = nullptr);
+// excess_precision: every fused node gets the attr of that name (below), XLA's
+// --xla_allow_excess_precision: bf16 values inside a fusion stay f32.
+Graph fuse_elementwise(const Graph& g, FusionStats* stats = nullptr, bool excess_precision = false);
 
 // The program format shared by the pass (fusion.cc) and the kernel (prims/fused.cc).
 // A program is SSA: instruction k defines slot k. Attrs of a fused_elementwise node:
@@ -49,6 +51,9 @@ Graph fuse_elementwise(const Graph& g, FusionStats* stats = nullptr);
 //   outs       per output: slot, then rank r and r dims (its shape); dtype = the slot's
 //   flops      FLOPs of the primitives it replaces (FLOP totals survive fusion)
 //   prims      the replaced primitives' names, comma separated (for dumps and profiles)
+//   excess_precision  optional, 1: a bf16 arithmetic result that only feeds the program
+//              keeps its f32 value instead of rounding (as XLA on a TPU); outputs and
+//              explicit converts to bf16 still round. 0 / absent: JAX-on-CPU's bits
 namespace fused {
 enum Op : int64_t {
   kLoad = 0,  // a = load index

@@ -84,6 +84,22 @@ Load classify(int input, const Shape& dims, const Shape& st) {
   return l;
 }
 
+// XLA's allow_excess_precision (a TPU's fusions): a bf16 arithmetic result read only
+// inside the program keeps its f32 value, so a chain rounds once, where its value leaves
+// the program. The register types already allow it (a bf16 register holds an f32); the
+// instruction just stops rounding (rd f32). Outputs round as before, and so do explicit
+// converts to bf16: a user's x.astype(bf16) keeps its meaning.
+void keep_f32_inside(Program& p) {
+  std::vector<char> is_out(p.code.size(), 0);
+  for (const Out& o : p.outs) is_out[o.slot] = 1;
+  for (size_t k = 0; k < p.code.size(); ++k) {
+    Instr& ins = p.code[k];
+    const bool rounds = (ins.op >= kNeg && ins.op <= kIntPow) || (ins.op >= kAdd && ins.op <= kPow) ||
+                        ins.op == kSelect || ins.op == kClamp;
+    if (rounds && !is_out[k] && ins.d == DType::bf16 && ins.rd == DType::bf16) ins.rd = DType::f32;
+  }
+}
+
 Program parse(const Attrs& a) {
   Program p;
   p.n = a.i("n");
@@ -96,6 +112,7 @@ Program parse(const Attrs& a) {
     if (o < 0 || o >= int64_t(p.outs.size())) throw ValueError(fmt("fused_elementwise: reduced output ", o, " out of range"));
     p.reduced[o] = 1;
   }
+  if (a.i("excess_precision", 0)) keep_f32_inside(p);
   return p;
 }
 

@@ -17,7 +17,12 @@ flags = {"disable_jit": False, "debug_nans": False, "debug_infs": False, "log_co
          # jax's flags that podlet records (config_contexts.py says what each means here)
          "default_matmul_precision": None, "enable_checks": False, "debug_key_reuse": False,
          "default_prng_impl": "threefry2x32", "legacy_prng_key": "allow", "enable_custom_prng": False,
-         "allow_f16_reductions": True, "thread_guard": False, "array_garbage_collection_guard": None}
+         "allow_f16_reductions": True, "thread_guard": False, "array_garbage_collection_guard": None,
+         # podlet's: bf16 values inside a fused elementwise node stay f32 and round once
+         # where they leave it (XLA's --xla_allow_excess_precision, as on a TPU); off:
+         # every bf16 op rounds, JAX-on-CPU's bits. PODLET_EXCESS_PRECISION=1 turns it on.
+         "allow_excess_precision": os.environ.get("PODLET_EXCESS_PRECISION", "0").lower() in
+         ("1", "true", "on", "yes")}
 _PRESETS = ("ANY_F8_ANY_F8_F32", "ANY_F8_ANY_F8_F32_FAST_ACCUM", "ANY_F8_ANY_F8_ANY", "ANY_F8_ANY_F8_ANY_FAST_ACCUM",
             "F16_F16_F16", "F16_F16_F32", "BF16_BF16_BF16", "BF16_BF16_F32", "BF16_BF16_F32_X3", "BF16_BF16_F32_X6",
             "BF16_BF16_F32_X9", "TF32_TF32_F32", "TF32_TF32_F32_X3", "F32_F32_F32", "F64_F64_F64")

@@ -37,6 +37,9 @@ decorator, like jax's). What each flag does in podlet:
   ValueError naming it.
 * ``allow_f16_reductions``: with False, ``lax.reduce_sum`` of a bfloat16 operand over
   an axis of size > 1 raises ValueError (jax's message; podlet has no float16).
+* ``allow_excess_precision`` (podlet's, off by default): bf16 values inside a fused
+  elementwise chain stay f32 and round once where they leave it, as XLA does with
+  ``--xla_allow_excess_precision`` on a TPU; off, every bf16 op rounds as on jax's CPU.
 * ``enable_checks`` (jax's internal invariant checks), ``debug_key_reuse`` (tracking of
   typed keys: podlet's keys are raw uint32 arrays), ``legacy_prng_key`` ('allow' |
   'warn' | 'error': podlet has no typed keys, so every key is a raw one and nothing is
@@ -126,6 +129,13 @@ enable_custom_prng = _flag("enable_custom_prng", doc="Recorded.")
 allow_f16_reductions = _flag("allow_f16_reductions", doc="With False, lax.reduce_sum of bfloat16 raises.")
 thread_guard = _flag("thread_guard", doc="Recorded (multi-process dispatch order).")
 array_garbage_collection_guard = _flag("array_garbage_collection_guard", None, "Recorded.")
+allow_excess_precision = _flag("allow_excess_precision", doc=(
+    "Inside the block, bf16 arithmetic inside a fused elementwise chain keeps its f32 value "
+    "and rounds to bf16 once, where the value leaves the fusion (XLA's "
+    "--xla_allow_excess_precision, what a TPU does); explicit astype(bfloat16) still rounds. "
+    "Off (the default): every bf16 operation rounds, JAX-on-CPU's bits. Faster bf16 "
+    "elementwise work (the GELU's backward pass: one rounding instead of ~25), results "
+    "closer to f32 and different in the last bits from JAX on CPU."))
 
 
 class _FlagKey:
@@ -142,7 +152,8 @@ class _FlagKey:
 
 def _register_jit_keys():
     from . import core
-    core.user_contexts.extend(_FlagKey(n) for n in ("default_matmul_precision", "allow_f16_reductions"))
+    core.user_contexts.extend(_FlagKey(n) for n in ("default_matmul_precision", "allow_f16_reductions",
+                                                       "allow_excess_precision"))
 
 
 _register_jit_keys()

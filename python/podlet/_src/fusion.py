@@ -12,7 +12,8 @@ inputs before fusion (cpp/podlet/ir/remat.h), so fusion folds the recomputation 
 the backward pass's own passes; PODLET_REMAT=0 keeps them instead.
 
 PODLET_FUSION=0 in the environment turns every pass off (read at each call, so tests
-can flip it).
+can flip it). config.allow_excess_precision (part of jit's cache key) marks the fused
+nodes to keep bf16 intermediates in f32.
 """
 import os
 
@@ -39,7 +40,8 @@ def _passes(graph):
     g = _fuse_pools(_fuse_optimizer(graph))
     if remat_enabled():
         g = _core.rematerialize(g)
-    return _core.fuse_elementwise(g)
+    from .config import flags
+    return _core.fuse_elementwise(g, excess_precision=bool(flags["allow_excess_precision"]))
 
 
 def executable_graph(entry):
