@@ -35,6 +35,7 @@ its sign (kernels/fastmath.h f32_to_bf16_bits), so nothing needs canonicalising 
 
     .venv/bin/python fuzz/fused_diff.py --seconds 600 --seed 1
     .venv/bin/python fuzz/fused_diff.py --programs 500 --seed 7
+    .venv/bin/python fuzz/fused_diff.py --seconds 300 --excess   # allow_excess_precision's fused configs
     .venv/bin/python fuzz/fused_diff.py --show 1000042     # print one program
     .venv/bin/python fuzz/fused_diff.py --replay 1000042   # run (and shrink) one program
 
@@ -612,6 +613,7 @@ class Config:
     fused_jit: bool = False
     threads: int = None       # None: podlet's default
     eager: bool = False
+    excess: bool = False      # config allow_excess_precision (bf16 kept f32 inside a fusion)
 
     def run(self, prog, fn, jitted):
         """The outputs of prog (fn: its Python function, jitted: podlet.jit(fn)) as
@@ -635,6 +637,7 @@ def _configured(cfg):
     _core.set_isa(cfg.isa or _BEST_ISA)
     _core.set_fused_jit(cfg.fused_jit)
     podlet.config.update("num_threads", cfg.threads or _DEFAULT_THREADS)
+    podlet.config.update("allow_excess_precision", cfg.excess)
     try:
         yield
     finally:
@@ -645,19 +648,22 @@ def _configured(cfg):
         _core.set_isa(_START_ISA)
         _core.set_fused_jit(podlet.config.fused_jit)
         podlet.config.update("num_threads", _DEFAULT_THREADS)
+        podlet.config.update("allow_excess_precision", False)
 
 
-def available_configs():
-    """Every configuration this host can run; the first is the reference (unfused)."""
+def available_configs(excess=False):
+    """Every configuration this host can run; the first is the reference (unfused). With
+    excess (allow_excess_precision), fused configurations only: an unfused graph rounds
+    every op, so the reference is the interpreter at the baseline ISA."""
     info = podlet.cpu_info()
     isas = [i for i in info["available_isas"] if i not in ("avx512bf16", "amx")]  # the fused kernels stop at avx512
-    cfgs = [Config("unfused", fusion=False), Config("eager", eager=True)]
-    cfgs += [Config(f"fused/{isa}", isa=isa) for isa in isas]
+    cfgs = [] if excess else [Config("unfused", fusion=False), Config("eager", eager=True)]
+    cfgs += [Config(f"fused/{isa}", isa=isa, excess=excess) for isa in isas]
     if "avx512" in isas:   # the JIT compiles only where the active ISA is AVX-512
-        cfgs.append(Config("fused/jit", isa="avx512", fused_jit=True))
+        cfgs.append(Config("fused/jit", isa="avx512", fused_jit=True, excess=excess))
     best = cfgs[-1]
     if _DEFAULT_THREADS != 1:
-        cfgs.append(Config(best.name + "/1thread", isa=best.isa, fused_jit=best.fused_jit, threads=1))
+        cfgs.append(Config(best.name + "/1thread", isa=best.isa, fused_jit=best.fused_jit, threads=1, excess=excess))
     return cfgs
 
 
@@ -1082,6 +1088,9 @@ def main(argv=None):
     ap.add_argument("--replay", type=int, metavar="PROGRAM_SEED", help="run one program, shrink a mismatch")
     ap.add_argument("--show", type=int, metavar="PROGRAM_SEED", help="print one program and exit")
     ap.add_argument("--verbose", action="store_true", help="print each program's seed before it runs")
+    ap.add_argument("--excess", action="store_true",
+                    help="every fused configuration under allow_excess_precision, against the interpreter at "
+                         "the baseline ISA under it (no unfused reference: it rounds every bf16 op)")
     ap.add_argument("--perturb", action="store_true",
                     help="self-test: flip one bit of the best fused configuration's first output, "
                          "which must be reported (exit 1)")
@@ -1095,7 +1104,7 @@ def main(argv=None):
         p = generate(a.show)
         print(f"# {p.describe()}\n{p.source()}")
         return 0
-    configs = available_configs()
+    configs = available_configs(a.excess)
     perturb = (configs[-1].name, _flip_last_bit) if a.perturb else None
     if a.replay is not None:
         p = generate(a.replay)
