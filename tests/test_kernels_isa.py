@@ -120,6 +120,12 @@ DOT_CASES = {
     "matvec": ((40, 600), (600,), dot_attrs([1], [0])),
     "skinny": ((1, 8), (8, 1), dot_attrs([1], [0])),
     "empty_k": ((5, 0), (0, 7), dot_attrs([1], [0])),
+    # long K, small output: summed in K chunks (gemm_avx512_impl.h k_chunks), each task
+    # packing its own B blocks; odd K ends in a half pair inside the last chunk
+    "long_k_weight_grad": ((9000, 40), (9000, 70), dot_attrs([0], [0])),    # x^T g, B rows
+    "long_k_odd_rows": ((30, 9001), (50, 9001), dot_attrs([1], [1])),       # B columns contiguous in K
+    "long_k_gathered": ((9001, 3, 5), (5, 9001, 7), dot_attrs([0], [1])),   # B gathered
+    "long_k_batched": ((2, 8500, 20), (2, 8500, 30), dot_attrs([1], [1], [0], [0])),
 }
 
 
@@ -161,7 +167,8 @@ def test_dot_fast_path_is_taken(isa):
 def test_dot_bits_do_not_depend_on_thread_count(isa, dtype):
     rng = np.random.default_rng(3)
     cases = [((250, 530), (530, 300), dot_attrs([1], [0])), ((530, 70), (90, 530), dot_attrs([0], [1])),
-             ((4, 90, 300), (4, 300, 40), dot_attrs([2], [1], [0], [0]))]
+             ((4, 90, 300), (4, 300, 40), dot_attrs([2], [1], [0], [0])),
+             ((9000, 40), (9000, 70), dot_attrs([0], [0])), ((30, 9001), (50, 9001), dot_attrs([1], [1]))]
     for ls, rs, attrs in cases:
         a, b = rand(rng, ls, dtype), rand(rng, rs, dtype)
         one = run(isa, "dot_general", [a, b], attrs, threads=1)

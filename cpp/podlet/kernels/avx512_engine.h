@@ -427,7 +427,7 @@ template <class Kind, bool KMajor, class GetB, class PackA>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, int64_t qend, GetB&& get_b,
                   PackA&& pack_a, Scratch& s, float* ct, int64_t ldc) {
   const int64_t mp = round_up(mb, MR), np = round_up(nb, NR);
-  if (qend == 0) {  // empty sum
+  if (qend == qbeg) {  // empty sum
     for (int64_t i = 0; i < mp; ++i) std::memset(ct + i * ldc, 0, size_t(np) * 4);
     return;
   }
@@ -449,7 +449,7 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
     for (int64_t j = 0; j < np; j += NR) {
       const uint32_t* bpan = bv.p + (j / NR) * bv.stride;
       for (int64_t i = 0; i < mp; i += MR)
-        ukernel_x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > 0);
+        ukernel_x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg);
     }
   }
 }

@@ -27,41 +27,45 @@ inline uint32_t pair_word(const bf16* p, int64_t o0, bool has1, int64_t o1) {
   return uint32_t(p[o0].bits) | (has1 ? uint32_t(p[o1].bits) << 16 : 0u);
 }
 
-// Panel j of B[b] into dst = [Kq][NR] words, zero past N (and past K).
-template <class Kind, class T> void pack_b_panel(const Operands& o, int64_t b, int64_t j, uint32_t* dst) {
+// Steps [q0, q0 + nq) of panel j of B[b] into dst = [nq][NR] words, zero past N (and
+// past K).
+template <class Kind, class T>
+void pack_b_panel(const Operands& o, int64_t b, int64_t j, int64_t q0, int64_t nq, uint32_t* dst) {
   const GemmArgs& g = o.g;
   const T* base = static_cast<const T*>(g.b) + g.b_batch[b];
-  const int64_t n0 = j * NR, nb = imin(NR, g.N - n0), K = g.K, Kq = cdiv(K, Kind::kstep);
+  const int64_t n0 = j * NR, nb = imin(NR, g.N - n0), K = g.K;
   const int64_t* bk = g.b_k.data();
   const int64_t* bc = g.b_col.data() + n0;
   if (nb < NR)
-    for (int64_t q = 0; q < Kq; ++q) zero_words(dst + q * NR + nb, NR - nb);
+    for (int64_t q = 0; q < nq; ++q) zero_words(dst + q * NR + nb, NR - nb);
   if constexpr (std::is_same_v<Kind, F32Kind>) {
-    float* d = reinterpret_cast<float*>(dst);
+    float* d = reinterpret_cast<float*>(dst) - q0 * NR;  // indexed by absolute k
     if (o.b_col_unit) {
-      for (int64_t k = 0; k < K; ++k) copy_row(base + bk[k] + bc[0], nb, d + k * NR);
+      for (int64_t k = q0; k < q0 + nq; ++k) copy_row(base + bk[k] + bc[0], nb, d + k * NR);
     } else if (o.b_k_unit) {
       const T* src[NR];
-      for (int64_t c = 0; c < nb; ++c) src[c] = base + bc[c] + bk[0];
-      transpose_rows(src, nb, K, dst, NR);
+      for (int64_t c = 0; c < nb; ++c) src[c] = base + bc[c] + bk[q0];
+      transpose_rows(src, nb, nq, dst, NR);
     } else {
-      for (int64_t k = 0; k < K; ++k)
+      for (int64_t k = q0; k < q0 + nq; ++k)
         for (int64_t c = 0; c < nb; ++c) d[k * NR + c] = widen1(base[bk[k] + bc[c]]);
     }
   } else {
+    uint32_t* d = dst - q0 * NR;  // indexed by absolute step
     if (o.b_col_unit) {
-      for (int64_t q = 0; q < Kq; ++q)
+      for (int64_t q = q0; q < q0 + nq; ++q)
         interleave_rows(base + bk[2 * q] + bc[0], 2 * q + 1 < K ? base + bk[2 * q + 1] + bc[0] : nullptr, nb,
-                        dst + q * NR);
+                        d + q * NR);
     } else if (o.b_k_unit) {  // column c of B is contiguous in K: its words are K pairs
+      const int64_t pairs = imin(q0 + nq, K / 2) - q0;  // whole pairs in the range
       const Word* src[NR];
-      for (int64_t c = 0; c < nb; ++c) src[c] = reinterpret_cast<const Word*>(base + bc[c] + bk[0]);
-      transpose_rows(src, nb, K / 2, dst, NR);
-      if (K % 2)
-        for (int64_t c = 0; c < nb; ++c) dst[(Kq - 1) * NR + c] = base[bc[c] + bk[K - 1]].bits;
+      for (int64_t c = 0; c < nb; ++c) src[c] = reinterpret_cast<const Word*>(base + bc[c] + bk[2 * q0]);
+      if (pairs > 0) transpose_rows(src, nb, pairs, dst, NR);
+      if (K % 2 && q0 + nq == cdiv(K, 2))
+        for (int64_t c = 0; c < nb; ++c) d[(K / 2) * NR + c] = base[bc[c] + bk[K - 1]].bits;
     } else {
-      for (int64_t q = 0; q < Kq; ++q)
-        for (int64_t c = 0; c < nb; ++c) dst[q * NR + c] = pair_word(base, bk[2 * q] + bc[c], 2 * q + 1 < K, 2 * q + 1 < K ? bk[2 * q + 1] + bc[c] : 0);
+      for (int64_t q = q0; q < q0 + nq; ++q)
+        for (int64_t c = 0; c < nb; ++c) d[q * NR + c] = pair_word(base, bk[2 * q] + bc[c], 2 * q + 1 < K, 2 * q + 1 < K ? bk[2 * q + 1] + bc[c] : 0);
     }
   }
 }
@@ -117,35 +121,92 @@ void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t
   }
 }
 
+// K chunks of a product whose output is too small to keep both threads busy and whose K
+// is long (weight gradients: x^T g over batch x tokens, e.g. [96, 384] summed over 50,176
+// positions in Swin-T's first stage). Whole-K tiles read the long operands once per tile
+// of the other side (4 x 38 MB there, at half the speed of the transposed product);
+// chunks give each operand one pass and every chunk's tiles to the threads. Each element
+// is then summed in blocks in order within a chunk and chunk partials in chunk order: a
+// function of the shape only (never of the thread count), like conv backward-filter's.
+constexpr int64_t kKChunk = 1024;   // k steps per chunk (at least)
+inline int64_t k_chunks(int64_t B, int64_t M, int64_t N, int64_t Kq) {
+  const int64_t tiles = B * cdiv(M, kMaxMC) * cdiv(N, kNC);  // at full tile size
+  if (tiles >= 8 || Kq < 2 * kKChunk) return 1;
+  if (double(B) * double(M) * double(N) * double(Kq / kKChunk) > double(int64_t(1) << 24)) return 1;  // partials <= 64 MB
+  return Kq / kKChunk;
+}
+
 template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   const Operands o{g, unit_stride(g.a_k.data(), g.K), unit_stride(g.a_row.data(), g.M),
                    unit_stride(g.b_col.data(), g.N), unit_stride(g.b_k.data(), g.K)};
   const int64_t Kq = cdiv(g.K, Kind::kstep);
   const int64_t panels = cdiv(g.N, NR);
   const int64_t bsize = Kq * panels * NR;  // one batch entry of packed B
-  WBuf bp(g.B * bsize);
-  run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
-            [&](int64_t u) { pack_b_panel<Kind, TB>(o, u / panels, u % panels, bp.p + u * Kq * NR); });
+  const int64_t nch = k_chunks(g.B, g.M, g.N, Kq);
+  // Whole K: B packed once up front, shared by the tiles of every row range. K chunks:
+  // each task packs the B blocks it uses into its scratch (with full-height tiles, B is
+  // still packed once; a whole packed copy of a long B was a fresh 38 MB a call, mostly
+  // page faults).
+  WBuf bp(nch == 1 ? g.B * bsize : 1);
+  if (nch == 1)
+    run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
+              [&](int64_t u) { pack_b_panel<Kind, TB>(o, u / panels, u % panels, 0, Kq, bp.p + u * Kq * NR); });
 
-  const Tiling t = choose_tiling(g.B, g.M, g.N);
-  const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
   const bool kmajor = !o.a_k_unit && o.a_row_unit;
-  run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
-    const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
-    const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
-    const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
-    const PrepackedB pb{bp.p + b * bsize, Kq};
+  // C tile [m0, m0 + mb) x [n0, n0 + nb) of batch entry b over k steps [qb, qe) into ct.
+  auto product = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qb, int64_t qe, Scratch& s,
+                     float* ct, int64_t ldc) {
+    const PrepackedB prepacked{bp.p + b * bsize, Kq};
+    auto pb = [&](int64_t n0_, int64_t nb_, int64_t q0, int64_t nq, Scratch& sc) -> BView {
+      if (nch == 1) return prepacked(n0_, nb_, q0, nq, sc);
+      const int64_t np = cdiv(nb_, NR);
+      sc.b.reserve(np * nq * NR);
+      for (int64_t j = 0; j < np; ++j) pack_b_panel<Kind, TB>(o, b, n0_ / NR + j, q0, nq, sc.b.p + j * nq * NR);
+      return {sc.b.p, nq * NR};
+    };
     if (kmajor)
-      tile_product<Kind, true>(m0, mb, n0, nb, 0, Kq, pb,
+      tile_product<Kind, true>(m0, mb, n0, nb, qb, qe, pb,
                                [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
                                  pack_a_kmajor<Kind, TA>(o, b, m, rows, q0, nq, dst);
-                               }, s, s.c.f(), ldc);
+                               }, s, ct, ldc);
     else
-      tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, pb,
+      tile_product<Kind, false>(m0, mb, n0, nb, qb, qe, pb,
                                 [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
                                   pack_a_rows<Kind, TA>(o, b, m, rows, q0, nq, dst);
-                                }, s, s.c.f(), ldc);
-    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, s.c.f() + i * ldc, nb);
+                                }, s, ct, ldc);
+  };
+  const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
+  if (nch == 1) {
+    const Tiling t = choose_tiling(g.B, g.M, g.N);
+    run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
+      const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
+      const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
+      const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
+      product(b, m0, mb, n0, nb, 0, Kq, s, s.c.f(), ldc);
+      for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, s.c.f() + i * ldc, nb);
+    });
+    return;
+  }
+  // Chunked: full-size tiles (the chunks are the parallelism), each chunk's tile into
+  // its own slot of `part`, then per tile the chunks added in order and stored.
+  const int64_t mc = imin(kMaxMC, round_up(g.M, MR)), nc = imin(kNC, round_up(g.N, NR));
+  const int64_t mt = cdiv(g.M, mc), nt = cdiv(g.N, nc), ntiles = g.B * mt * nt, tile_size = mc * nc;
+  WBuf part(nch * ntiles * tile_size);
+  run_tasks(nch * ntiles, flops, [&](int64_t task, Scratch& s) {
+    const int64_t c = task / ntiles, tile = task % ntiles;
+    const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
+    const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc, mb = imin(mc, g.M - m0), nb = imin(nc, g.N - n0);
+    product(b, m0, mb, n0, nb, c * Kq / nch, (c + 1) * Kq / nch, s, part.f() + task * tile_size, nc);
+  });
+  run_units(ntiles, double(nch) * double(tile_size), [&](int64_t tile) {
+    const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
+    const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc, mb = imin(mc, g.M - m0), nb = imin(nc, g.N - n0);
+    float* t = part.f() + tile * tile_size;
+    for (int64_t c = 1; c < nch; ++c) {
+      const float* pt = part.f() + (c * ntiles + tile) * tile_size;
+      for (int64_t i = 0; i < mb * nc; ++i) t[i] += pt[i];
+    }
+    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, t + i * nc, nb);
   });
 }
 
