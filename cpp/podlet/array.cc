@@ -41,8 +41,8 @@ void reset_peak_memory() { g_peak.store(g_live.load()); }
 // fresh pages, which cost more than the elementwise kernels that write them. Freed
 // buffers of at least kPoolMin bytes wait in a pool keyed by size class (sizes rounded
 // up to 1/8 of their power of two) and are handed out again; the pool holds at most
-// pool_cap() bytes (PODLET_BUFFER_POOL_MB, default 4096), dropping the least recently
-// freed first. A request takes the smallest pooled buffer up to 1/4 larger than its
+// pool_cap() bytes (PODLET_BUFFER_POOL_MB; by default 4 GB or the process's high-water
+// mark of buffers in use), dropping the least recently freed first. A request takes the smallest pooled buffer up to 1/4 larger than its
 // class; when none fits and a fresh buffer would take the pool and the buffers in use
 // past the process's high-water mark of buffers in use (+1/16), a pooled buffer is
 // resized instead (take_resized): without that, differently sized requests each kept
@@ -60,12 +60,19 @@ size_t size_class(size_t n) {
   return (n + step - 1) / step * step;
 }
 
+// PODLET_BUFFER_POOL_MB when set; else 4 GB or the most the process has had in use,
+// whichever is larger. A fixed 4 GB dropped any one buffer above it on every free: Swin-T
+// f32 at batch 32 has a 4.5 GB step arena, so each step faulted in and zeroed 4.5 GB
+// again, and its memory-bound kernels ran 2-5x slower per byte than at batch 16. Holding
+// up to the high-water mark adds nothing to the process's peak resident size (a pooled
+// buffer is reused before a fresh one is mapped, or resized, take_resized).
 size_t pool_cap() {
-  static const size_t cap = [] {
+  static const double env_mb = [] {
     const char* e = std::getenv("PODLET_BUFFER_POOL_MB");
-    return size_t(e && *e ? std::max(0.0, std::atof(e)) : 4096.0) << 20;
+    return e && *e ? std::max(0.0, std::atof(e)) : -1.0;
   }();
-  return cap;
+  if (env_mb >= 0) return size_t(env_mb) << 20;
+  return std::max(size_t(4096) << 20, size_t(g_high.load()));
 }
 
 // Pool-sized buffers are mapped and unmapped directly: a buffer the pool drops goes back
@@ -165,13 +172,13 @@ Pool& pool() {
 }
 }  // namespace
 
-std::shared_ptr<void> alloc_buffer(size_t nbytes) {
+void* alloc_raw_buffer(size_t nbytes, size_t* got) {
   size_t n = size_class(std::max<size_t>(kAlign, nbytes));
   void* p = nullptr;
   if (n >= kPoolMin) {
-    size_t got = n;
-    p = pool().take(n, &got);
-    if (p) n = got;
+    size_t g = n;
+    p = pool().take(n, &g);
+    if (p) n = g;
     else p = pool().take_resized(n, size_t(g_live.load()), size_t(g_high.load()));
   }
   if (!p) p = n >= kPoolMin ? map_pages(n) : std::aligned_alloc(kAlign, n);
@@ -185,14 +192,24 @@ std::shared_ptr<void> alloc_buffer(size_t nbytes) {
   while (live > pk && !g_peak.compare_exchange_weak(pk, live)) {}
   int64_t hi = g_high.load();
   while (live > hi && !g_high.compare_exchange_weak(hi, live)) {}
-  return std::shared_ptr<void>(p, [n](void* q) {
-    g_live.fetch_sub(int64_t(n));
-    if (n >= kPoolMin) pool().give(n, q);
-    else {
-      PODLET_UNPOISON(q, n);
-      std::free(q);
-    }
-  });
+  *got = n;
+  return p;
+}
+
+void free_raw_buffer(void* q, size_t n) {
+  if (!q) return;
+  g_live.fetch_sub(int64_t(n));
+  if (n >= kPoolMin) pool().give(n, q);
+  else {
+    PODLET_UNPOISON(q, n);
+    std::free(q);
+  }
+}
+
+std::shared_ptr<void> alloc_buffer(size_t nbytes) {
+  size_t n = 0;
+  void* p = alloc_raw_buffer(nbytes, &n);
+  return std::shared_ptr<void>(p, [n](void* q) { free_raw_buffer(q, n); });
 }
 
 double get_as_double(const Array& a, int64_t i) {

@@ -30,6 +30,12 @@ MemStats& mem_stats();
 void reset_peak_memory();
 
 std::shared_ptr<void> alloc_buffer(size_t nbytes);
+// The same recycled buffers for kernels' scratch (64-byte aligned, counted as live):
+// free_raw_buffer(p, *got) gives it back. Plain functions, so ISA-specific translation
+// units can call them without instantiating templates of their own (the ODR note in
+// kernels/avx512_engine.h).
+void* alloc_raw_buffer(size_t nbytes, size_t* got);
+void free_raw_buffer(void* p, size_t got);
 
 struct AVal {  // abstract value: what the shape rules compute
   DType dtype = DType::f32;

@@ -34,6 +34,11 @@
 #include "podlet/kernels/gemm.h"
 #include "podlet/parallel.h"
 
+namespace podlet {  // array.h's pooled raw buffers, declared here so no template of array.h is instantiated
+void* alloc_raw_buffer(size_t nbytes, size_t* got);
+void free_raw_buffer(void* p, size_t got);
+}  // namespace podlet
+
 namespace podlet::kernels::avx2 {
 namespace {
 
@@ -42,18 +47,20 @@ constexpr int64_t KC = kGemmTileK;  // the K block: fixes the summation order
 
 using engine::imin, engine::imax, engine::cdiv, engine::round_up;
 
-// A 64-byte aligned float buffer (not std::vector<float>: see the ODR note above).
+// A 64-byte aligned float buffer (not std::vector<float>: see the ODR note above), from
+// podlet's pool of recycled buffers, as avx512_engine.h's WBuf.
 struct FBuf {
   float* p = nullptr;
+  size_t got = 0;
   FBuf() = default;
   explicit FBuf(int64_t n) { reset(n); }
-  ~FBuf() { std::free(p); }
+  ~FBuf() { free_raw_buffer(p, got); }
   FBuf(const FBuf&) = delete;
   FBuf& operator=(const FBuf&) = delete;
   void reset(int64_t n) {
-    std::free(p);
-    p = static_cast<float*>(std::aligned_alloc(64, size_t(round_up(imax(n, 1) * 4, 64))));
-    if (!p) throw std::bad_alloc();
+    free_raw_buffer(p, got);
+    p = nullptr;
+    p = static_cast<float*>(alloc_raw_buffer(size_t(round_up(imax(n, 1) * 4, 64)), &got));
   }
   void zero(int64_t n) { std::memset(p, 0, size_t(n) * 4); }
 };

@@ -38,6 +38,11 @@
 #include "podlet/kernels/gemm.h"
 #include "podlet/parallel.h"
 
+namespace podlet {  // array.h's pooled raw buffers, declared here so no template of array.h is instantiated
+void* alloc_raw_buffer(size_t nbytes, size_t* got);
+void free_raw_buffer(void* p, size_t got);
+}  // namespace podlet
+
 namespace podlet::kernels::avx512 {
 namespace {
 
@@ -53,21 +58,25 @@ struct Bf16Kind {
   static constexpr int64_t kstep = 2;
 };
 
-// A 64-byte aligned buffer of 32-bit words (not std::vector: see the ODR note).
+// A 64-byte aligned buffer of 32-bit words (not std::vector: see the ODR note), from
+// podlet's pool of recycled buffers (array.h): a packed operand of tens of MB from
+// aligned_alloc was mapped, faulted in and unmapped on every call (Swin-T f32 at batch
+// 32: ~0.9 GB of page faults a step).
 struct WBuf {
   uint32_t* p = nullptr;
   WBuf() = default;
   explicit WBuf(int64_t n) { reset(n); }
-  ~WBuf() { std::free(p); }
+  ~WBuf() { free_raw_buffer(p, got); }
   WBuf(const WBuf&) = delete;
   WBuf& operator=(const WBuf&) = delete;
   void reset(int64_t n) {
-    std::free(p);
+    free_raw_buffer(p, got);
+    p = nullptr;
     cap = imax(n, 1);
-    p = static_cast<uint32_t*>(std::aligned_alloc(64, size_t(round_up(cap * 4, 64))));
-    if (!p) throw std::bad_alloc();
+    p = static_cast<uint32_t*>(alloc_raw_buffer(size_t(round_up(cap * 4, 64)), &got));
   }
   int64_t cap = 0;
+  size_t got = 0;  // bytes held (the pool's size class)
   // Grows to at least n words (contents not kept).
   void reserve(int64_t n) {
     if (n > cap) { reset(n); }
