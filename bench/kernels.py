@@ -10,7 +10,8 @@ the f32 FMA peak measured in the same run (bench/peak.py's C++ loop, 1 and all t
     .venv/bin/python bench/kernels.py --only conv --dtype bfloat16 --isas avx512bf16 --winograd
 
 Shapes: dot 1024^3, the MLP layer 128x784 @ 784x1024 and its two backward products
-(x^T g and g W^T, which read an operand transposed), and every distinct convolution of
+(x^T g and g W^T, which read an operand transposed), a long-K weight gradient (Swin-T's
+first-stage MLP, [96, 384] summed over 50,176 positions), and every distinct convolution of
 ResNet-34 at 224x224x1 input (stem 7x7/2 1->64, the 3x3 layers at 56/28/14/7 including
 the stride-2 ones, the 1x1/2 projections) at --batch (default 32), in forward,
 backward-data and backward-filter; the fused attention primitive forward and backward at
@@ -61,7 +62,10 @@ def dot_cases(rng, dtype):
     return [dot(1024, 1024, 1024),
             dot(128, 784, 1024, name="mlp fwd  x[128,784] @ W[784,1024]"),
             dot(784, 128, 1024, lc=0, name="mlp dW   x^T[784,128] @ g[128,1024]"),
-            dot(128, 1024, 784, rc=1, name="mlp dX   g[128,1024] @ W^T[1024,784]")]
+            dot(128, 1024, 784, rc=1, name="mlp dX   g[128,1024] @ W^T[1024,784]"),
+            # a transformer's weight gradient: a small output summed over batch x tokens
+            # (Swin-T's first-stage MLP at batch 16; K chunks in gemm_avx512_impl.h)
+            dot(96, 50176, 384, lc=0, name="swin dW  x^T[96,50176] @ g[50176,384]")]
 
 
 # Every distinct ResNet-34 convolution at 224x224x1 input: (input H, Cin, Cout, kernel,
