@@ -144,9 +144,8 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   const int64_t bsize = Kq * panels * NR;  // one batch entry of packed B
   const int64_t nch = k_chunks(g.B, g.M, g.N, Kq);
   // Whole K: B packed once up front, shared by the tiles of every row range. K chunks:
-  // each task packs the B blocks it uses into its scratch (with full-height tiles, B is
-  // still packed once; a whole packed copy of a long B was a fresh 38 MB a call, mostly
-  // page faults).
+  // each task packs the B blocks it uses into its scratch, L2-sized (with full-height
+  // tiles B is still packed once, and no packed copy of a long B goes through memory).
   WBuf bp(nch == 1 ? g.B * bsize : 1);
   if (nch == 1)
     run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),

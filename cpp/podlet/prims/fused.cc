@@ -84,6 +84,11 @@ Load classify(int input, const Shape& dims, const Shape& st) {
   return l;
 }
 
+// The float arithmetic whose bf16 result the instruction rounds itself (rd bf16).
+bool rounds_result(int64_t op) {
+  return (op >= kNeg && op <= kIntPow) || (op >= kAdd && op <= kPow) || op == kSelect || op == kClamp;
+}
+
 // XLA's allow_excess_precision (a TPU's fusions): a bf16 arithmetic result read only
 // inside the program keeps its f32 value, so a chain rounds once, where its value leaves
 // the program. The register types already allow it (a bf16 register holds an f32); the
@@ -94,9 +99,7 @@ void keep_f32_inside(Program& p) {
   for (const Out& o : p.outs) is_out[o.slot] = 1;
   for (size_t k = 0; k < p.code.size(); ++k) {
     Instr& ins = p.code[k];
-    const bool rounds = (ins.op >= kNeg && ins.op <= kIntPow) || (ins.op >= kAdd && ins.op <= kPow) ||
-                        ins.op == kSelect || ins.op == kClamp;
-    if (rounds && !is_out[k] && ins.d == DType::bf16 && ins.rd == DType::bf16) ins.rd = DType::f32;
+    if (rounds_result(ins.op) && !is_out[k] && ins.d == DType::bf16 && ins.rd == DType::bf16) ins.rd = DType::f32;
   }
 }
 
@@ -144,9 +147,7 @@ void fold_bf16_converts(Program& p) {
   for (Instr& cv : p.code) {
     if (cv.op != kConvert || cv.d != DType::f32 || cv.rd != DType::bf16 || uses[cv.a] != 1) continue;
     Instr& src = p.code[cv.a];
-    const bool rounds = (src.op >= kNeg && src.op <= kIntPow) || (src.op >= kAdd && src.op <= kPow) ||
-                        src.op == kSelect || src.op == kClamp;
-    if (!rounds || src.d != DType::f32 || src.rd != DType::f32) continue;
+    if (!rounds_result(src.op) || src.d != DType::f32 || src.rd != DType::f32) continue;
     src.rd = DType::bf16;
     cv.d = DType::bf16;  // bf16 -> bf16: an identity, aliased below
   }
