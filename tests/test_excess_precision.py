@@ -149,3 +149,22 @@ def test_pmap_gives_jit_bits(restore):
         got = np.asarray(podlet.pmap(chain)(xs, ys))
     assert_same_bits(list(got), want)
     assert (bits(got) != bits(np.asarray(podlet.pmap(chain)(xs, ys)))).any()  # and off again: per-op bits
+
+
+def test_environment_variable_sets_it_at_import():
+    import os
+    import subprocess
+    import sys
+    code = ("import podlet, numpy as np, podlet.numpy as jnp\n"
+            "from podlet._src import dtypes\n"
+            "x = np.linspace(-3, 3, 4096, dtype=np.float32).astype(dtypes.bfloat16)\n"
+            "f = podlet.jit(lambda x: jnp.tanh(x * 0.75 + 1.0) * jnp.exp(x * 0.5))\n"
+            "once = np.asarray(f(x.astype(np.float32))).astype(dtypes.bfloat16)\n"
+            "print(podlet.config.allow_excess_precision, bool((np.asarray(f(x)).view(np.uint16) == once.view(np.uint16)).all()))\n")
+    out = {}
+    for value in ("1", "0"):
+        env = dict(os.environ, PODLET_EXCESS_PRECISION=value)
+        out[value] = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                    check=True).stdout.split()
+    assert out["1"] == ["True", "True"]    # on: the bf16 chain is the f32 chain rounded once
+    assert out["0"] == ["False", "False"]  # off: rounded after every op, other bits
