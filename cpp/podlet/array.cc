@@ -42,14 +42,15 @@ void reset_peak_memory() { g_peak.store(g_live.load()); }
 // buffers of at least kPoolMin bytes wait in a pool keyed by size class (sizes rounded
 // up to 1/8 of their power of two) and are handed out again; the pool holds at most
 // pool_cap() bytes (PODLET_BUFFER_POOL_MB; by default 4 GB or the process's high-water
-// mark of buffers in use), dropping the least recently freed first. A request takes the smallest pooled buffer up to 1/4 larger than its
-// class; when none fits and a fresh buffer would take the pool and the buffers in use
-// past the process's high-water mark of buffers in use (+1/16), a pooled buffer is
-// resized instead (take_resized): without that, differently sized requests each kept
-// their own spare buffers and the resident size of a ResNet-34 step was 1.6x its peak of
-// live buffers. (run_graph's memory plan, ir/memory_plan.h, now asks for one arena per
-// run instead of a buffer per value.) Pooled bytes are not "live": the peak-memory
-// figure counts buffers in use.
+// mark of buffers in use), dropping the least recently freed first. A request takes the
+// smallest pooled buffer up to 1/4 larger than its class; when none fits and a fresh
+// buffer would take the pool and the buffers in use past the process's high-water mark
+// of buffers in use (+1/16), a pooled buffer is resized instead (take_resized): without
+// that, differently sized requests each kept their own spare buffers and the resident
+// size of a ResNet-34 step was 1.6x its peak of live buffers. (run_graph's memory plan,
+// ir/memory_plan.h, now asks for one arena per run instead of a buffer per value.)
+// Pooled bytes are not "live": the peak-memory figure counts buffers in use, kernels'
+// scratch (alloc_raw_buffer) included.
 namespace {
 constexpr size_t kPoolMin = size_t(1) << 18;
 
