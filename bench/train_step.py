@@ -1,7 +1,8 @@
 """One full training step (forward, backward, AdamW) of ResNet-18 and ResNet-34 (and, with
 --models, ResNet-50, ViT-Tiny/16, ViT-Small/16 and Swin-T) on 224x224x1 images, 5 classes,
 batch 32, in podlet (jit; f32 and bf16 compute; bf16 with its default Winograd 3x3
-convolutions and, as podlet-direct, with the direct kernels), JAX + Flax + Optax on CPU
+convolutions and, as podlet-direct, with the direct kernels; as podlet-excess, bf16 under
+config allow_excess_precision: a fused chain rounds once, as on a TPU), JAX + Flax + Optax on CPU
 (jit; the same model written in Flax below; f32 and bf16) and PyTorch CPU (eager; f32 and
 bf16 autocast; the same ResNet in plain torch below), all in one run. Each
 framework/model/dtype runs in its own subprocess (its own peak RSS), nice'd, on --threads
@@ -15,6 +16,7 @@ and peak RSS; writes bench/results/train_step.json (or --out).
     nice -n 10 .venv/bin/python bench/train_step.py --rounds 2        # twice, interleaved; best of each
     .venv/bin/python bench/train_step.py --models resnet18 --frameworks podlet --steps 3
     nice -n 10 .venv/bin/python bench/train_step.py --models vit_tiny,vit_small,swin_tiny   # the transformers
+    nice -n 10 .venv/bin/python bench/train_step.py --models vit_tiny,swin_tiny --frameworks podlet,podlet-excess,torch,jax
 
 Issue 27's acceptance run (AMX tiles; on an Intel host whose `podlet.cpu_info()["active_isa"]`
 is "amx", with nothing else running):

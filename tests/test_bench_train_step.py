@@ -69,6 +69,10 @@ def test_grid():
                      ("resnet50", "bf16", "torch"), ("resnet50", "f32-bf16prec", "podlet"),
                      ("vit_tiny", "f32", "podlet"), ("vit_tiny", "f32", "torch"), ("vit_tiny", "bf16", "podlet"),
                      ("vit_tiny", "bf16", "torch"), ("vit_tiny", "f32-bf16prec", "podlet")]
+    # podlet-excess (allow_excess_precision) only in bf16, for every model
+    assert ts.grid(["vit_tiny", "resnet18"], ["f32", "bf16"], ["podlet", "podlet-excess"]) == [
+        ("vit_tiny", "f32", "podlet"), ("vit_tiny", "bf16", "podlet"), ("vit_tiny", "bf16", "podlet-excess"),
+        ("resnet18", "f32", "podlet"), ("resnet18", "bf16", "podlet"), ("resnet18", "bf16", "podlet-excess")]
     # without f32 in --dtypes, PyTorch's f32 row is still run, for f32-bf16prec
     assert ts.grid(["resnet18"], ["f32-bf16prec"], ["jax", "torch"]) == [
         ("resnet18", "f32-bf16prec", "jax"), ("resnet18", "f32", "torch")]
@@ -103,7 +107,8 @@ def test_table_names_peaks_and_notes():
             _run("podlet", "bf16", 30.0, 0.2), _run("jax", "bf16", 3.0, 0.02), _run("torch", "bf16", 20.0, 0.13),
             _run("podlet", "f32-bf16prec", 24.0, 0.16, bf16_products={"dot": True, "conv": True}),
             _run("jax", "f32-bf16prec", 4.0, 0.027, bf16_products={"dot": False, "conv": False}),
-            {"framework": "podlet-direct", "model": "resnet50", "dtype": "bf16", "error": "timeout"}]
+            {"framework": "podlet-direct", "model": "resnet50", "dtype": "bf16", "error": "timeout"},
+            _run("podlet-excess", "bf16", 36.0, 0.24)]
     out = ts.table({"peak": _peak("amx", 50.0, 2000.0), "runs": runs}).splitlines()
     assert out[0].startswith("| model | framework | dtype | images/s | vs podlet | MFU | MFU of |")
     rows = {tuple(c.strip() for c in line.split("|")[2:4]): line for line in out[2:] if line.startswith("| ")}
@@ -118,6 +123,8 @@ def test_table_names_peaks_and_notes():
     text = "\n".join(out)
     assert "resnet50 podlet bf16 30.00 img/s = 1.50x PyTorch bf16, 10.00x JAX bf16." in text
     assert "resnet50 podlet f32-bf16prec 24.00 img/s = 3.00x PyTorch f32, 6.00x JAX f32-bf16prec." in text
+    assert "resnet50 podlet-excess bf16 36.00 img/s = 1.80x PyTorch bf16, 12.00x JAX bf16." in text
+    assert "| 1.20x |" in rows[("podlet-excess", "bf16")]  # against podlet's bf16 row
     # a probe that found the flag not applied in podlet is flagged, not hidden
     bad = _run("podlet", "f32-bf16prec", 1.0, bf16_products={"dot": True, "conv": False})
     assert ts.note(bad, [bad]).startswith("flag NOT applied in part")
