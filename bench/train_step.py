@@ -464,9 +464,9 @@ def worker(a):
 def grid(models, dtypes, frameworks):
     """The (model, dtype, framework) cells of a run, in order. podlet-direct only for the bf16
     ResNets (Winograd is bf16 only, f32 and f32-bf16prec convolutions are direct anyway, and
-    only the ResNets have 3x3 convolutions); podlet-excess only for bf16. PyTorch's f32-bf16prec cell is its f32 one (its
-    counterpart of the TPU numerics; issue 27 compares podlet's f32-bf16prec with it), run
-    once."""
+    only the ResNets have 3x3 convolutions); podlet-excess only for bf16. PyTorch's
+    f32-bf16prec cell is its f32 one (its counterpart of the TPU numerics; issue 27
+    compares podlet's f32-bf16prec with it), run once."""
     cells = []
     for model in models:
         for dtype in dtypes:
