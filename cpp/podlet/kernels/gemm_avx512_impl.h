@@ -155,9 +155,8 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   // C tile [m0, m0 + mb) x [n0, n0 + nb) of batch entry b over k steps [qb, qe) into ct.
   auto product = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qb, int64_t qe, Scratch& s,
                      float* ct, int64_t ldc) {
-    const PrepackedB prepacked{bp.p + b * bsize, Kq};
     auto pb = [&](int64_t n0_, int64_t nb_, int64_t q0, int64_t nq, Scratch& sc) -> BView {
-      if (nch == 1) return prepacked(n0_, nb_, q0, nq, sc);
+      if (nch == 1) return PrepackedB{bp.p + b * bsize, Kq}(n0_, nb_, q0, nq, sc);
       const int64_t np = cdiv(nb_, NR);
       sc.b.reserve(np * nq * NR);
       for (int64_t j = 0; j < np; ++j) pack_b_panel<Kind, TB>(o, b, n0_ / NR + j, q0, nq, sc.b.p + j * nq * NR);

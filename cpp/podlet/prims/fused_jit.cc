@@ -695,6 +695,15 @@ class Gen : public Xbyak::CodeGenerator {
     static const double kB[] = {-1.1791602954361697e-7, 0.000023547966471313185, 0.0010179625278914885,
                                 0.014070470171167667, 0.11098505178285362, 0.49746925110067538, 1.0};
     const double c = 3.7439211627767994;
+    // p = (..((k[0] x2 + k[1]) x2 + k[2]) ..) + k[n-1], x2 in zmm2: fm::erf's order.
+    auto horner = [&](const Zmm& p, const double* k, int n) {
+      vmulpd(p, zmm2, cbd(k[0]));
+      vaddpd(p, p, cbd(k[1]));
+      for (int i = 2; i < n; ++i) {
+        vmulpd(p, p, zmm2);
+        vaddpd(p, p, cbd(k[i]));
+      }
+    };
     for (int half = 0; half < 2; ++half) {
       if (half == 0) {
         vcvtps2pd(zmm1, Xbyak::Ymm(x.getIdx()));
@@ -705,18 +714,8 @@ class Gen : public Xbyak::CodeGenerator {
       vmaxpd(zmm1, zmm1, cbd(-c));  // x < -c ? -c : x, then x > c ? c : x (a NaN lane is replaced below)
       vminpd(zmm1, zmm1, cbd(c));
       vmulpd(zmm2, zmm1, zmm1);     // x2
-      vmulpd(zmm3, zmm2, cbd(kA[0]));
-      vaddpd(zmm3, zmm3, cbd(kA[1]));
-      for (int i = 2; i < 5; ++i) {
-        vmulpd(zmm3, zmm3, zmm2);
-        vaddpd(zmm3, zmm3, cbd(kA[i]));
-      }
-      vmulpd(zmm4, zmm2, cbd(kB[0]));
-      vaddpd(zmm4, zmm4, cbd(kB[1]));
-      for (int i = 2; i < 7; ++i) {
-        vmulpd(zmm4, zmm4, zmm2);
-        vaddpd(zmm4, zmm4, cbd(kB[i]));
-      }
+      horner(zmm3, kA, 5);          // a
+      horner(zmm4, kB, 7);          // b
       vmulpd(zmm3, zmm1, zmm3);     // x * a / b
       vdivpd(zmm3, zmm3, zmm4);
       vcvtpd2ps(half == 0 ? ymm5 : ymm6, zmm3);

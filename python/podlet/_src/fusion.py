@@ -18,6 +18,7 @@ nodes to keep bf16 intermediates in f32.
 import os
 
 from .. import _core
+from .config import flags
 
 
 def enabled():
@@ -40,7 +41,6 @@ def _passes(graph):
     g = _fuse_pools(_fuse_optimizer(graph))
     if remat_enabled():
         g = _core.rematerialize(g)
-    from .config import flags
     return _core.fuse_elementwise(g, excess_precision=bool(flags["allow_excess_precision"]))
 
 
