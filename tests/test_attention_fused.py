@@ -353,3 +353,91 @@ def test_grad_of_vmap_with_a_broadcast_bias_matches_jax(bias_shape):
                     f(jax.nn.dot_product_attention, jax.vmap, jax.grad)(q, bias)):
         assert a.shape == b.shape
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)  # a row's bias: ~0
+
+
+# ---- bf16 on pair products (kernels/attention_pairs_impl.h) ----------------------------
+HAS_BF16_PAIRS = "avx512bf16" in _core.cpu_info()["available_isas"]
+PAIR_SHAPES = {"gqa_odd_h": dict(B=2, T=37, S=70, N=4, K=2, H=20), "swin_window": dict(B=2, T=49, S=49, N=3, K=3, H=32),
+               "vit": dict(B=1, T=197, S=197, N=2, K=2, H=64), "long_keys": dict(B=2, T=67, S=131, N=2, K=1, H=16)}
+
+
+@pytest.fixture
+def pairs_emulation():
+    """Fused whatever the shape (Flax's form leaves ViT's 197 tokens unfused by default);
+    the emulation switched off after."""
+    before = podlet.config.fused_attention
+    podlet.config.update("fused_attention", True)
+    yield
+    _core.set_attention_pairs_emulation(False)
+    podlet.config.update("fused_attention", before)
+
+
+def _pair_run(q, k, v, kw):
+    """(out, dq, dk, dv[, dbias]) as float64, from one VJP."""
+    names = ("bias",) if "bias" in kw else ()
+    rest = {a: b for a, b in kw.items() if a not in names}
+
+    def f(q, k, v, *bias):
+        return nn.dot_product_attention(q, k, v, **rest, **dict(zip(names, bias)))
+    out, vjp = podlet.vjp(f, q, k, v, *(kw[n] for n in names))
+    ct = np.cos(np.arange(out.size)).reshape(out.shape).astype(out.dtype)
+    return [np.asarray(x).astype(np.float64) for x in (out, *vjp(jnp.asarray(ct)))]
+
+
+@pytest.mark.parametrize("shape", PAIR_SHAPES, ids=list(PAIR_SHAPES))
+@pytest.mark.parametrize("case", ["plain", "causal", "bias_heads", "mask", "seq_lengths", "window", "everything"])
+def test_bf16_pair_kernel_against_float64(case, shape, pairs_emulation):
+    """The pair kernel (emulated on every host; on the instruction where the host has it)
+    against float64 attention of the same bf16 inputs: bf16-sized errors (it rounds the
+    probabilities and the score gradient to bf16, as jax does), and the same bits on the
+    instruction as in the emulation."""
+    sh = PAIR_SHAPES[shape]
+    rs, q, k, v = _data(**sh)
+    kw = CASES[case](rs, sh["B"], sh["T"], sh["S"], sh["N"])
+    q, k, v = (x.astype(BF16) for x in (q, k, v))
+    podlet.config.update("enable_x64", True)
+    try:
+        exact = _pair_run(*(x.astype(np.float64) for x in (q, k, v)),
+                          {a: (b.astype(np.float64) if a == "bias" else b) for a, b in kw.items()})
+    finally:
+        podlet.config.update("enable_x64", False)
+    _core.set_attention_pairs_emulation(True)
+    emu = _pair_run(q, k, v, kw)
+    assert _core.attention_last_isa() == "pairs_ref"
+    for name, got, want in zip(["out", "dq", "dk", "dv", "dbias"], emu, exact):
+        scale = np.abs(want).max()
+        assert np.abs(got - want).max() <= 2e-2 * scale + 1e-6, (name, np.abs(got - want).max(), scale)
+    if HAS_BF16_PAIRS:
+        _core.set_attention_pairs_emulation(False)
+        _core.set_isa("avx512bf16")
+        hw = _pair_run(q, k, v, kw)
+        assert _core.attention_last_isa() == "avx512bf16"
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(hw, emu))
+
+
+def test_bf16_pair_kernel_same_bits_for_any_thread_count(pairs_emulation):
+    sh = PAIR_SHAPES["long_keys"]
+    rs, q, k, v = _data(**sh)
+    q, k, v = (x.astype(BF16) for x in (q, k, v))
+    kw = CASES["everything"](rs, sh["B"], sh["T"], sh["S"], sh["N"])
+    for emulated in (True, False) if HAS_BF16_PAIRS else (True,):
+        _core.set_attention_pairs_emulation(emulated)
+        if not emulated:
+            _core.set_isa("avx512bf16")
+        podlet.config.update("num_threads", 1)
+        one = _pair_run(q, k, v, kw)
+        podlet.config.update("num_threads", 2)
+        two = _pair_run(q, k, v, kw)
+        assert _core.attention_last_isa() == ("pairs_ref" if emulated else "avx512bf16")
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(one, two)), emulated
+
+
+def test_bf16_below_avx512bf16_widens_and_f32_never_pairs(pairs_emulation):
+    rs, q, k, v = _data(B=1, T=9, S=11, N=2, K=2, H=8)
+    for isa in FAST_ISAS + ["ref"]:
+        _core.set_isa(isa)
+        nn.dot_product_attention(q.astype(BF16), k.astype(BF16), v.astype(BF16))
+        assert _core.attention_last_isa() == isa
+    _core.set_attention_pairs_emulation(True)
+    nn.dot_product_attention(q, k, v)  # f32 keeps the f32 kernels
+    assert _core.attention_last_isa() == "ref"

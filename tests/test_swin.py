@@ -321,3 +321,35 @@ def test_swin_key_errors_named_in_one_message():
     bad["features.1.0.attn.relative_position_index"] = torch.zeros(2401, dtype=torch.int64)
     with pytest.raises(podlet.PodletError, match=r"features\.1\.0\.attn\.relative_position_index.*7x7 windows"):
         models.load_torchvision_swin(bad, _small_arch())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize("hw,ws,shift", [((8, 8), 4, 0), ((8, 8), 4, 2), ((10, 9), 4, 2)],
+                         ids=["plain", "shifted", "padded_shifted"])
+def test_fused_window_attention_matches_op_by_op(dtype, hw, ws, shift):
+    """The windows on the fused primitive (bias + boolean shift mask, "auto"'s choice for
+    7x7 windows) against torchvision's op-by-op algorithm (fused_attention=False): the
+    output and the gradients of the input, qkv/proj and the bias table."""
+    attn = swin.WindowAttention(num_heads=2, window_size=ws, shift_size=shift, dtype=dtype)
+    rng = np.random.default_rng(4)
+    x = jnp.asarray(rng.standard_normal((3, *hw, 16)).astype(np.float32))
+    v = attn.init(podlet.random.PRNGKey(2), x, deterministic=True)
+    v = podlet.tree_util.tree_map(lambda p: p + 0.3 * jnp.asarray(rng.standard_normal(p.shape), p.dtype), v)
+    w = jnp.asarray(rng.standard_normal((3, *hw, 16)).astype(np.float32))
+
+    def loss(v, x):
+        return jnp.sum(jnp.asarray(attn.apply(v, x, deterministic=True), jnp.float32) * w)
+
+    before = podlet.config.fused_attention
+    try:
+        got = {}
+        for fused in (True, False):
+            podlet.config.update("fused_attention", fused)
+            assert ("dot_product_attention" in str(podlet.make_jaxpr(loss)(v, x))) == fused
+            got[fused] = (attn.apply(v, x, deterministic=True), *podlet.jit(podlet.grad(loss, argnums=(0, 1)))(v, x))
+    finally:
+        podlet.config.update("fused_attention", before)
+    tol = 1e-4 if dtype == np.float32 else 3e-2
+    for a, b in zip(podlet.tree_util.tree_leaves(got[True]), podlet.tree_util.tree_leaves(got[False])):
+        a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+        assert max_abs(a, b) <= tol * max(1.0, float(np.abs(b).max())), (max_abs(a, b), np.abs(b).max())

@@ -65,7 +65,13 @@ void bind_isa(py::module_& m) {
   m.def("conv_amx_calls", &podlet::kernels::conv_amx_calls,
         "How many convolutions (any direction) ran on AMX tiles, real or emulated, so far (tests).");
   m.def("attention_last_isa", []() { return std::string(podlet::kernels::attention_last_isa()); },
-        "The build of the fused attention kernels that ran last ('ref', 'avx2', 'avx512'; tests).");
+        "The build of the fused attention kernels that ran last ('ref', 'avx2', 'avx512', 'avx512bf16', "
+        "'pairs_ref'; tests).");
+  m.def("set_attention_pairs_emulation", &podlet::kernels::set_attention_pairs_emulation, py::arg("on"),
+        "Runs bf16 fused attention on the plain C++ emulation of its vdpbf16ps kernel, whatever the "
+        "host (tests: the pair kernel's logic without AVX512_BF16; the instruction against it with).");
+  m.def("attention_pairs_emulation", &podlet::kernels::attention_pairs_emulation,
+        "Whether bf16 fused attention runs on the emulated pair kernel.");
   m.def("norm_last_isa", []() { return std::string(podlet::kernels::norm_last_isa()); },
         "The build of the fused layer_norm / softmax kernels that ran last ('ref', 'avx2', 'avx512'; tests).");
 }

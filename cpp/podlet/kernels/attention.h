@@ -75,7 +75,24 @@ void attention_fwd_ref(const Attn& p, const double* q, const double* k, const do
 void attention_bwd_ref(const Attn& p, const double* q, const double* k, const double* v, const double* out,
                        const double* lse, const double* dout, double* dq, double* dk, double* dv, double* dbias);
 
-// Which build ran last ("ref", "avx2", "avx512"), for the ISA tests.
+// bf16 on bf16 pair products with f32 accumulation (attention_pairs_impl.h): every
+// product's operands rounded to bf16, as jax's bf16 attention; _avx512bf16 on vdpbf16ps,
+// _pairs_ref on its plain C++ emulation (the same bits, any host).
+#define PODLET_ATTN_PAIRS_DECLARE(SUFFIX)                                                                        \
+  void attention_fwd_##SUFFIX(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse); \
+  void attention_bwd_##SUFFIX(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const bf16* out,     \
+                              const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv, float* dbias);
+PODLET_ATTN_PAIRS_DECLARE(avx512bf16)
+PODLET_ATTN_PAIRS_DECLARE(pairs_ref)
+#undef PODLET_ATTN_PAIRS_DECLARE
+
+// The pair emulation switch: when on, bf16 attention runs attention_*_pairs_ref whatever
+// the ISA (the tests' check of the pair kernel on hosts without AVX512_BF16, and of the
+// instruction against the emulation on hosts with it). Off by default.
+bool attention_pairs_emulation();
+void set_attention_pairs_emulation(bool on);
+
+// Which build ran last ("ref", "avx2", "avx512", "avx512bf16", "pairs_ref"), for the ISA tests.
 const char* attention_last_isa();
 
 }  // namespace podlet::kernels

@@ -216,6 +216,15 @@ struct Ctx {
 
   bool row_live(int64_t b, int64_t t) const { return !p.qlen || t < p.qlen[b]; }
 
+  // The boolean mask's row from key s0 on when it is the only mask and contiguous along
+  // the keys (Swin's shifted windows), else nullptr (the per-element allowed() test):
+  // a select loop over it vectorises.
+  const bool* mask_row(int64_t b, int64_t n, int64_t t, int64_t s0) const {
+    if (!p.mask || p.mask_st[3] != 1 || p.causal || p.qlen || p.kvlen || p.win_left >= 0 || p.win_right >= 0)
+      return nullptr;
+    return p.mask + b * p.mask_st[0] + n * p.mask_st[1] + t * p.mask_st[2] + s0;
+  }
+
   // rows [t0, t0+tq) of head n as A, [tq][H]
   void load_q(int64_t b, int64_t n, int64_t t0, int64_t tq, A* Q) const {
     const int64_t H = p.H;
@@ -255,14 +264,29 @@ struct Ctx {
           for (int64_t j = 0; j < sk; ++j) row[j] = fmadd(qv, kc[j], row[j]);
         }
       }
+    }
+    post_logits(b, n, t0, tq, s0, sk, Sc);
+  }
+  // The products' tile [tq][kSk] times the scale, plus the bias, masked: the logits.
+  void post_logits(int64_t b, int64_t n, int64_t t0, int64_t tq, int64_t s0, int64_t sk, A* Sc,
+                   int64_t ld = kSk) const {
+    for (int64_t i = 0; i < tq; ++i) {
+      A* row = Sc + i * ld;
       for (int64_t j = 0; j < sk; ++j) row[j] *= scale;
       if (p.bias) {
-        const A* bb = static_cast<const A*>(p.bias) + b * p.bias_st[0] + n * p.bias_st[1] + (t0 + i) * p.bias_st[2];
-        for (int64_t j = 0; j < sk; ++j) row[j] += bb[(s0 + j) * p.bias_st[3]];
+        const A* bb = static_cast<const A*>(p.bias) + b * p.bias_st[0] + n * p.bias_st[1] + (t0 + i) * p.bias_st[2] +
+                      s0 * p.bias_st[3];
+        if (p.bias_st[3] == 1)  // the same sums, in a loop that vectorises
+          for (int64_t j = 0; j < sk; ++j) row[j] += bb[j];
+        else
+          for (int64_t j = 0; j < sk; ++j) row[j] += bb[j * p.bias_st[3]];
       }
-      if (masked)
+      if (const bool* mr = masked ? mask_row(b, n, t0 + i, s0) : nullptr) {
+        for (int64_t j = 0; j < sk; ++j) row[j] = mr[j] ? row[j] : kMasked<A>;
+      } else if (masked) {
         for (int64_t j = 0; j < sk; ++j)
           if (!allowed(b, n, t0 + i, s0 + j)) row[j] = kMasked<A>;
+      }
     }
   }
 
@@ -426,7 +450,9 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
                 }
               }
               const A d = D[g * T_ + t];
-              if (c.masked) {
+              if (const bool* mr = c.masked ? c.mask_row(b, n, t, s0) : nullptr) {
+                for (int64_t j = 0; j < sk; ++j) drow[j] = mr[j] ? prow[j] * (drow[j] - d) : A(0);
+              } else if (c.masked) {
                 for (int64_t j = 0; j < sk; ++j)
                   drow[j] = c.allowed(b, n, t, s0 + j) ? prow[j] * (drow[j] - d) : A(0);
               } else {

@@ -273,15 +273,30 @@ bool maxpool_scatter(const Pool2d& q, const int8_t* sel, const float* src, float
 int64_t maxpool_select_fast_calls() { return g_maxpool_select_fast.load(); }
 
 
-// ---- fused attention: avx512 > avx2 > ref (the same bits on each; f64: ref) ----------
+// ---- fused attention -----------------------------------------------------------------
+// bf16: avx512bf16 (pair products) or, below it, the widening kernels; f32: avx512 > avx2
+// > ref (the same bits on each); f64: ref.
 namespace {
 std::atomic<const char*> g_attention_isa{"none"};
+std::atomic<bool> g_attention_pairs_emu{false};
 }  // namespace
 
 const char* attention_last_isa() { return g_attention_isa.load(); }
+bool attention_pairs_emulation() { return g_attention_pairs_emu.load(); }
+void set_attention_pairs_emulation(bool on) { g_attention_pairs_emu.store(on); }
 
 template <class T, class A>
 void attention_fwd(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (g_attention_pairs_emu.load(std::memory_order_relaxed)) {
+      g_attention_isa = "pairs_ref";
+      return attention_fwd_pairs_ref(p, q, k, v, out, lse);
+    }
+    if (isa_at_least(Isa::avx512bf16)) {
+      g_attention_isa = "avx512bf16";
+      return attention_fwd_avx512bf16(p, q, k, v, out, lse);
+    }
+  }
   if constexpr (std::is_same_v<T, double>) {
     g_attention_isa = "ref";
     attention_fwd_ref(p, q, k, v, out, lse);
@@ -300,6 +315,16 @@ void attention_fwd(const Attn& p, const T* q, const T* k, const T* v, T* out, A*
 template <class T, class A>
 void attention_bwd(const Attn& p, const T* q, const T* k, const T* v, const T* out, const A* lse, const T* dout,
                    T* dq, T* dk, T* dv, A* dbias) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (g_attention_pairs_emu.load(std::memory_order_relaxed)) {
+      g_attention_isa = "pairs_ref";
+      return attention_bwd_pairs_ref(p, q, k, v, out, lse, dout, dq, dk, dv, dbias);
+    }
+    if (isa_at_least(Isa::avx512bf16)) {
+      g_attention_isa = "avx512bf16";
+      return attention_bwd_avx512bf16(p, q, k, v, out, lse, dout, dq, dk, dv, dbias);
+    }
+  }
   if constexpr (std::is_same_v<T, double>) {
     g_attention_isa = "ref";
     attention_bwd_ref(p, q, k, v, out, lse, dout, dq, dk, dv, dbias);

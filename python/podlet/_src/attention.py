@@ -130,6 +130,17 @@ def flax_fusable(query, key, value, bias, mask, dropout_active, precision, einsu
     return True
 
 
+def window_fusable(tokens, dropout_active):
+    """Whether a model's own attention over ``tokens`` x ``tokens`` scores (Swin's windows)
+    runs as the fused primitive, by the rule Flax's form follows (``flax_fusable``)."""
+    from .config import config
+    from .precision import algorithm
+    mode = config.fused_attention
+    if not mode or dropout_active or algorithm(None):
+        return False
+    return mode is True or tokens * tokens <= AUTO_MAX_SCORES
+
+
 # "auto" fuses heads whose score matrix has at most this many entries. Measured on a Zen 3
 # host (AVX2, 2 threads; bench/attention.py, 2026-11-29, after the kernels' register
 # blocking): Swin's 7x7 windows (49 x 49) train 2.4x faster fused (f32 and bf16); ViT's

@@ -41,6 +41,7 @@ import numpy as np
 
 from .. import numpy as jnp
 from .. import nn
+from .._src import attention as _attention
 
 __all__ = ["relative_position_index", "shifted_window_mask", "WindowAttention", "SwinMlp", "SwinBlock",
            "PatchMerging", "SwinTransformer", "SwinT", "SwinS"]
@@ -126,20 +127,32 @@ class WindowAttention(nn.Module):
                                   kernel_init=_dense_init, bias_init=nn.initializers.zeros)
         qkv = jnp.reshape(dense(3 * c, name="qkv")(x), (b * nh * nw, n, 3, heads, hd))
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]            # (Bw, N, heads, hd)
-        q = q * jnp.asarray(hd ** -0.5, q.dtype)
-        attn = jnp.einsum("bqhd,bkhd->bhqk", q, k)
         table = self.param("relative_position_bias_table", _dense_init, ((2 * ws - 1) ** 2, heads),
                            self.param_dtype)
         bias = jnp.take(table, jnp.asarray(relative_position_index(ws)), axis=0)      # (N * N, heads)
         bias = jnp.transpose(jnp.reshape(bias, (n, n, heads)), (2, 0, 1))
-        attn = jnp.asarray(attn, jnp.float32) + jnp.asarray(bias, jnp.float32)
-        if sh or sw:
-            mask = jnp.asarray(shifted_window_mask(ph, pw, ws, (sh, sw)))            # (nW, N, N)
-            attn = jnp.reshape(jnp.reshape(attn, (b, nh * nw, heads, n, n)) + mask[None, :, None],
-                               (b * nh * nw, heads, n, n))
-        attn = jnp.asarray(nn.softmax(attn, axis=-1), self.dtype)
-        attn = nn.Dropout(self.attention_dropout_rate)(attn, deterministic=deterministic)
-        x = jnp.reshape(jnp.einsum("bhqk,bkhd->bqhd", attn, v), (b * nh * nw, n, c))
+        dropout_active = self.attention_dropout_rate > 0.0 and not deterministic
+        if _attention.window_fusable(n, dropout_active):
+            # The fused primitive: the same softmax(q k^T / sqrt(hd) + bias, masked) v with
+            # f32 logits, the (N x N) scores never stored. The shift's mask is boolean there:
+            # torchvision's -100 leaves the other region's tokens a weight below e^-100.
+            mask = None
+            if sh or sw:
+                allowed = shifted_window_mask(ph, pw, ws, (sh, sw)) == 0                # (nW, N, N)
+                mask = np.broadcast_to(allowed[None, :, None], (b, nh * nw, 1, n, n)).reshape(b * nh * nw, 1, n, n)
+            x, _ = _attention.fused(q, k, v, jnp.asarray(bias, jnp.float32)[None], mask, scale=hd ** -0.5)
+            x = jnp.reshape(x, (b * nh * nw, n, c))
+        else:
+            q = q * jnp.asarray(hd ** -0.5, q.dtype)
+            attn = jnp.einsum("bqhd,bkhd->bhqk", q, k)
+            attn = jnp.asarray(attn, jnp.float32) + jnp.asarray(bias, jnp.float32)
+            if sh or sw:
+                mask = jnp.asarray(shifted_window_mask(ph, pw, ws, (sh, sw)))            # (nW, N, N)
+                attn = jnp.reshape(jnp.reshape(attn, (b, nh * nw, heads, n, n)) + mask[None, :, None],
+                                   (b * nh * nw, heads, n, n))
+            attn = jnp.asarray(nn.softmax(attn, axis=-1), self.dtype)
+            attn = nn.Dropout(self.attention_dropout_rate)(attn, deterministic=deterministic)
+            x = jnp.reshape(jnp.einsum("bhqk,bkhd->bqhd", attn, v), (b * nh * nw, n, c))
         x = dense(c, name="proj")(x)
         x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
         x = jnp.reshape(jnp.transpose(jnp.reshape(x, (b, nh, nw, ws, ws, c)), (0, 1, 3, 2, 4, 5)), (b, ph, pw, c))
