@@ -78,6 +78,16 @@ inline f32x8 vfma(const f32x8& a, const f32x8& b, const f32x8& c) {
 }
 constexpr int kMr = 6;  // rows per register block (6 x 2 accumulators + 3 operands: 15 ymm)
 
+// blk(std::integral_constant<int, n>{}) for a run-time n in [1, kMax): the rows a loop of
+// kMax-row register blocks leaves, as one block of their own compile-time size.
+template <int kMax, class F>
+inline void remainder_block(int64_t n, F&& blk) {
+  if constexpr (kMax > 1) {
+    if (n == kMax - 1) return blk(std::integral_constant<int, kMax - 1>{});
+    remainder_block<kMax - 1>(n, blk);
+  }
+}
+
 // O[r][h0 + c] (times alpha[r] first, with kAlpha) += P(r, x) * V[x][h0 + c] for x = 0, 1,
 // ..., nx - 1 in order (the plain loops' order), for R rows and W vectors of 8 columns:
 // P(r, x) = P[r * ld + x] (P . V), or with kTrans P[x * ld + r] (P^T . V: the backward's
@@ -127,14 +137,7 @@ inline int64_t rows_acc(const float* P, int64_t ld, int64_t rows, int64_t nx, co
                                       O + i * ldo, ldo);
     };
     for (; i + kMr <= rows; i += kMr) blk(std::integral_constant<int, kMr>{});
-    switch (rows - i) {
-      case 5: blk(std::integral_constant<int, 5>{}); break;
-      case 4: blk(std::integral_constant<int, 4>{}); break;
-      case 3: blk(std::integral_constant<int, 3>{}); break;
-      case 2: blk(std::integral_constant<int, 2>{}); break;
-      case 1: blk(std::integral_constant<int, 1>{}); break;
-      default: break;
-    }
+    remainder_block<kMr>(rows - i, blk);
     h0 += 8 * W;
   };
   while (h0 + 16 <= H) run(std::integral_constant<int, 2>{});

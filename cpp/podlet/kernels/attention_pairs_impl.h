@@ -111,16 +111,7 @@ void pair_rows(int64_t rows, int64_t ncol, const uint32_t* A, int64_t lda, int64
         pair_block<D, R, W, Mode>(A + r * lda, lda, kp, Bc, ldb, Cc + r * ldc, ldc, alpha ? alpha + r : nullptr);
       };
       for (; r + RB <= rows; r += RB) blk(std::integral_constant<int, RB>{});
-      switch (rows - r) {
-        case 7: if constexpr (RB > 7) blk(std::integral_constant<int, 7>{}); break;
-        case 6: if constexpr (RB > 6) blk(std::integral_constant<int, 6>{}); break;
-        case 5: blk(std::integral_constant<int, 5>{}); break;
-        case 4: blk(std::integral_constant<int, 4>{}); break;
-        case 3: blk(std::integral_constant<int, 3>{}); break;
-        case 2: blk(std::integral_constant<int, 2>{}); break;
-        case 1: blk(std::integral_constant<int, 1>{}); break;
-        default: break;
-      }
+      remainder_block<RB>(rows - r, blk);
     };
     switch (std::min<int64_t>(4, (ncol - c0) / 16)) {
       case 4: run(std::integral_constant<int, 4>{}); break;
