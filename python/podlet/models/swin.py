@@ -32,7 +32,10 @@ Parameter names follow torchvision's modules (``norm1``, ``attn/qkv``, ``attn/pr
 ``stage_{s}_block_{j}``. Initialisers are torchvision's: truncated N(0, 0.02) for every
 Dense kernel and for the bias table, zero Dense biases; the patch embedding keeps
 ``nn.Conv``'s default. The residual stream is float32; LayerNorm, attention and the MLP
-compute in ``dtype`` (the attention softmax in float32).
+compute in ``dtype`` (the attention softmax in float32). The windows' attention runs as the
+fused ``dot_product_attention`` primitive (bias and boolean shift mask, f32 logits, the
+scores never stored) wherever ``config.fused_attention`` allows: by default for windows of
+at most 64 tokens; ``fused_attention=False`` restores torchvision's op-by-op rounding.
 """
 import functools
 from typing import Any, Sequence
