@@ -23,7 +23,9 @@
 // The kernel is one template (attention_impl.h) compiled per ISA: _ref on the baseline,
 // _avx2 and _avx512 with their flags and -ffp-contract=off. Its loops are written so the
 // compiler vectorises them across independent lanes only (never a reordered sum), so
-// every ISA gives the reference's bits.
+// every ISA gives the reference's bits. bf16 on AVX512_BF16 hosts is the exception: it runs
+// on vdpbf16ps pair products (attention_pairs_impl.h, declared below), with bits of its
+// own that its plain C++ emulation reproduces on any host.
 #pragma once
 #include <cstdint>
 #include "podlet/dtype.h"
