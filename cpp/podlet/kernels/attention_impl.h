@@ -201,11 +201,14 @@ struct Ctx {
   A scale;
   bool skip_causal;  // causal is the only row-emptying mask: tiles above the diagonal are skipped
   bool masked;       // any mask at all (else no per-element test)
+  bool mask_rows;    // the boolean mask is the only one, contiguous along the keys (mask_row)
 
   explicit Ctx(const Attn& p_, const T* q_, const T* k_, const T* v_)
       : p(p_), q(q_), k(k_), v(v_), G(p_.N / p_.K), scale(A(p_.scale)),
         skip_causal(p_.causal && !p_.mask && !p_.qlen && !p_.kvlen && p_.win_left < 0 && p_.win_right < 0),
-        masked(p_.causal || p_.mask || p_.qlen || p_.kvlen || p_.win_left >= 0 || p_.win_right >= 0) {}
+        masked(p_.causal || p_.mask || p_.qlen || p_.kvlen || p_.win_left >= 0 || p_.win_right >= 0),
+        mask_rows(p_.mask && p_.mask_st[3] == 1 && !p_.causal && !p_.qlen && !p_.kvlen && p_.win_left < 0 &&
+                  p_.win_right < 0) {}
 
   bool allowed(int64_t b, int64_t n, int64_t t, int64_t s) const {
     if (p.causal && s > t) return false;
@@ -223,9 +226,48 @@ struct Ctx {
   // the keys (Swin's shifted windows), else nullptr (the per-element allowed() test):
   // a select loop over it vectorises.
   const bool* mask_row(int64_t b, int64_t n, int64_t t, int64_t s0) const {
-    if (!p.mask || p.mask_st[3] != 1 || p.causal || p.qlen || p.kvlen || p.win_left >= 0 || p.win_right >= 0)
-      return nullptr;
-    return p.mask + b * p.mask_st[0] + n * p.mask_st[1] + t * p.mask_st[2] + s0;
+    return mask_rows ? p.mask + b * p.mask_st[0] + n * p.mask_st[1] + t * p.mask_st[2] + s0 : nullptr;
+  }
+
+  // One key tile of the forward's online softmax over the logit rows [0, tq) of Sc (kSk
+  // apart, whole blocks of 8 rows): each row's running max m and sum l updated, the row
+  // replaced by exp(logit - max), alpha[i] the factor its accumulator is rescaled by.
+  // sums: scratch of tq values.
+  static void online_softmax(A* Sc, int64_t tq, int64_t sk, A* m, A* l, A* alpha, A* sums) {
+    for (int64_t i = 0; i < tq; ++i) {
+      A* row = Sc + i * kSk;
+      const A mx = row_max(m[i], row, sk);
+      alpha[i] = m[i] == -std::numeric_limits<A>::infinity() ? A(0) : exp_a<A>(m[i] - mx);
+      for (int64_t j = 0; j < sk; ++j) row[j] = exp_a<A>(row[j] - mx);
+      m[i] = mx;
+    }
+    row_sums(Sc, tq, sk, sums);
+    for (int64_t i = 0; i < tq; ++i) l[i] = l[i] * alpha[i] + sums[i];
+  }
+
+  // The backward's row t of key tile s0: prow (its logits) becomes the probabilities,
+  // recomputed from the row's lse Lt; drow (dO . V^T) becomes the score gradient
+  // P * (dP - D), zero where masked, also stored as the bias gradient when dbias is set.
+  void score_grad_row(int64_t b, int64_t n, int64_t t, int64_t s0, int64_t sk, A Lt, A d, A* prow, A* drow,
+                      A* dbias) const {
+    // A row with every position masked has lse = masked + log(S), which rounds to the
+    // masked value itself: its probabilities are the uniform 1/S the forward used.
+    if (Lt <= kMasked<A> * A(0.5)) {
+      for (int64_t j = 0; j < sk; ++j) prow[j] = A(1) / A(p.S);
+    } else {
+      for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<A>(prow[j] - Lt);
+    }
+    if (const bool* mr = mask_row(b, n, t, s0)) {
+      for (int64_t j = 0; j < sk; ++j) drow[j] = mr[j] ? prow[j] * (drow[j] - d) : A(0);
+    } else if (masked) {
+      for (int64_t j = 0; j < sk; ++j) drow[j] = allowed(b, n, t, s0 + j) ? prow[j] * (drow[j] - d) : A(0);
+    } else {
+      for (int64_t j = 0; j < sk; ++j) drow[j] = prow[j] * (drow[j] - d);
+    }
+    if (dbias) {
+      A* row = dbias + ((b * p.N + n) * p.T + t) * p.S + s0;
+      for (int64_t j = 0; j < sk; ++j) row[j] = drow[j];
+    }
   }
 
   // rows [t0, t0+tq) of head n as A, [tq][H]
@@ -284,7 +326,7 @@ struct Ctx {
         else
           for (int64_t j = 0; j < sk; ++j) row[j] += bb[j * p.bias_st[3]];
       }
-      if (const bool* mr = masked ? mask_row(b, n, t0 + i, s0) : nullptr) {
+      if (const bool* mr = mask_row(b, n, t0 + i, s0)) {
         for (int64_t j = 0; j < sk; ++j) row[j] = mr[j] ? row[j] : kMasked<A>;
       } else if (masked) {
         for (int64_t j = 0; j < sk; ++j)
@@ -344,16 +386,8 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
                                   : V.data() + s0 / kSk * kSk * H;
         const int64_t ldv = kInPlace ? p.K * H : H;
         c.logits(b, n, t0, tq, s0, sk, Qp, Ktile, Sc.data(), ldq);
-        for (int64_t i = 0; i < tq; ++i) {
-          A* row = Sc.data() + i * kSk;
-          const A mx = row_max(m[i], row, sk);
-          alpha[i] = m[i] == -std::numeric_limits<A>::infinity() ? A(0) : exp_a<A>(m[i] - mx);
-          for (int64_t j = 0; j < sk; ++j) row[j] = exp_a<A>(row[j] - mx);
-          m[i] = mx;
-        }
         A sums[kTq];
-        row_sums(Sc.data(), tq, sk, sums);
-        for (int64_t i = 0; i < tq; ++i) l[i] = l[i] * alpha[i] + sums[i];
+        Ctx<T, A>::online_softmax(Sc.data(), tq, sk, m.data(), l.data(), alpha.data(), sums);
         // acc = acc * alpha + P . V, row by row in the plain loops' order.
         int64_t h0 = 0;
         if constexpr (std::is_same_v<A, float>)
@@ -435,16 +469,8 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
               const int64_t t = t0 + i;
               A* prow = Sc.data() + i * kSk;
               A* drow = dS.data() + i * kSk;
-              const A Lt = L[g * T_ + t];
-              // A row with every position masked has lse = masked + log(S), which rounds to
-              // the masked value itself: its probabilities are the uniform 1/S the forward used.
-              if (Lt <= kMasked<A> * A(0.5)) {
-                for (int64_t j = 0; j < sk; ++j) prow[j] = A(1) / A(p.S);
-              } else {
-                for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<A>(prow[j] - Lt);
-              }
-              const A* gi = dOt + i * H;
-              if constexpr (!kF32) {  // dS = dO . V^T (the f32 path has it from tile_abt)
+              if constexpr (!kF32) {  // dP = dO . V^T (the f32 path has it from tile_abt)
+                const A* gi = dOt + i * H;
                 for (int64_t j = 0; j < sk; ++j) drow[j] = A(0);
                 for (int64_t h = 0; h < H; ++h) {
                   const A gv = gi[h];
@@ -452,19 +478,7 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
                   for (int64_t j = 0; j < sk; ++j) drow[j] = fmadd(gv, vc[j], drow[j]);
                 }
               }
-              const A d = D[g * T_ + t];
-              if (const bool* mr = c.masked ? c.mask_row(b, n, t, s0) : nullptr) {
-                for (int64_t j = 0; j < sk; ++j) drow[j] = mr[j] ? prow[j] * (drow[j] - d) : A(0);
-              } else if (c.masked) {
-                for (int64_t j = 0; j < sk; ++j)
-                  drow[j] = c.allowed(b, n, t, s0 + j) ? prow[j] * (drow[j] - d) : A(0);
-              } else {
-                for (int64_t j = 0; j < sk; ++j) drow[j] = prow[j] * (drow[j] - d);
-              }
-              if (dbias) {
-                A* row = dbias + ((b * p.N + n) * T_ + t) * p.S + s0;
-                for (int64_t j = 0; j < sk; ++j) row[j] = drow[j];
-              }
+              c.score_grad_row(b, n, t, s0, sk, L[g * T_ + t], D[g * T_ + t], prow, drow, dbias);
               A* dsr = dSs.data() + i * kSk;
               for (int64_t j = 0; j < sk; ++j) dsr[j] = drow[j] * c.scale;
             }

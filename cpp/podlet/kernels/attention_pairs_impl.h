@@ -223,15 +223,7 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
         const int64_t sk = std::min(kPk, send - s0), st = s0 / kPk;
         pair_rows<Be, 0>(tq, up16(sk), Qb.data(), HP, HP, Kp.data() + st * HP * kPk, kPk, Sc.data(), kPk);
         c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
-        for (int64_t i = 0; i < tq; ++i) {
-          float* row = Sc.data() + i * kPk;
-          const float mx = row_max(m[i], row, sk);
-          alpha[i] = m[i] == -std::numeric_limits<float>::infinity() ? 0.0f : exp_a<float>(m[i] - mx);
-          for (int64_t j = 0; j < sk; ++j) row[j] = exp_a<float>(row[j] - mx);
-          m[i] = mx;
-        }
-        row_sums(Sc.data(), tq, sk, sums.data());  // reads rows up to the next multiple of 8: Sc has them
-        for (int64_t i = 0; i < tq; ++i) l[i] = l[i] * alpha[i] + sums[i];
+        Ctx<bf16, float>::online_softmax(Sc.data(), tq, sk, m.data(), l.data(), alpha.data(), sums.data());
         pack_rows_f32(Sc.data(), kPk, tq, sk, Pb.data(), kPk / 2);
         if (s0 == 0)  // the first tile starts the sums (the rescaled zeros they replace)
           pair_rows<Be, 0>(tq, HC, Pb.data(), kPk / 2, (sk + 1) / 2, Vp.data(), HC, O.data(), HC);
@@ -310,26 +302,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
               const int64_t t = t0 + i;
               float* prow = Sc.data() + i * kPk;
               float* drow = dS.data() + i * kPk;
-              const float Lt = L[g * T_ + t];
-              // A row with every position masked: the uniform 1/S the forward used (see bwd_impl).
-              if (Lt <= kMasked<float> * 0.5f) {
-                for (int64_t j = 0; j < sk; ++j) prow[j] = 1.0f / float(p.S);
-              } else {
-                for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<float>(prow[j] - Lt);
-              }
-              const float d = D[g * T_ + t];
-              if (const bool* mr = c.masked ? c.mask_row(b, n, t, s0) : nullptr) {
-                for (int64_t j = 0; j < sk; ++j) drow[j] = mr[j] ? prow[j] * (drow[j] - d) : 0.0f;
-              } else if (c.masked) {
-                for (int64_t j = 0; j < sk; ++j)
-                  drow[j] = c.allowed(b, n, t, s0 + j) ? prow[j] * (drow[j] - d) : 0.0f;
-              } else {
-                for (int64_t j = 0; j < sk; ++j) drow[j] = prow[j] * (drow[j] - d);
-              }
-              if (dbias) {
-                float* row = dbias + ((b * p.N + n) * T_ + t) * p.S + s0;
-                for (int64_t j = 0; j < sk; ++j) row[j] = drow[j];
-              }
+              c.score_grad_row(b, n, t, s0, sk, L[g * T_ + t], D[g * T_ + t], prow, drow, dbias);
               for (int64_t j = 0; j < sk; ++j) drow[j] *= c.scale;
             }
             // dV += P^T . dO and dK += dS^T . Q (pairs along t), dQ += dS . K (pairs along s).
