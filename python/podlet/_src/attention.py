@@ -109,12 +109,7 @@ def flax_fusable(query, key, value, bias, mask, dropout_active, precision, einsu
                  av_einsum):
     """Whether Flax's dot_product_attention may run as the fused primitive: the same
     softmax(q k^T / sqrt(d) + bias, masked) v, only rounded differently."""
-    from .config import config
-    from .precision import algorithm
-    mode = config.fused_attention
-    if not mode or dropout_active or precision is not None:
-        return False
-    if algorithm(None):  # a bf16 default_matmul_precision: Flax's einsums take it, op by op
+    if precision is not None:
         return False
     if einsum_dot_general is not None or qk_einsum is not None or av_einsum is not None:
         return False
@@ -125,20 +120,20 @@ def flax_fusable(query, key, value, bias, mask, dropout_active, precision, einsu
     for t in (bias, mask):
         if t is not None and (getattr(t, "ndim", np.ndim(t)) > 4):
             return False
-    if mode == "auto" and query.shape[1] * key.shape[1] > AUTO_MAX_SCORES:
-        return False
-    return True
+    return fusable(query.shape[1] * key.shape[1], dropout_active)
 
 
-def window_fusable(tokens, dropout_active):
-    """Whether a model's own attention over ``tokens`` x ``tokens`` scores (Swin's windows)
-    runs as the fused primitive, by the rule Flax's form follows (``flax_fusable``)."""
+def fusable(scores, dropout_active):
+    """Whether the config lets an attention with ``scores`` (T x S) entries per head run as
+    the fused primitive: ``fused_attention`` on ("auto": at most AUTO_MAX_SCORES), no
+    active dropout on the attention weights, no bf16 default_matmul_precision (the einsums
+    take it, op by op). Flax's form (``flax_fusable``) and Swin's windows ask it."""
     from .config import config
     from .precision import algorithm
     mode = config.fused_attention
     if not mode or dropout_active or algorithm(None):
         return False
-    return mode is True or tokens * tokens <= AUTO_MAX_SCORES
+    return mode is True or scores <= AUTO_MAX_SCORES
 
 
 # "auto" fuses heads whose score matrix has at most this many entries. Measured on a Zen 3
