@@ -317,3 +317,89 @@ def test_off_below_avx512_and_by_switch():
     finally:
         podlet.config.update("fused_jit", True)
     assert podlet.config.fused_jit and podlet.cpu_info()["fused_jit"] == HAVE_JIT
+
+
+def _way_runs():
+    return np.asarray(_core.fused_jit_stats()["way_runs"])
+
+
+@pytest.fixture
+def max_ways():
+    """Sets the most vectors per iteration for programs compiled in the test (back to 4 after)."""
+    try:
+        yield _core.set_fused_jit_ways
+    finally:
+        _core.set_fused_jit_ways(4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("ways", [2, 3, 4])
+@pytest.mark.parametrize("channels", [192, 96, 64, 48])
+def test_several_vectors_per_iteration_keep_the_bits(channels, ways, dtype, max_ways):
+    # W vectors per iteration (fused_jit.cc body_ways): a per-channel operand whose period
+    # is a multiple of 16 W lets W vectors share one period row; the rows here make chunks
+    # start 16 lanes past such a boundary (192 * 5 rows = 60 vectors), so the leading
+    # single vectors, the W-vector loop, the one-vector loop after it and the masked tail
+    # all run. A period that is not a multiple of 16 W takes the largest W that divides it.
+    max_ways(ways)
+    rng = np.random.default_rng(channels * 10 + ways)
+    shape = (5, 7, channels)
+    x, y = _special(rng, shape, dtype), _special(rng, shape, dtype)
+    c = _special(rng, (channels,), dtype)
+    s = np.asarray(0.75, dtype)
+
+    def f(x, y, c, s):  # few live values: W register sets fit
+        h = jnp.tanh(x * c + s) * y
+        return h, (jnp.exp(-(h * h)) - x).astype(np.float32) > s, lax.erf(y * s) + h
+
+    before = _way_runs()
+    _run(f, x, y, c, s)
+    ran = _way_runs() - before
+    expect = max(w for w in range(1, ways + 1) if channels % (16 * w) == 0)
+    assert ran[expect - 1] > 0 and ran[expect:].sum() == 0, (ran, expect) if HAVE_JIT else None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("seed", range(4))
+def test_random_chains_on_one_and_several_vectors_per_iteration(seed, dtype, max_ways):
+    # The random chains of the first test with periods of 64 (and a 0-d scalar shared by
+    # all vectors): the same bits whether compiled one vector or up to four per iteration.
+    rng = np.random.default_rng(700 + seed)
+    shape = (3, 11, 64)
+    x, y, z = (_special(rng, shape, dtype) for _ in range(3))
+    c = _special(rng, (64,), dtype)
+    s = np.asarray(rng.standard_normal(), dtype)
+    outs = []
+    for ways in (1, 4):
+        max_ways(ways)
+        before = _way_runs()
+        fg = _run(_jit_chain(seed), x, y, z, c, s)
+        ran = _way_runs() - before
+        assert (ran[0] > 0) == (ways == 1 and HAVE_JIT) and (ways == 1 or not HAVE_JIT or ran[1:].sum() > 0), ran
+        arrs = [podlet._src.core.to_array(a) for a in (x, y, z, c, s)]
+        outs.append(fg.run(arrs))
+    assert_same_bits(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx512bf16"])
+def test_bf16_rounding_with_and_without_avx512_bf16(isa):
+    # On AVX512_BF16 hosts a bf16 rounding is vcvtneps2bf16, with vectors holding a NaN or
+    # a subnormal sent to the integer form (the instruction flushes subnormals and keeps NaN
+    # payloads); below it, the integer form throughout. Both give the interpreter's bits,
+    # on values next to every rounding boundary: ties to even and odd, the largest finite
+    # bf16 and what rounds past it, the subnormal range, NaN payloads.
+    if isa not in podlet.cpu_info()["available_isas"]:
+        isa = podlet.cpu_info()["best_isa"]  # the host lacks it: the test checks the form it has
+    rng = np.random.default_rng(31)
+    hi = rng.integers(0, 1 << 16, 40000, dtype=np.uint32) << 16
+    lo = np.concatenate([np.full(10000, 0x8000), np.full(10000, 0x7fff), np.full(10000, 0x8001),
+                         rng.integers(0, 1 << 16, 10000)]).astype(np.uint32)
+    x = (hi | lo).view(np.float32)
+    x[:64] = np.asarray([3.3895314e38, 3.3961775e38, 3.4e38, 1e-39, -1e-39, 1.2e-38, 9.1e-41, -5e-45] * 8, np.float32)
+    old = _core.active_isa()
+    try:
+        _core.set_isa(isa)
+        _run(lambda x, s: ((x * s).astype(BF16) * np.asarray(1.5, BF16), (x + s).astype(BF16)), x, np.float32(1.0),
+             expect_compiled=_core.active_isa().startswith("avx512"))
+    finally:
+        _core.set_isa(old)

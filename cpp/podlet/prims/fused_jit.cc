@@ -9,6 +9,14 @@
 // rounded), bools as u32 0/1: the interpreter's register types, so every operation below
 // is the interpreter's per-element code (fused_ops.h) on 16 lanes at once.
 //
+// Up to four vectors per iteration (Gen::body_ways) when the registers allow: each
+// instruction is emitted for vector i, then for i + 16, i + 32 ... in further register
+// sets. One vector's values form a dependency chain (a bf16 GELU gradient: ~25 operations
+// of 3-cycle arithmetic, each followed by a ~6-cycle rounding), and one vector's body is
+// longer than the core's reorder window, so one vector at a time ran at the chain's
+// latency with the vector units mostly idle; W chains in flight fill them. The same
+// operations on the same lanes: the bits do not depend on W.
+//
 // This file is compiled with the baseline flags: it only writes bytes, and runs them
 // only when the active ISA is AVX-512 (F, BW, VL, DQ; BMI2 comes with every such CPU).
 #include "podlet/prims/fused_jit.h"
@@ -19,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -31,6 +40,9 @@ using namespace fused;
 
 namespace {
 std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0}, g_leaf_runs{0}, g_reg_leaf_runs{0};
+std::atomic<int64_t> g_way_runs[5];  // runs of programs compiled W vectors per iteration, by W
+std::atomic<int> g_max_ways{-1};     // -1: not read from PODLET_FUSED_JIT_WAYS yet
+constexpr int kMaxWays = 4;
 std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
 
 // Why a program is not compiled (the generator throws it; compile() returns null and,
@@ -70,10 +82,12 @@ int storage_scale(DType d) { return d == DType::f32 ? 4 : d == DType::bf16 ? 2 :
 
 class Gen : public Xbyak::CodeGenerator {
  public:
-  Gen(const Spec& s, size_t bytes) : Xbyak::CodeGenerator(bytes, Xbyak::DontSetProtectRWE), s_(s) {}
+  Gen(const Spec& s, size_t bytes, int max_ways, bool cvt_bf16)
+      : Xbyak::CodeGenerator(bytes, Xbyak::DontSetProtectRWE), s_(s), max_ways_(max_ways), cvt_bf16_(cvt_bf16) {}
 
   void generate() {
     plan();
+    plan_ways();
     if (any_leaves_) {
       leaf_ord_.assign(s_.outs.size(), -1);
       int n = 0;
@@ -114,6 +128,7 @@ class Gen : public Xbyak::CodeGenerator {
     }
     Xbyak::Label loop, tail, done;
     if (reg_leaves_) leaf_loop();
+    if (ways_ > 1) ways_loop();
     L(loop);
     cmp(rcx, rsi);
     jae(tail, T_NEAR);
@@ -137,6 +152,11 @@ class Gen : public Xbyak::CodeGenerator {
     if (any_leaves_) pop(r15);
     vzeroupper();
     ret();
+    for (auto& sl : slow_rounds_) {  // round_bf16's lanes that vcvtneps2bf16 would get wrong
+      L(sl.slow);
+      round_bf16_exact(Zmm(sl.src));
+      jmp(sl.back, T_NEAR);
+    }
     align(64);
     L(consts_);
     for (uint32_t v : pool_)
@@ -146,11 +166,12 @@ class Gen : public Xbyak::CodeGenerator {
       for (int l = 0; l < 8; ++l) dq(v);
   }
 
-  // i += 16, and i % p and i / p of the next vector (p >= 16).
-  void advance() {
-    add(rcx, 16);
+  // i += step, and i % p and i / p of the next vector (p >= 16; step 32 only when every
+  // period is a multiple of 32 and i % 32 == 0, so that i % p + 32 <= p).
+  void advance(int step = 16) {
+    add(rcx, step);
     for (size_t q = 0; q < periods_.size(); ++q) {
-      add(counter(int(q)), 16);
+      add(counter(int(q)), step);
       lea(rax, ptr[counter(int(q)) - int(periods_[q])]);
       lea(rdx, ptr[row(int(q)) + 1]);
       cmp(counter(int(q)), periods_[q]);
@@ -201,6 +222,52 @@ class Gen : public Xbyak::CodeGenerator {
   }
   int acc_reg(int a) const { return kNumRegs - 1 - a; }
   bool reg_leaves() const { return reg_leaves_; }
+  int ways() const { return ways_; }
+
+  // How many vectors go per iteration, and their registers: scalars are shared (they hold
+  // the first registers, kFirstReg up); every other value of vector w gets its register
+  // moved up by w times the span the plan uses. W is the largest up to max_ways_ whose
+  // registers fit. Not with leaf sums (their slot per vector) or a split period; every
+  // period must be a multiple of 16 W (an iteration starts on a 16 W-lane boundary of every
+  // period, so its vectors are in the same period and row).
+  void plan_ways() {
+    ways_ = 1;
+    if (any_leaves_) return;
+    for (int q = 0; q < int(periods_.size()); ++q)
+      if (split_[q] >= 0) return;
+    int nscalar = 0;
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      nscalar += ins.op == kLoad && s_.load_kind[ins.a] == LoadKind::kScalar && root_[k] == k && reg_[k] >= 0;
+    }
+    shift_ = hi_reg_ - (kFirstReg + nscalar) + 1;
+    if (shift_ <= 0) return;
+    for (int w = max_ways_; w > 1; --w) {
+      bool ok = hi_reg_ + (w - 1) * shift_ < kNumRegs;
+      for (int64_t p : periods_) ok &= p % (16 * w) == 0;
+      if (ok) { ways_ = w; break; }
+    }
+    scalar_.assign(S_, false);
+    for (int k = 0; k < S_; ++k) {
+      const Instr& r = s_.code[root_[k]];
+      scalar_[k] = r.op == kLoad && s_.load_kind[r.a] == LoadKind::kScalar;
+    }
+  }
+
+  // The W-vector loop, ahead of the one-vector loop (which takes the last few vectors, then
+  // the masked tail). With periods, i starts on a 16 W-lane boundary (run() checks it).
+  void ways_loop() {
+    const int W = ways_;
+    Xbyak::Label iter, out;
+    L(iter);
+    lea(rax, ptr[rcx + 16 * W]);
+    cmp(rax, rsi);
+    ja(out, T_NEAR);
+    body_ways();
+    advance(16 * W);
+    jmp(iter, T_NEAR);
+    L(out);
+  }
 
   // Periods that are multiples of 16: a call must start a vector on a period boundary.
   std::vector<int64_t> aligned_periods() const {
@@ -214,6 +281,17 @@ class Gen : public Xbyak::CodeGenerator {
   const Spec& s_;
   int S_ = 0;
   std::vector<int> root_, last_use_, reg_;
+  // body_pair: the second vector's registers, and which vector is being emitted (0: i,
+  // 1: i + 16; reg() and the addresses follow it).
+  const int max_ways_;
+  int ways_ = 1, shift_ = 0;
+  std::vector<bool> scalar_;  // the value is a broadcast scalar (one register for all vectors)
+  int lane_ = 0;
+  // round_bf16 on vcvtneps2bf16 (AVX512_BF16 hosts), and its out-of-line exact paths.
+  const bool cvt_bf16_;
+  struct SlowRound { Xbyak::Label slow, back; int src = 0; };
+  std::list<SlowRound> slow_rounds_;
+  int reg(int k) const { return lane_ == 0 || scalar_[k] ? reg_[k] : reg_[k] + lane_ * shift_; }
   std::vector<std::vector<int>> outs_of_;
   std::vector<int64_t> periods_;
   std::vector<int> period_of_load_;  // index into periods_
@@ -423,8 +501,30 @@ class Gen : public Xbyak::CodeGenerator {
   }
 
   // dst = round_bf16(src) (fastmath.h): round to nearest even, NaN -> quiet NaN with the
-  // sign kept.
+  // sign kept. With AVX512_BF16, vcvtneps2bf16 rounds a vector in one instruction (the
+  // integer form below takes eight): its rounding of normal numbers, zeros and infinities
+  // is fastmath's, but it flushes subnormals to zero and keeps a NaN's payload, so a
+  // vector with either (vfpclassps) jumps to the integer form, emitted out of line. src
+  // must not be zmm0 or zmm1.
   void round_bf16(const Zmm& dst, const Zmm& src) {
+    if (!cvt_bf16_) {
+      round_bf16_exact(src);
+      vmovaps(dst, zmm0);
+      return;
+    }
+    SlowRound& sl = slow_rounds_.emplace_back();
+    sl.src = src.getIdx();
+    vfpclassps(k1, src, 0xa1);  // QNaN | SNaN | denormal
+    vcvtneps2bf16(ymm0, src);
+    vpmovzxwd(zmm0, ymm0);
+    vpslld(zmm0, zmm0, 16);
+    kortestw(k1, k1);
+    jnz(sl.slow, T_NEAR);
+    L(sl.back);
+    vmovaps(dst, zmm0);
+  }
+  // zmm0 = round_bf16(src) in integer operations (any AVX-512 host). Scratch: zmm1, k1.
+  void round_bf16_exact(const Zmm& src) {
     vpsrld(zmm0, src, 16);
     vpandd(zmm0, zmm0, cb(kOneU32));
     vpaddd(zmm0, zmm0, src);
@@ -433,7 +533,6 @@ class Gen : public Xbyak::CodeGenerator {
     vfpclassps(k1, src, 0x81);  // QNaN | SNaN
     vpandd(zmm1, src, cb(kSignBit));
     vpord(zmm0 | k1, zmm1, cb(kQuietNaN));
-    vmovaps(dst, zmm0);
   }
   // dst = k ? 1 : 0 (u32 lanes).
   void bool_of(const Zmm& dst, const Xbyak::Opmask& k) { vmovdqa32(dst | k | T_z, cvec(kOneU32)); }
@@ -465,8 +564,9 @@ class Gen : public Xbyak::CodeGenerator {
     const Instr& ins = s_.code[k];
     const LoadKind lk = s_.load_kind[ins.a];
     if (lk == LoadKind::kScalar) return;
-    const Zmm z(reg_[k]);
+    const Zmm z(reg(k));
     const int sc = storage_scale(ins.d);
+    const int disp = lane_ * 16 * sc;
     mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
     const int q = period_of_load_[ins.a];
     const int sp = q >= 0 ? split_[q] : -1;
@@ -492,17 +592,17 @@ class Gen : public Xbyak::CodeGenerator {
       return;
     }
     const Reg64 idx = lk == LoadKind::kPeriodic ? counter(q) : rcx;
-    if (lk == LoadKind::kFull) prefetcht1(at(rax, idx, sc, kPrefetchBytes));
+    if (lk == LoadKind::kFull) prefetcht1(at(rax, idx, sc, disp + kPrefetchBytes));
     const Zmm zt = masked ? (z | k7 | T_z) : z;
-    if (ins.d == DType::f32) vmovups(zt, at(rax, idx, sc));
-    else if (ins.d == DType::bf16) { vpmovzxwd(zt, at(rax, idx, sc)); vpslld(z, z, 16); }
-    else vpmovzxbd(zt, at(rax, idx, sc));
+    if (ins.d == DType::f32) vmovups(zt, at(rax, idx, sc, disp));
+    else if (ins.d == DType::bf16) { vpmovzxwd(zt, at(rax, idx, sc, disp)); vpslld(z, z, 16); }
+    else vpmovzxbd(zt, at(rax, idx, sc, disp));
   }
 
   void store(int k, int o, bool masked, bool reg_leaf = false) {
     const auto& out = s_.outs[o];
     const DType d = s_.code[out.slot].rd;
-    const Zmm v(reg_[k]);
+    const Zmm v(reg(k));
     if (reg_leaf && out.mode == OutMode::kLeaves) {  // the accumulator first (its NaN wins)
       const Zmm acc(acc_reg(leaf_ord_[o] * int(s_.leaf_k / 16) + cur_j_));
       vaddps(acc, acc, v);
@@ -510,7 +610,7 @@ class Gen : public Xbyak::CodeGenerator {
     }
     mov(rax, ptr[rdi + 8 * (out_arg_ + o)]);
     if (out.mode == OutMode::kRows) {  // f32 rows, whatever the slot's dtype
-      const Xbyak::Address dst = at(rax, rcx, 4);
+      const Xbyak::Address dst = at(rax, rcx, 4, lane_ * 64);
       vmovups(masked ? dst | k7 : dst, v);
       return;
     }
@@ -528,7 +628,7 @@ class Gen : public Xbyak::CodeGenerator {
       return;
     }
     const bool nt = out.mode == OutMode::kStream && !masked;
-    const Xbyak::Address dst = at(rax, rcx, storage_scale(d));
+    const Xbyak::Address dst = at(rax, rcx, storage_scale(d), lane_ * 16 * storage_scale(d));
     const Xbyak::Address mdst = masked ? dst | k7 : dst;
     if (d == DType::f32) {
       if (nt) vmovntps(dst, v); else vmovups(mdst, v);
@@ -542,10 +642,10 @@ class Gen : public Xbyak::CodeGenerator {
 
   void instr(int k) {
     const Instr& ins = s_.code[k];
-    const Zmm d(reg_[k]);
-    const Zmm a(reg_[root_[ins.a]]);
-    const Zmm b(ins.op >= kAdd ? reg_[root_[ins.b]] : 0);
-    const Zmm c(ins.op == kSelect || ins.op == kClamp ? reg_[root_[ins.c]] : 0);
+    const Zmm d(reg(k));
+    const Zmm a(reg(root_[ins.a]));
+    const Zmm b(ins.op >= kAdd ? reg(root_[ins.b]) : 0);
+    const Zmm c(ins.op == kSelect || ins.op == kClamp ? reg(root_[ins.c]) : 0);
     const bool rb = ins.rd == DType::bf16;
     switch (ins.op) {
       case kConvert:
@@ -778,9 +878,26 @@ class Gen : public Xbyak::CodeGenerator {
       for (int o : outs_of_[k]) store(k, o, masked, reg_leaf);
     }
   }
+  // Vectors i, i + 16, ..., each instruction for one after the other (W independent
+  // dependency chains in flight; the scratch registers zmm0-7 and k1/k2 are renamed by
+  // the core, so one vector's reuse of them does not wait for another's).
+  void body_ways() {
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty())) {
+        for (lane_ = 0; lane_ < ways_; ++lane_) {
+          if (ins.op == kLoad) load(k, false);
+          else instr(k);
+        }
+      }
+      for (int o : outs_of_[k])
+        for (lane_ = 0; lane_ < ways_; ++lane_) store(k, o, false);
+    }
+    lane_ = 0;
+  }
 };
 
-std::string key_of(const Spec& s) {
+std::string key_of(const Spec& s, int max_ways, bool cvt_bf16) {
   std::string key;
   auto put = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(int64_t(s.code.size()));
@@ -790,6 +907,8 @@ std::string key_of(const Spec& s) {
   put(int64_t(s.outs.size()));
   for (const auto& o : s.outs) { put(o.slot); put(int64_t(o.mode)); }
   put(s.leaf_k);
+  put(int64_t(max_ways));
+  put(int64_t(cvt_bf16));
   return key;
 }
 }  // namespace
@@ -802,24 +921,42 @@ class Kernel {
   size_t nloads = 0, nouts = 0;
   bool leaves = false;  // has kLeaves outputs
   bool reg_leaves = false;  // ... added in registers (Gen::leaf_loop)
+  int ways = 1;  // vectors per iteration (Gen::body_ways)
 };
+
+int max_ways() {
+  int e = g_max_ways.load();
+  if (e < 0) {
+    const char* v = std::getenv("PODLET_FUSED_JIT_WAYS");
+    e = v && *v ? std::atoi(v) : kMaxWays;
+    e = e < 1 ? 1 : e > kMaxWays ? kMaxWays : e;
+    g_max_ways = e;
+  }
+  return e;
+}
 
 std::shared_ptr<const Kernel> compile(const Spec& spec) {
   static std::mutex mu;
   static std::unordered_map<std::string, std::shared_ptr<const Kernel>> cache;
-  const std::string key = key_of(spec);
+  const int ways = max_ways();
+  // PODLET_ISA / set_isa may lower the active ISA at run time: part of the key.
+  const bool cvt_bf16 = int(cpu::active_isa()) >= int(cpu::Isa::avx512bf16);
+  const std::string key = key_of(spec, ways, cvt_bf16);
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   std::shared_ptr<Kernel> k;
   try {
     auto kern = std::make_shared<Kernel>();
-    const size_t bytes = (16384 + spec.code.size() * 2 * 256 + 4095) / 4096 * 4096;
-    auto gen = std::make_unique<Gen>(spec, bytes);
+    // The bodies: one-vector loop and masked tail, plus the W-vector loop's leading vector
+    // and its W; leaf_loop's are small programs.
+    const size_t bytes = (16384 + spec.code.size() * (3 + ways) * 512 + 4095) / 4096 * 4096;
+    auto gen = std::make_unique<Gen>(spec, bytes, ways, cvt_bf16);
     gen->generate();
     gen->setProtectModeRE();
     kern->fn = gen->getCode<void (*)(const uint64_t*)>();
     kern->periods = gen->aligned_periods();
     kern->reg_leaves = gen->reg_leaves();
+    kern->ways = gen->ways();
     kern->gen = std::move(gen);
     kern->nloads = spec.load_kind.size();
     kern->nouts = spec.outs.size();
@@ -839,7 +976,7 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
 
 bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out) {
   for (int64_t p : k.periods)
-    if ((begin % p) % 16) return false;
+    if ((begin % p) % (16 * k.ways)) return false;
   uint64_t stack_args[64];
   std::vector<uint64_t> heap_args;
   const size_t na = kArgFirst + k.nloads + k.nouts;
@@ -853,6 +990,7 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
   g_runs.fetch_add(1, std::memory_order_relaxed);
   if (k.leaves) g_leaf_runs.fetch_add(1, std::memory_order_relaxed);
   if (k.reg_leaves) g_reg_leaf_runs.fetch_add(1, std::memory_order_relaxed);
+  g_way_runs[k.ways].fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -866,8 +1004,11 @@ bool enabled() {
   return e && int(cpu::active_isa()) >= int(cpu::Isa::avx512);
 }
 void set_enabled(bool on) { g_enabled = on ? 1 : 0; }
+void set_max_ways(int w) { g_max_ways = w < 1 ? 1 : w > kMaxWays ? kMaxWays : w; }
 Stats stats() {
-  return Stats{g_compiled.load(), g_refused.load(), g_runs.load(), g_leaf_runs.load(), g_reg_leaf_runs.load()};
+  Stats s{g_compiled.load(), g_refused.load(), g_runs.load(), g_leaf_runs.load(), g_reg_leaf_runs.load(), {}};
+  for (int w = 1; w <= kMaxWays; ++w) s.way_runs[w] = g_way_runs[w].load();
+  return s;
 }
 
 }  // namespace podlet::fused_jit

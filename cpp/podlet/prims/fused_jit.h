@@ -58,16 +58,25 @@ std::shared_ptr<const Kernel> compile(const Spec& spec);
 // block; element i at out[o] + (i - begin)); for a kLeaves output, the float at which
 // leaf slot 0 would be (slot j at out[o] + j). False (nothing run) when `begin` is not on
 // a 16-lane boundary of a period that is a multiple of 16 (the code keeps such a
-// period's vectors whole).
+// period's vectors whole), or of 16 W lanes for a program run W vectors per iteration
+// (fused.cc's chunks, multiples of 1024 elements or of whole rows, almost always are).
 bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out);
 
 // Whether fused programs may be compiled (the active ISA is AVX-512 and PODLET_FUSED_JIT
 // is not 0), and the number of programs compiled / refused since start (tests).
 bool enabled();
 void set_enabled(bool on);
+// The most vectors per iteration of programs compiled from now on (1-4; default 4,
+// PODLET_FUSED_JIT_WAYS sets it at start). Same bits whatever it is.
+void set_max_ways(int w);
 // leaf_runs: with kLeaves outputs; reg_leaf_runs: of those, with the leaves in registers
 // (leaf_k / 16 accumulators per kLeaves output, when they fit beside the program's values)
-struct Stats { int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0, reg_leaf_runs = 0; };
+// way_runs[W]: runs of programs compiled W vectors per iteration (fused_jit.cc body_ways:
+// no leaf sums, every period a multiple of 16 W, W times the live values fit in registers).
+struct Stats {
+  int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0, reg_leaf_runs = 0;
+  int64_t way_runs[5] = {};
+};
 Stats stats();
 
 }  // namespace podlet::fused_jit
