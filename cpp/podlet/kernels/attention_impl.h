@@ -258,7 +258,13 @@ struct Ctx {
       for (int64_t j = 0; j < sk; ++j) prow[j] = exp_a<A>(prow[j] - Lt);
     }
     if (const bool* mr = mask_row(b, n, t, s0)) {
-      for (int64_t j = 0; j < sk; ++j) drow[j] = mr[j] ? prow[j] * (drow[j] - d) : A(0);
+      // The product on every lane, then the select, the mask read as bytes: the same
+      // values, in a loop that vectorises (it did not: Swin's shifted windows).
+      const uint8_t* mb = reinterpret_cast<const uint8_t*>(mr);  // GCC has no vector type for bool
+      for (int64_t j = 0; j < sk; ++j) {
+        const A g = prow[j] * (drow[j] - d);
+        drow[j] = mb[j] ? g : A(0);
+      }
     } else if (masked) {
       for (int64_t j = 0; j < sk; ++j) drow[j] = allowed(b, n, t, s0 + j) ? prow[j] * (drow[j] - d) : A(0);
     } else {
@@ -327,7 +333,8 @@ struct Ctx {
           for (int64_t j = 0; j < sk; ++j) row[j] += bb[j * p.bias_st[3]];
       }
       if (const bool* mr = mask_row(b, n, t0 + i, s0)) {
-        for (int64_t j = 0; j < sk; ++j) row[j] = mr[j] ? row[j] : kMasked<A>;
+        const uint8_t* mb = reinterpret_cast<const uint8_t*>(mr);  // as bytes: a loop of whole vectors
+        for (int64_t j = 0; j < sk; ++j) row[j] = mb[j] ? row[j] : kMasked<A>;
       } else if (masked) {
         for (int64_t j = 0; j < sk; ++j)
           if (!allowed(b, n, t0 + i, s0 + j)) row[j] = kMasked<A>;
