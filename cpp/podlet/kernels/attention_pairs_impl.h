@@ -264,22 +264,37 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
         const bf16* qh = q + (b * T_ * p.N + n) * H;
         for (int64_t t = 0; t < T_; ++t) {
           const bf16* go = dout + ((b * T_ + t) * p.N + n) * H;
-          const bf16* o = out + ((b * T_ + t) * p.N + n) * H;
           const bool live = c.row_live(b, t);  // zero output rows: nothing flows back
-          float d = 0.0f;
-          for (int64_t h = 0; h < H; ++h) {
-            dOz[t * H + h] = live ? go[h] : bf16(0.0f);
-            d = fmadd(float(dOz[t * H + h]), float(o[h]), d);
-          }
-          D[g * T_ + t] = d;
+          for (int64_t h = 0; h < H; ++h) dOz[t * H + h] = live ? go[h] : bf16(0.0f);
           L[g * T_ + t] = lse[(b * p.N + n) * T_ + t];
+        }
+        // D[t] = sum_h dO[t][h] O[t][h], one fused multiply-add chain per row in h order;
+        // eight rows' chains interleaved (one at a time ran at the FMA latency).
+        auto o_row = [&](int64_t t) { return out + ((b * T_ + t) * p.N + n) * H; };
+        int64_t t = 0;
+        for (; t + 8 <= T_; t += 8) {
+          float d8[8] = {};
+          const bf16 *gr[8], *orr[8];
+          for (int r = 0; r < 8; ++r) { gr[r] = dOz.data() + (t + r) * H; orr[r] = o_row(t + r); }
+          for (int64_t h = 0; h < H; ++h)
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; ++r) d8[r] = fmadd(float(gr[r][h]), float(orr[r][h]), d8[r]);
+          for (int r = 0; r < 8; ++r) D[g * T_ + t + r] = d8[r];
+        }
+        for (; t < T_; ++t) {
+          float d = 0.0f;
+          for (int64_t h = 0; h < H; ++h) d = fmadd(float(dOz[t * H + h]), float(o_row(t)[h]), d);
+          D[g * T_ + t] = d;
         }
         pack_rows(qh, p.N * H, T_, H, Qr.data() + g * T_ * HP, HP);
         pack_rows(dOz.data(), H, T_, H, dOr.data() + g * T_ * HP, HP);
         pack_pairs_down(qh, p.N * H, T_, H, HC, Qv.data() + g * TP * HC);
         pack_pairs_down(dOz.data(), H, T_, H, HC, dOv.data() + g * TP * HC);
       }
-      std::fill(dQ.begin(), dQ.end(), 0.0f);
+      // The first key tile's products start dQ (every row is visited there: no causal skip
+      // at s0 = 0) and each tile's first query tile starts dK and dV (pair_block's mode 0:
+      // the sums from +0.0, as from a zero fill, without the fill's writes).
+      if (p.S == 0) std::fill(dQ.begin(), dQ.end(), 0.0f);
       for (int64_t s0 = 0; s0 < p.S; s0 += kPk) {
         const int64_t sk = std::min(kPk, p.S - s0), nc = up16(sk), skp = (sk + 1) / 2;
         const bf16* kr = k + ((b * p.S + s0) * p.K + kh) * H;
@@ -288,8 +303,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
         pack_pairs_across(kr, ld, sk, H, kPk, Kp.data());
         pack_pairs_across(vr, ld, sk, H, kPk, Vh.data());
         pack_pairs_down(kr, ld, sk, H, HC, Kv.data());
-        std::fill(dK.begin(), dK.end(), 0.0f);
-        std::fill(dV.begin(), dV.end(), 0.0f);
+        bool kv_started = false;
         const int64_t tstart = c.skip_causal ? s0 / kPq * kPq : 0;  // rows t < s0 see none of this tile
         for (int64_t g = 0; g < G; ++g) {
           const int64_t n = kh * G + g;
@@ -309,15 +323,29 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
             pack_cols_f32(Sc.data(), kPk, tq, sk, PT.data(), kPq / 2);
             pack_cols_f32(dS.data(), kPk, tq, sk, dST.data(), kPq / 2);
             pack_rows_f32(dS.data(), kPk, tq, sk, dSb.data(), kPk / 2);
-            pair_rows<Be, 1>(sk, HC, PT.data(), kPq / 2, tqp, dOv.data() + (g * TP + t0 / 2) * HC, HC, dV.data(), HC);
-            pair_rows<Be, 1>(sk, HC, dST.data(), kPq / 2, tqp, Qv.data() + (g * TP + t0 / 2) * HC, HC, dK.data(), HC);
-            pair_rows<Be, 1>(tq, HC, dSb.data(), kPk / 2, skp, Kv.data(), HC, dQ.data() + (g * T_ + t0) * HC, HC);
+            const uint32_t* dOt = dOv.data() + (g * TP + t0 / 2) * HC;
+            const uint32_t* Qt = Qv.data() + (g * TP + t0 / 2) * HC;
+            if (kv_started) {
+              pair_rows<Be, 1>(sk, HC, PT.data(), kPq / 2, tqp, dOt, HC, dV.data(), HC);
+              pair_rows<Be, 1>(sk, HC, dST.data(), kPq / 2, tqp, Qt, HC, dK.data(), HC);
+            } else {
+              pair_rows<Be, 0>(sk, HC, PT.data(), kPq / 2, tqp, dOt, HC, dV.data(), HC);
+              pair_rows<Be, 0>(sk, HC, dST.data(), kPq / 2, tqp, Qt, HC, dK.data(), HC);
+              kv_started = true;
+            }
+            float* dQt = dQ.data() + (g * T_ + t0) * HC;
+            if (s0 > 0) pair_rows<Be, 1>(tq, HC, dSb.data(), kPk / 2, skp, Kv.data(), HC, dQt, HC);
+            else pair_rows<Be, 0>(tq, HC, dSb.data(), kPk / 2, skp, Kv.data(), HC, dQt, HC);
           }
           if (dbias && tstart > 0)  // rows the causal skip never visits hold masked logits: zero gradient
             for (int64_t t = 0; t < std::min(tstart, T_); ++t) {
               float* row = dbias + ((b * p.N + n) * T_ + t) * p.S + s0;
               for (int64_t j = 0; j < sk; ++j) row[j] = 0.0f;
             }
+        }
+        if (!kv_started) {  // no query row sees these keys (causal): zero gradients
+          std::fill(dK.begin(), dK.end(), 0.0f);
+          std::fill(dV.begin(), dV.end(), 0.0f);
         }
         for (int64_t j = 0; j < sk; ++j) {
           bf16* dks = dk + ((b * p.S + s0 + j) * p.K + kh) * H;
