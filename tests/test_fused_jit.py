@@ -336,14 +336,14 @@ def max_ways():
 @pytest.mark.parametrize("ways", [2, 3, 4])
 @pytest.mark.parametrize("channels", [192, 96, 64, 48])
 def test_several_vectors_per_iteration_keep_the_bits(channels, ways, dtype, max_ways):
-    # W vectors per iteration (fused_jit.cc body_ways): a per-channel operand whose period
-    # is a multiple of 16 W lets W vectors share one period row; the rows here make chunks
-    # start 16 lanes past such a boundary (192 * 5 rows = 60 vectors), so the leading
-    # single vectors, the W-vector loop, the one-vector loop after it and the masked tail
-    # all run. A period that is not a multiple of 16 W takes the largest W that divides it.
-    max_ways(ways)
+    # W vectors per iteration (fused_jit.cc body_ways, W = 4 or 2): a per-channel operand
+    # whose period is a multiple of 16 W lets W vectors share one period row; one that is
+    # not takes the largest W that divides it (3 is never used: chunks start on multiples
+    # of 1024 elements, not of 48). Every chunk must run compiled (a chunk whose start is
+    # off the W vectors' boundary would go to the interpreter): as many compiled runs as
+    # one vector per iteration gets.
     rng = np.random.default_rng(channels * 10 + ways)
-    shape = (5, 7, channels)
+    shape = (40, 7, channels)
     x, y = _special(rng, shape, dtype), _special(rng, shape, dtype)
     c = _special(rng, (channels,), dtype)
     s = np.asarray(0.75, dtype)
@@ -352,11 +352,16 @@ def test_several_vectors_per_iteration_keep_the_bits(channels, ways, dtype, max_
         h = jnp.tanh(x * c + s) * y
         return h, (jnp.exp(-(h * h)) - x).astype(np.float32) > s, lax.erf(y * s) + h
 
-    before = _way_runs()
-    _run(f, x, y, c, s)
-    ran = _way_runs() - before
-    expect = max(w for w in range(1, ways + 1) if channels % (16 * w) == 0)
-    assert ran[expect - 1] > 0 and ran[expect:].sum() == 0, (ran, expect) if HAVE_JIT else None
+    ran = {}
+    for w in (1, ways):
+        max_ways(w)
+        before = _way_runs()
+        _run(f, x, y, c, s)
+        ran[w] = _way_runs() - before
+    expect = max(w for w in (1, 2, 4) if w <= ways and channels % (16 * w) == 0)
+    if HAVE_JIT:
+        assert ran[1][0] > 0 and ran[1][1:].sum() == 0, ran
+        assert ran[ways][expect - 1] == ran[1][0] and ran[ways].sum() == ran[1][0], (ran, expect)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])

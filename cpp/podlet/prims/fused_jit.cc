@@ -9,7 +9,7 @@
 // rounded), bools as u32 0/1: the interpreter's register types, so every operation below
 // is the interpreter's per-element code (fused_ops.h) on 16 lanes at once.
 //
-// Up to four vectors per iteration (Gen::body_ways) when the registers allow: each
+// Four or two vectors per iteration (Gen::body_ways) when the registers allow: each
 // instruction is emitted for vector i, then for i + 16, i + 32 ... in further register
 // sets. One vector's values form a dependency chain (a bf16 GELU gradient: ~25 operations
 // of 3-cycle arithmetic, each followed by a ~6-cycle rounding), and one vector's body is
@@ -226,10 +226,12 @@ class Gen : public Xbyak::CodeGenerator {
 
   // How many vectors go per iteration, and their registers: scalars are shared (they hold
   // the first registers, kFirstReg up); every other value of vector w gets its register
-  // moved up by w times the span the plan uses. W is the largest up to max_ways_ whose
-  // registers fit. Not with leaf sums (their slot per vector) or a split period; every
-  // period must be a multiple of 16 W (an iteration starts on a 16 W-lane boundary of every
-  // period, so its vectors are in the same period and row).
+  // moved up by w times the span the plan uses. W is 4 or 2 (or 1), the largest up to
+  // max_ways_ whose registers fit. Not with leaf sums (their slot per vector) or a split
+  // period; every period must be a multiple of 16 W (an iteration starts on a 16 W-lane
+  // boundary of every period, so its vectors are in the same period and row). Not 3: a
+  // chunk's start, a multiple of 1024 elements, is on a 32- and 64-lane boundary of such a
+  // period but not on a 48-lane one, and run() would hand most chunks to the interpreter.
   void plan_ways() {
     ways_ = 1;
     if (any_leaves_) return;
@@ -243,6 +245,7 @@ class Gen : public Xbyak::CodeGenerator {
     shift_ = hi_reg_ - (kFirstReg + nscalar) + 1;
     if (shift_ <= 0) return;
     for (int w = max_ways_; w > 1; --w) {
+      if (w == 3) continue;
       bool ok = hi_reg_ + (w - 1) * shift_ < kNumRegs;
       for (int64_t p : periods_) ok &= p % (16 * w) == 0;
       if (ok) { ways_ = w; break; }

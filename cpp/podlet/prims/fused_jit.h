@@ -12,10 +12,12 @@
 // (log, pow and the other transcendentals but exp / tanh / logistic / erf; f64 or integer
 // arithmetic; strided gathers; periods under 16; more than 24 live values) is not
 // compiled and the interpreter runs it; PODLET_FUSED_JIT_DEBUG=1 says why on stderr.
-// What it buys is memory traffic: a program dominated by exp / tanh arithmetic (GELU and
-// its VJP) runs no faster compiled than interpreted. erf, evaluated in double, is the
-// exception: the exact GELU (ViT-B's, Swin's) forward and VJP run 1.7x faster compiled in
-// f32 (AMD Zen 4, 1 thread, [32, 56, 56, 384]); bf16 programs are bound by their roundings.
+// It buys memory traffic and, with up to four vectors per iteration (fused_jit.cc), the
+// latency of long chains: one vector at a time, a bf16 program (a rounding after every
+// operation) ran at its dependency chain's latency and no faster than the interpreter; W
+// chains in flight, and bf16 rounding by vcvtneps2bf16 on AVX512_BF16 hosts, make the
+// bf16 tanh-GELU VJP on [32, 197, 768] 1.7x faster (29.3 -> 17.2 ms, 1 thread, AMD Zen 4;
+// the interpreter 24.8 ms). erf is evaluated in double (fastmath.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -59,20 +61,22 @@ std::shared_ptr<const Kernel> compile(const Spec& spec);
 // leaf slot 0 would be (slot j at out[o] + j). False (nothing run) when `begin` is not on
 // a 16-lane boundary of a period that is a multiple of 16 (the code keeps such a
 // period's vectors whole), or of 16 W lanes for a program run W vectors per iteration
-// (fused.cc's chunks, multiples of 1024 elements or of whole rows, almost always are).
+// (fused.cc's chunks, multiples of 1024 elements or of whole rows, almost always are; the
+// tests count that every chunk ran compiled).
 bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out);
 
 // Whether fused programs may be compiled (the active ISA is AVX-512 and PODLET_FUSED_JIT
 // is not 0), and the number of programs compiled / refused since start (tests).
 bool enabled();
 void set_enabled(bool on);
-// The most vectors per iteration of programs compiled from now on (1-4; default 4,
-// PODLET_FUSED_JIT_WAYS sets it at start). Same bits whatever it is.
+// The most vectors per iteration of programs compiled from now on (1-4, of which 1, 2 and
+// 4 are used; default 4, PODLET_FUSED_JIT_WAYS sets it at start). Same bits whatever it is.
 void set_max_ways(int w);
 // leaf_runs: with kLeaves outputs; reg_leaf_runs: of those, with the leaves in registers
 // (leaf_k / 16 accumulators per kLeaves output, when they fit beside the program's values)
 // way_runs[W]: runs of programs compiled W vectors per iteration (fused_jit.cc body_ways:
-// no leaf sums, every period a multiple of 16 W, W times the live values fit in registers).
+// W = 1, 2 or 4; no leaf sums, every period a multiple of 16 W, W times the live values fit
+// in registers).
 struct Stats {
   int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0, reg_leaf_runs = 0;
   int64_t way_runs[5] = {};
