@@ -1,7 +1,8 @@
 """The fused row kernels (prims/norm.cc: layer_norm, RMSNorm, softmax, log_softmax, forward
-and backward) as GB/s against the machine's copy bandwidth, measured in the same run.
+and backward) and the MLP's GELU (a fused elementwise program) as GB/s against the
+machine's copy bandwidth, measured in the same run.
 
-    .venv/bin/python bench/norms.py [--reps 7] [--batch 32] [--only vit]
+    .venv/bin/python bench/norms.py [--reps 7] [--batch 32] [--only vit|swin|gelu]
 
 Each kernel runs as one primitive on concrete arrays (``_core.apply``, outputs from the
 buffer pool as in a graph); its bytes are what it must move: every input row read once
@@ -14,6 +15,10 @@ layer / function, forward and forward + backward, and the same with
 ``config.fused_norms`` False (Flax's op-by-op graph). Shapes: ViT-Small (batch x 197
 tokens x 384; attention scores batch x 6 heads x 197 x 197) and Swin-T (the four stages'
 tokens x 96..768 channels; window scores batch*64 windows x 3 heads x 49 x 49).
+GELU rows: the MLP's bias + GELU forward and its VJP (tanh and exact), jitted: each one
+fused elementwise program compiled by the JIT (prims/fused_jit.cc), its bytes x (+ dy) read
+and the result written; beside it, the same program compiled one vector per iteration
+(``_core.set_fused_jit_ways(1)``) and interpreted (``set_fused_jit(False)``).
 Best of --reps; ratios are only meaningful within one run on a shared machine. On a loaded
 machine, ``--clock thread`` (one thread, each call's CPU time) keeps other jobs'
 preemptions out of both the kernel's and the copy's times.
@@ -151,6 +156,32 @@ def bench_softmax(label, shape, dtype, log, reps, ratios):
     ratios.append(row(f"{label} {list(shape)}", f"{prim} bwd", dname, 3 * n * isz, t, tc, tf, tu))
 
 
+def bench_gelu(label, shape, dtype, approximate, reps, ratios):
+    rs = np.random.RandomState(0)
+    x = jnp.asarray(rs.normal(size=shape).astype(np.float32).astype(dtype))
+    b = jnp.asarray(rs.normal(size=shape[-1:]).astype(np.float32).astype(dtype))
+    dy = jnp.asarray(rs.normal(size=shape).astype(np.float32).astype(dtype))
+    n, isz, dname = int(np.prod(shape)), np.dtype(dtype).itemsize, np.dtype(dtype).name
+    gelu = lambda x, b: nn.gelu(x + b, approximate=approximate)  # noqa: E731
+    fwd = podlet.jit(gelu)
+    bwd = podlet.jit(lambda x, b, dy: podlet.vjp(lambda x: gelu(x, b), x)[1](dy)[0])
+    what = "tanh" if approximate else "exact"
+    for name, f, args, nbytes in (("fwd", fwd, (x, b), 2 * n * isz), ("bwd", bwd, (x, b, dy), 3 * n * isz)):
+        t, tc = kernel_vs_copy(lambda: f(*args), nbytes, reps)
+        try:  # the same program one vector per iteration, and interpreted
+            _core.set_fused_jit_ways(1)
+            t1 = best(lambda: f(*args), reps)
+            _core.set_fused_jit_ways(4)
+            _core.set_fused_jit(False)
+            ti = best(lambda: f(*args), reps)
+        finally:
+            _core.set_fused_jit_ways(4)
+            _core.set_fused_jit(True)
+        ratios.append(row(f"{label} {list(shape)}", f"GELU {what} {name}", dname, nbytes, t, tc))
+        print(f"{'':28s} {'':15s} {'':8s} one vector per iteration {t1 * 1e3:7.2f} ms ({t1 / t:3.1f}x), "
+              f"interpreted {ti * 1e3:7.2f} ms ({ti / t:3.1f}x)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=15)
@@ -158,7 +189,7 @@ def main():
     ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
                     help="thread: CPU time of the calling thread, with 1 thread (robust to a loaded machine)")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--only", choices=("vit", "swin"), default=None)
+    ap.add_argument("--only", choices=("vit", "swin", "gelu"), default=None)
     a = ap.parse_args()
     B = a.batch
     if a.clock == "thread":
@@ -176,7 +207,19 @@ def main():
         norms.append(("ViT-Small tokens", B * 197, 384))
     if a.only in (None, "swin"):
         norms += [(f"Swin-T stage {i + 1}", B * (56 // 2 ** i) ** 2, 96 * 2 ** i) for i in range(4)]
+    gelus = []
+    if a.only in (None, "vit", "gelu"):
+        gelus.append(("ViT-Tiny MLP", (B * 197, 768)))
+    if a.only in (None, "swin", "gelu"):
+        gelus.append(("Swin-T stage 1 MLP", (B * 56 * 56, 384)))
+    if a.only == "gelu":
+        norms = []
     for dtype in (np.float32, BF16):
+        for label, shape in gelus:
+            for approximate in (True, False):
+                bench_gelu(label, shape, dtype, approximate, a.reps, ratios)
+        if a.only == "gelu":
+            continue
         for label, rows, C in norms:
             bench_norm(label, rows, C, dtype, False, a.reps, ratios)
             if label.startswith("ViT") or label.endswith("stage 1"):
