@@ -16,8 +16,8 @@
 // latency of long chains: one vector at a time, a bf16 program (a rounding after every
 // operation) ran at its dependency chain's latency and no faster than the interpreter; W
 // chains in flight, and bf16 rounding by vcvtneps2bf16 on AVX512_BF16 hosts, make the
-// bf16 tanh-GELU VJP on [32, 197, 768] 1.7x faster (29.3 -> 17.2 ms, 1 thread, AMD Zen 4;
-// the interpreter 24.8 ms). erf is evaluated in double (fastmath.h).
+// bf16 tanh-GELU VJP on [32, 197, 768] 1.5x faster (29.1 -> 19.2 ms, 1 thread, AMD Zen 4;
+// the interpreter 25.1 ms). erf is evaluated in double (fastmath.h).
 #pragma once
 #include <cstdint>
 #include <memory>
