@@ -166,8 +166,8 @@ class Gen : public Xbyak::CodeGenerator {
       for (int l = 0; l < 8; ++l) dq(v);
   }
 
-  // i += step, and i % p and i / p of the next vector (p >= 16; step 32 only when every
-  // period is a multiple of 32 and i % 32 == 0, so that i % p + 32 <= p).
+  // i += step, and i % p and i / p of the next vector (p >= 16; step 16 W only when every
+  // period is a multiple of 16 W and i % (16 W) == 0, so that i % p + 16 W <= p).
   void advance(int step = 16) {
     add(rcx, step);
     for (size_t q = 0; q < periods_.size(); ++q) {
@@ -284,8 +284,8 @@ class Gen : public Xbyak::CodeGenerator {
   const Spec& s_;
   int S_ = 0;
   std::vector<int> root_, last_use_, reg_;
-  // body_pair: the second vector's registers, and which vector is being emitted (0: i,
-  // 1: i + 16; reg() and the addresses follow it).
+  // body_ways: the vectors per iteration, the register span between two vectors' sets,
+  // and which vector is being emitted (lane_ w: i + 16 w; reg() and the addresses follow it).
   const int max_ways_;
   int ways_ = 1, shift_ = 0;
   std::vector<bool> scalar_;  // the value is a broadcast scalar (one register for all vectors)
@@ -950,8 +950,8 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
   std::shared_ptr<Kernel> k;
   try {
     auto kern = std::make_shared<Kernel>();
-    // The bodies: one-vector loop and masked tail, plus the W-vector loop's leading vector
-    // and its W; leaf_loop's are small programs.
+    // The bodies: one-vector loop and masked tail, plus the W-vector loop's W (and room
+    // for the out-of-line roundings); leaf_loop's are small programs.
     const size_t bytes = (16384 + spec.code.size() * (3 + ways) * 512 + 4095) / 4096 * 4096;
     auto gen = std::make_unique<Gen>(spec, bytes, ways, cvt_bf16);
     gen->generate();
