@@ -128,6 +128,11 @@ class Gen : public Xbyak::CodeGenerator {
     }
     Xbyak::Label loop, tail, done;
     if (reg_leaves_) leaf_loop();
+    pair_round_ = cvt_bf16_ && ways_ % 2 == 0;
+    if (pair_round_) {  // k6 (a split period's mask, unused with W > 1): the odd words
+      mov(eax, 0xaaaaaaaa);
+      kmovd(k6, eax);
+    }
     if (ways_ > 1) ways_loop();
     L(loop);
     cmp(rcx, rsi);
@@ -157,7 +162,21 @@ class Gen : public Xbyak::CodeGenerator {
       round_bf16_exact(Zmm(sl.src));
       jmp(sl.back, T_NEAR);
     }
+    for (auto& sl : slow_pairs_) {
+      L(sl.slow);
+      round_bf16_exact(Zmm(sl.x));
+      vmovaps(Zmm(sl.x), zmm0);
+      round_bf16_exact(Zmm(sl.y));
+      vmovaps(Zmm(sl.y), zmm0);
+      jmp(sl.back, T_NEAR);
+    }
     align(64);
+    // round_bf16_pair's word permutes: dword j of x's result takes packed word j, of y's
+    // word 16 + j (in the high half; the low half is zeroed by k6).
+    L(perm_lo_);
+    for (uint32_t j = 0; j < 16; ++j) dd(j << 16 | j);
+    L(perm_hi_);
+    for (uint32_t j = 16; j < 32; ++j) dd(j << 16 | j);
     L(consts_);
     for (uint32_t v : pool_)
       for (int l = 0; l < 16; ++l) dd(v);
@@ -290,10 +309,16 @@ class Gen : public Xbyak::CodeGenerator {
   int ways_ = 1, shift_ = 0;
   std::vector<bool> scalar_;  // the value is a broadcast scalar (one register for all vectors)
   int lane_ = 0;
-  // round_bf16 on vcvtneps2bf16 (AVX512_BF16 hosts), and its out-of-line exact paths.
+  // round_bf16 on vcvtneps2bf16 (AVX512_BF16 hosts), and its out-of-line exact paths;
+  // body_ways' two-vector roundings (round_bf16_pair: pair_round_, and instr() leaving
+  // its result unrounded while defer_round_) with theirs and their permutes' indices.
   const bool cvt_bf16_;
   struct SlowRound { Xbyak::Label slow, back; int src = 0; };
   std::list<SlowRound> slow_rounds_;
+  bool pair_round_ = false, defer_round_ = false;
+  struct SlowPair { Xbyak::Label slow, back; int x = 0, y = 0; };
+  std::list<SlowPair> slow_pairs_;
+  Xbyak::Label perm_lo_, perm_hi_;
   int reg(int k) const { return lane_ == 0 || scalar_[k] ? reg_[k] : reg_[k] + lane_ * shift_; }
   std::vector<std::vector<int>> outs_of_;
   std::vector<int64_t> periods_;
@@ -692,7 +717,7 @@ class Gen : public Xbyak::CodeGenerator {
     // Float arithmetic. x86's add / sub / mul / div return the first operand's NaN
     // (quieted) when it is one and otherwise the second's: the interpreter's rule
     // (`x != x ? x + 0 : x + y`), so the plain instruction with x first.
-    const Zmm r = rb ? zmm2 : d;
+    const Zmm r = rb && !defer_round_ ? zmm2 : d;
     switch (ins.op) {
       case kNeg: vpxord(r, a, cb(kSignBit)); break;
       case kAbs: vpandd(r, a, cb(kAbsMask)); break;
@@ -719,7 +744,35 @@ class Gen : public Xbyak::CodeGenerator {
         break;
       default: throw Refuse{"this op"};
     }
-    if (rb) round_bf16(d, r);
+    if (rb && !defer_round_) round_bf16(d, r);
+  }
+  // Whether instr(k)'s result is rounded by the arithmetic path's round_bf16 (the one
+  // body_ways may defer and do for two vectors at once).
+  bool arith_round(const Instr& ins) const {
+    if (ins.rd != DType::bf16 || ins.op == kLoad || ins.op == kConvert || ins.op == kSelect || ins.op == kIsFinite)
+      return false;
+    if (ins.op == kNot || ins.op == kAnd || ins.op == kOr || ins.op == kXor) return false;
+    return !(ins.op >= kEq && ins.op <= kGe);
+  }
+  // x = round_bf16(x), y = round_bf16(y) for two vectors' f32 values at once:
+  // vcvtne2ps2bf16 packs both (x's words low), and a word permute per vector puts its
+  // words back in the high halves (k6: the odd words; the even ones zeroed). A NaN or a
+  // subnormal in either sends both to the integer form, out of line.
+  void round_bf16_pair(const Zmm& x, const Zmm& y) {
+    SlowPair& sl = slow_pairs_.emplace_back();
+    sl.x = x.getIdx();
+    sl.y = y.getIdx();
+    vfpclassps(k1, x, 0xa1);  // QNaN | SNaN | denormal
+    vfpclassps(k2, y, 0xa1);
+    korw(k1, k1, k2);
+    kortestw(k1, k1);
+    jnz(sl.slow, T_NEAR);
+    vcvtne2ps2bf16(zmm0, y, x);
+    vmovdqu16(zmm1, ptr[rip + perm_lo_]);
+    vpermw(x | k6 | T_z, zmm1, zmm0);
+    vmovdqu16(zmm1, ptr[rip + perm_hi_]);
+    vpermw(y | k6 | T_z, zmm1, zmm0);
+    L(sl.back);
   }
 
   // dst = fm::exp(x) (kernels/fastmath.h): its operations in its order, no FMA. Scratch:
@@ -888,10 +941,20 @@ class Gen : public Xbyak::CodeGenerator {
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
       if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty())) {
+        const bool pair = pair_round_ && arith_round(ins);
+        defer_round_ = pair;
         for (lane_ = 0; lane_ < ways_; ++lane_) {
           if (ins.op == kLoad) load(k, false);
           else instr(k);
         }
+        defer_round_ = false;
+        if (pair)
+          for (int w = 0; w < ways_; w += 2) {
+            lane_ = w;
+            const Zmm x(reg(k));
+            lane_ = w + 1;
+            round_bf16_pair(x, Zmm(reg(k)));
+          }
       }
       for (int o : outs_of_[k])
         for (lane_ = 0; lane_ < ways_; ++lane_) store(k, o, false);
