@@ -19,7 +19,11 @@ has, and the outputs are compared bit for bit against the unfused graph:
     eager            no jit: each primitive applied as the Python code calls it
     fused/<isa>      fused graph, the interpreter (prims/fused.cc) at each ISA the host has:
                      ref (the baseline build), avx2, avx512 (fused_avx2.cc, fused_avx512.cc)
-    fused/jit        fused graph with AVX-512 machine code (prims/fused_jit.cc), AVX-512 hosts only
+    fused/jit-1way   fused graph with AVX-512 machine code (prims/fused_jit.cc), AVX-512 hosts
+                     only, one 16-element vector per iteration
+    fused/jit        the same, up to four vectors per iteration (the default)
+    fused/jit-avx512bf16  the same with the bf16 roundings on vcvtneps2bf16 / vcvtne2ps2bf16,
+                     AVX512_BF16 hosts only
     .../1thread      the best fused configuration again on one thread (bits may not depend on it)
 
 Every switch is flipped at run time in this one process: PODLET_FUSION is read from the
@@ -614,6 +618,7 @@ class Config:
     threads: int = None       # None: podlet's default
     eager: bool = False
     excess: bool = False      # config allow_excess_precision (bf16 kept f32 inside a fusion)
+    ways: int = 4             # the JIT's most vectors per iteration (_core.set_fused_jit_ways)
 
     def run(self, prog, fn, jitted):
         """The outputs of prog (fn: its Python function, jitted: podlet.jit(fn)) as
@@ -636,6 +641,7 @@ def _configured(cfg):
     os.environ["PODLET_FUSION"] = "1" if cfg.fusion else "0"
     _core.set_isa(cfg.isa or _BEST_ISA)
     _core.set_fused_jit(cfg.fused_jit)
+    _core.set_fused_jit_ways(cfg.ways)
     podlet.config.update("num_threads", cfg.threads or _DEFAULT_THREADS)
     podlet.config.update("allow_excess_precision", cfg.excess)
     try:
@@ -647,6 +653,7 @@ def _configured(cfg):
             os.environ["PODLET_FUSION"] = old_env
         _core.set_isa(_START_ISA)
         _core.set_fused_jit(podlet.config.fused_jit)
+        _core.set_fused_jit_ways(4)
         podlet.config.update("num_threads", _DEFAULT_THREADS)
         podlet.config.update("allow_excess_precision", False)
 
@@ -660,7 +667,12 @@ def available_configs(excess=False):
     cfgs = [] if excess else [Config("unfused", fusion=False), Config("eager", eager=True)]
     cfgs += [Config(f"fused/{isa}", isa=isa, excess=excess) for isa in isas]
     if "avx512" in isas:   # the JIT compiles only where the active ISA is AVX-512
+        # one vector per iteration; up to four (the default); and on AVX512_BF16 hosts the
+        # bf16 roundings by vcvtneps2bf16 / vcvtne2ps2bf16 (fused_jit.cc)
+        cfgs.append(Config("fused/jit-1way", isa="avx512", fused_jit=True, excess=excess, ways=1))
         cfgs.append(Config("fused/jit", isa="avx512", fused_jit=True, excess=excess))
+        if "avx512bf16" in info["available_isas"]:
+            cfgs.append(Config("fused/jit-avx512bf16", isa="avx512bf16", fused_jit=True, excess=excess))
     best = cfgs[-1]
     if _DEFAULT_THREADS != 1:
         cfgs.append(Config(best.name + "/1thread", isa=best.isa, fused_jit=best.fused_jit, threads=1, excess=excess))
