@@ -15,6 +15,52 @@ struct HwPairs {
   static P loadp(const uint32_t* p) { return (__m512bh)_mm512_loadu_si512(p); }
   static P bcast(uint32_t a) { return (__m512bh)_mm512_set1_epi32(int(a)); }
   static V dp(V acc, P a, P b) { return _mm512_dpbf16_ps(acc, a, b); }
+
+  // pack_pairs_across for an even head size: K's (or V's) rows are [sk][H/2] 32-bit
+  // words, the operand is their transpose [H/2][cols]; 16 x 16 blocks transposed in
+  // registers (the plain loop moved one word per several scalar instructions, ~10% of the
+  // kernel at Swin's 49-token windows). Rows past sk are zero; masked loads read only
+  // the head's own words.
+  static bool pack_across(const bf16* X, int64_t ldx, int64_t sk, int64_t H, int64_t cols, uint32_t* out) {
+    if (H % 2 || cols % 16) return false;
+    const int64_t HP = H / 2;
+    const uint16_t* x = &X->bits;
+    for (int64_t hb = 0; hb < HP; hb += 16) {
+      const int nh = int(std::min<int64_t>(16, HP - hb));
+      const __mmask16 hm = __mmask16((1u << nh) - 1u);
+      for (int64_t sb = 0; sb < cols; sb += 16) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i)
+          r[i] = sb + i < sk ? _mm512_maskz_loadu_epi32(hm, x + (sb + i) * ldx + 2 * hb) : _mm512_setzero_si512();
+        transpose16(r);
+        for (int j = 0; j < nh; ++j) _mm512_storeu_si512(out + (hb + j) * cols + sb, r[j]);
+      }
+    }
+    return true;
+  }
+  // 16 x 16 transpose of 32-bit words (rows r[0..15] become columns).
+  static void transpose16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; ++i) {
+      r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+      r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+      r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+      r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int h = 0; h < 2; ++h)
+      for (int i = 0; i < 4; ++i) {
+        t[8 * h + i] = _mm512_shuffle_i32x4(r[8 * h + i], r[8 * h + 4 + i], 0x88);
+        t[8 * h + 4 + i] = _mm512_shuffle_i32x4(r[8 * h + i], r[8 * h + 4 + i], 0xdd);
+      }
+    for (int i = 0; i < 8; ++i) {
+      r[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);
+      r[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xdd);
+    }
+  }
 };
 }  // namespace
 }  // namespace podlet::kernels

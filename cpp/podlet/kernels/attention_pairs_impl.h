@@ -48,6 +48,8 @@ struct EmuPairs {
   static void store(float* p, const V& v) { std::memcpy(p, v.x, sizeof v.x); }
   static V scale(V v, float a) { for (float& f : v.x) f *= a; return v; }
   static P loadp(const uint32_t* p) { P v; std::memcpy(v.x, p, sizeof v.x); return v; }
+  // No vector form of pack_pairs_across: the plain loop (the same words).
+  static bool pack_across(const bf16*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { return false; }
   static P bcast(uint32_t a) {
     P v;
     for (int l = 0; l < 16; ++l) { v.x[2 * l] = uint16_t(a & 0xffffu); v.x[2 * l + 1] = uint16_t(a >> 16); }
@@ -185,6 +187,12 @@ inline void pack_pairs_across(const bf16* X, int64_t ldx, int64_t sk, int64_t H,
     std::fill(o + sk, o + cols, 0u);
   }
 }
+// pack_pairs_across through the backend's vector form when it has one (a transpose of
+// 32-bit words: data movement, so every backend gives the same words).
+template <class Be>
+inline void pack_across(const bf16* X, int64_t ldx, int64_t sk, int64_t H, int64_t cols, uint32_t* out) {
+  if (!Be::pack_across(X, ldx, sk, H, cols, out)) pack_pairs_across(X, ldx, sk, H, cols, out);
+}
 
 template <class Be>
 void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
@@ -209,7 +217,7 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
           const bf16* kr = k + ((b * p.S + s0) * p.K + kh) * H;
           const bf16* vr = v + ((b * p.S + s0) * p.K + kh) * H;
           const int64_t ld = p.K * H;
-          pack_pairs_across(kr, ld, sk, H, kPk, Kp.data() + st * HP * kPk);
+          pack_across<Be>(kr, ld, sk, H, kPk, Kp.data() + st * HP * kPk);
           pack_pairs_down(vr, ld, sk, H, HC, Vp.data() + st * (kPk / 2) * HC);
         }
         cached = b * p.K + kh;
@@ -300,8 +308,8 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
         const bf16* kr = k + ((b * p.S + s0) * p.K + kh) * H;
         const bf16* vr = v + ((b * p.S + s0) * p.K + kh) * H;
         const int64_t ld = p.K * H;
-        pack_pairs_across(kr, ld, sk, H, kPk, Kp.data());
-        pack_pairs_across(vr, ld, sk, H, kPk, Vh.data());
+        pack_across<Be>(kr, ld, sk, H, kPk, Kp.data());
+        pack_across<Be>(vr, ld, sk, H, kPk, Vh.data());
         pack_pairs_down(kr, ld, sk, H, HC, Kv.data());
         bool kv_started = false;
         const int64_t tstart = c.skip_causal ? s0 / kPq * kPq : 0;  // rows t < s0 see none of this tile
