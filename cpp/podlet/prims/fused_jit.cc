@@ -9,7 +9,7 @@
 // rounded), bools as u32 0/1: the interpreter's register types, so every operation below
 // is the interpreter's per-element code (fused_ops.h) on 16 lanes at once.
 //
-// Four or two vectors per iteration (Gen::body_ways) when the registers allow: each
+// Four or two vectors per iteration (Gen::body) when the registers allow: each
 // instruction is emitted for vector i, then for i + 16, i + 32 ... in further register
 // sets. One vector's values form a dependency chain (a bf16 GELU gradient: ~25 operations
 // of 3-cycle arithmetic, each followed by a ~6-cycle rounding), and one vector's body is
@@ -256,10 +256,12 @@ class Gen : public Xbyak::CodeGenerator {
     if (any_leaves_) return;
     for (int q = 0; q < int(periods_.size()); ++q)
       if (split_[q] >= 0) return;
-    int nscalar = 0;
+    scalar_.assign(S_, false);
+    int nscalar = 0;  // registers held by scalars
     for (int k = 0; k < S_; ++k) {
-      const Instr& ins = s_.code[k];
-      nscalar += ins.op == kLoad && s_.load_kind[ins.a] == LoadKind::kScalar && root_[k] == k && reg_[k] >= 0;
+      const Instr& r = s_.code[root_[k]];
+      scalar_[k] = r.op == kLoad && s_.load_kind[r.a] == LoadKind::kScalar;
+      nscalar += scalar_[k] && root_[k] == k && reg_[k] >= 0;
     }
     shift_ = hi_reg_ - (kFirstReg + nscalar) + 1;
     if (shift_ <= 0) return;
@@ -268,11 +270,6 @@ class Gen : public Xbyak::CodeGenerator {
       bool ok = hi_reg_ + (w - 1) * shift_ < kNumRegs;
       for (int64_t p : periods_) ok &= p % (16 * w) == 0;
       if (ok) { ways_ = w; break; }
-    }
-    scalar_.assign(S_, false);
-    for (int k = 0; k < S_; ++k) {
-      const Instr& r = s_.code[root_[k]];
-      scalar_[k] = r.op == kLoad && s_.load_kind[r.a] == LoadKind::kScalar;
     }
   }
 
@@ -285,7 +282,7 @@ class Gen : public Xbyak::CodeGenerator {
     lea(rax, ptr[rcx + 16 * W]);
     cmp(rax, rsi);
     ja(out, T_NEAR);
-    body_ways();
+    body(false, false, ways_);
     advance(16 * W);
     jmp(iter, T_NEAR);
     L(out);
@@ -303,14 +300,14 @@ class Gen : public Xbyak::CodeGenerator {
   const Spec& s_;
   int S_ = 0;
   std::vector<int> root_, last_use_, reg_;
-  // body_ways: the vectors per iteration, the register span between two vectors' sets,
+  // body(): the vectors per iteration, the register span between two vectors' sets,
   // and which vector is being emitted (lane_ w: i + 16 w; reg() and the addresses follow it).
   const int max_ways_;
   int ways_ = 1, shift_ = 0;
   std::vector<bool> scalar_;  // the value is a broadcast scalar (one register for all vectors)
   int lane_ = 0;
   // round_bf16 on vcvtneps2bf16 (AVX512_BF16 hosts), and its out-of-line exact paths;
-  // body_ways' two-vector roundings (round_bf16_pair: pair_round_, and instr() leaving
+  // the W-vector body's two-vector roundings (round_bf16_pair: pair_round_, and instr() leaving
   // its result unrounded while defer_round_) with theirs and their permutes' indices.
   const bool cvt_bf16_;
   struct SlowRound { Xbyak::Label slow, back; int src = 0; };
@@ -747,7 +744,7 @@ class Gen : public Xbyak::CodeGenerator {
     if (rb && !defer_round_) round_bf16(d, r);
   }
   // Whether instr(k)'s result is rounded by the arithmetic path's round_bf16 (the one
-  // body_ways may defer and do for two vectors at once).
+  // body() may defer and do for two vectors at once).
   bool arith_round(const Instr& ins) const {
     if (ins.rd != DType::bf16 || ins.op == kLoad || ins.op == kConvert || ins.op == kSelect || ins.op == kIsFinite)
       return false;
@@ -914,7 +911,12 @@ class Gen : public Xbyak::CodeGenerator {
     else vmovaps(r, zmm1);
   }
 
-  void body(bool masked, bool reg_leaf = false) {
+  // The program for `lanes` vectors i, i + 16, ... (1, or ways_ in the W-vector loop:
+  // never masked, no split periods or leaves there), each instruction for one vector after
+  // the other: W independent dependency chains in flight (the scratch registers zmm0-7 and
+  // k1/k2 are renamed by the core, so one vector's reuse of them does not wait for
+  // another's). With several vectors, arithmetic results are rounded two at a time.
+  void body(bool masked, bool reg_leaf = false, int lanes = 1) {
     split_lanes(masked);
     if (any_leaves_ && !reg_leaf) {  // r15 = the leaf slot of element i, for every kLeaves output
       const int lk = __builtin_ctzll(uint64_t(s_.leaf_k));
@@ -928,28 +930,15 @@ class Gen : public Xbyak::CodeGenerator {
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
       if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty())) {
-        if (ins.op == kLoad) load(k, masked);
-        else instr(k);
-      }
-      for (int o : outs_of_[k]) store(k, o, masked, reg_leaf);
-    }
-  }
-  // Vectors i, i + 16, ..., each instruction for one after the other (W independent
-  // dependency chains in flight; the scratch registers zmm0-7 and k1/k2 are renamed by
-  // the core, so one vector's reuse of them does not wait for another's).
-  void body_ways() {
-    for (int k = 0; k < S_; ++k) {
-      const Instr& ins = s_.code[k];
-      if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty())) {
-        const bool pair = pair_round_ && arith_round(ins);
+        const bool pair = lanes > 1 && pair_round_ && arith_round(ins);
         defer_round_ = pair;
-        for (lane_ = 0; lane_ < ways_; ++lane_) {
-          if (ins.op == kLoad) load(k, false);
+        for (lane_ = 0; lane_ < lanes; ++lane_) {
+          if (ins.op == kLoad) load(k, masked);
           else instr(k);
         }
         defer_round_ = false;
         if (pair)
-          for (int w = 0; w < ways_; w += 2) {
+          for (int w = 0; w < lanes; w += 2) {
             lane_ = w;
             const Zmm x(reg(k));
             lane_ = w + 1;
@@ -957,7 +946,7 @@ class Gen : public Xbyak::CodeGenerator {
           }
       }
       for (int o : outs_of_[k])
-        for (lane_ = 0; lane_ < ways_; ++lane_) store(k, o, false);
+        for (lane_ = 0; lane_ < lanes; ++lane_) store(k, o, masked, reg_leaf);
     }
     lane_ = 0;
   }
@@ -987,7 +976,7 @@ class Kernel {
   size_t nloads = 0, nouts = 0;
   bool leaves = false;  // has kLeaves outputs
   bool reg_leaves = false;  // ... added in registers (Gen::leaf_loop)
-  int ways = 1;  // vectors per iteration (Gen::body_ways)
+  int ways = 1;  // vectors per iteration (Gen::body)
 };
 
 int max_ways() {

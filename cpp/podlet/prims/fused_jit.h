@@ -74,7 +74,7 @@ void set_enabled(bool on);
 void set_max_ways(int w);
 // leaf_runs: with kLeaves outputs; reg_leaf_runs: of those, with the leaves in registers
 // (leaf_k / 16 accumulators per kLeaves output, when they fit beside the program's values)
-// way_runs[W]: runs of programs compiled W vectors per iteration (fused_jit.cc body_ways:
+// way_runs[W]: runs of programs compiled W vectors per iteration (fused_jit.cc Gen::body:
 // W = 1, 2 or 4; no leaf sums, every period a multiple of 16 W, W times the live values fit
 // in registers).
 struct Stats {
