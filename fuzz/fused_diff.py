@@ -21,7 +21,7 @@ has, and the outputs are compared bit for bit against the unfused graph:
                      ref (the baseline build), avx2, avx512 (fused_avx2.cc, fused_avx512.cc)
     fused/jit-1way   fused graph with AVX-512 machine code (prims/fused_jit.cc), AVX-512 hosts
                      only, one 16-element vector per iteration
-    fused/jit        the same, up to four vectors per iteration (the default)
+    fused/jit        the same, up to eight vectors per iteration (the default)
     fused/jit-avx512bf16  the same with the bf16 roundings on vcvtneps2bf16 / vcvtne2ps2bf16,
                      AVX512_BF16 hosts only
     .../1thread      the best fused configuration again on one thread (bits may not depend on it)
@@ -618,7 +618,7 @@ class Config:
     threads: int = None       # None: podlet's default
     eager: bool = False
     excess: bool = False      # config allow_excess_precision (bf16 kept f32 inside a fusion)
-    ways: int = 4             # the JIT's most vectors per iteration (_core.set_fused_jit_ways)
+    ways: int = 8             # the JIT's most vectors per iteration (_core.set_fused_jit_ways)
 
     def run(self, prog, fn, jitted):
         """The outputs of prog (fn: its Python function, jitted: podlet.jit(fn)) as
@@ -653,7 +653,7 @@ def _configured(cfg):
             os.environ["PODLET_FUSION"] = old_env
         _core.set_isa(_START_ISA)
         _core.set_fused_jit(podlet.config.fused_jit)
-        _core.set_fused_jit_ways(4)
+        _core.set_fused_jit_ways(8)
         podlet.config.update("num_threads", _DEFAULT_THREADS)
         podlet.config.update("allow_excess_precision", False)
 
@@ -1000,7 +1000,7 @@ def fuzz(seed, programs=None, seconds=None, configs=None, perturb=None, verbose=
     reference itself cannot run -- a generator bug -- under "invalid")."""
     configs = configs or available_configs()
     out = out or sys.stdout
-    t0, c0 = time.time(), time.process_time()
+    t0, c0, jit0 = time.time(), time.process_time(), _core.fused_jit_stats()
     n = fused_progs = compiled = 0
     bad, invalid, sigs = [], [], {}
     shrink_s = 0.0
@@ -1050,6 +1050,8 @@ def fuzz(seed, programs=None, seconds=None, configs=None, perturb=None, verbose=
     dt = time.time() - t0
     return {"programs": n, "seconds": dt, "cpu_seconds": time.process_time() - c0, "per_second": n / (dt - shrink_s) if dt > shrink_s else 0.0,
             "shrink_seconds": shrink_s, "fused_programs": fused_progs, "compiled_runs": compiled,
+            "way_runs": [b - a for a, b in zip(jit0["way_runs"], _core.fused_jit_stats()["way_runs"])],
+            "spill_runs": _core.fused_jit_stats()["spill_runs"] - jit0["spill_runs"],
             "mismatches": bad, "signatures": sigs, "invalid": invalid, "configs": [c.name for c in configs],
             "coverage": cover, "paths": paths, "elements": elements}
 
@@ -1067,7 +1069,9 @@ def summary_text(s):
         f"programs run: {s['programs']} in {s['seconds']:.1f} s ({s['per_second']:.1f} programs/s"
         + (f", not counting {s['shrink_seconds']:.1f} s spent shrinking mismatches" if s["shrink_seconds"] else "")
         + f"; {s['cpu_seconds']:.1f} s of CPU time, all threads, shrinking included); "
-        f"{s['fused_programs']} had fused nodes; {s['compiled_runs']} fused runs as compiled AVX-512 code",
+        f"{s['fused_programs']} had fused nodes; {s['compiled_runs']} fused runs as compiled AVX-512 code "
+        f"(by vectors per iteration: {', '.join(f'{w + 1}: {n}' for w, n in enumerate(s['way_runs']) if n)}; "
+        f"with scalars kept in memory: {s['spill_runs']})",
         "fused instructions seen (operand dtypes): " + "; ".join(
             f"{k} [{','.join(sorted(v))}]" for k, v in sorted(ops.items()) if not k.startswith("convert")),
         f"fused converts seen: {len(conv)} of {len(DTYPES) * len(DTYPES)} dtype pairs",

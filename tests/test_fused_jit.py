@@ -325,21 +325,22 @@ def _way_runs():
 
 @pytest.fixture
 def max_ways():
-    """Sets the most vectors per iteration for programs compiled in the test (back to 4 after)."""
+    """Sets the most vectors per iteration for programs compiled in the test (back to 8, the
+    default, after)."""
     try:
         yield _core.set_fused_jit_ways
     finally:
-        _core.set_fused_jit_ways(4)
+        _core.set_fused_jit_ways(8)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("ways", [2, 3, 4])
-@pytest.mark.parametrize("channels", [192, 96, 64, 48])
+@pytest.mark.parametrize("ways", [2, 3, 4, 8])
+@pytest.mark.parametrize("channels", [256, 192, 96, 64, 48])
 def test_several_vectors_per_iteration_keep_the_bits(channels, ways, dtype, max_ways):
-    # W vectors per iteration (fused_jit.cc body_ways, W = 4 or 2): a per-channel operand
+    # W vectors per iteration (fused_jit.cc body, W = 8, 4 or 2): a per-channel operand
     # whose period is a multiple of 16 W lets W vectors share one period row; one that is
-    # not takes the largest W that divides it (3 is never used: chunks start on multiples
-    # of 1024 elements, not of 48). Every chunk must run compiled (a chunk whose start is
+    # not takes the largest W that divides it (only powers of two: chunks start on
+    # multiples of 1024 elements, not of 48). Every chunk must run compiled (a chunk whose start is
     # off the W vectors' boundary would go to the interpreter): as many compiled runs as
     # one vector per iteration gets.
     rng = np.random.default_rng(channels * 10 + ways)
@@ -358,10 +359,75 @@ def test_several_vectors_per_iteration_keep_the_bits(channels, ways, dtype, max_
         before = _way_runs()
         _run(f, x, y, c, s)
         ran[w] = _way_runs() - before
+    # (f's live values take too many registers for 8 sets)
     expect = max(w for w in (1, 2, 4) if w <= ways and channels % (16 * w) == 0)
     if HAVE_JIT:
         assert ran[1][0] > 0 and ran[1][1:].sum() == 0, ran
         assert ran[ways][expect - 1] == ran[1][0] and ran[ways].sum() == ran[1][0], (ran, expect)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("channels", [256, 128, 192])
+def test_eight_vectors_per_iteration(channels, dtype, max_ways):
+    # A short chain with three live values fits eight register sets (its scalar moved to
+    # memory): W = 8 where the per-channel period is a multiple of 128, else 4.
+    rng = np.random.default_rng(channels)
+    shape = (24, 5, channels)
+    x, y = _special(rng, shape, dtype), _special(rng, shape, dtype)
+    c = _special(rng, (channels,), dtype)
+    s = np.asarray(-1.25, dtype)
+
+    def f(x, y, c, s):
+        return (x * c + s) * y - s
+
+    outs, ran = [], {}
+    for w in (1, 8):
+        max_ways(w)
+        before = _way_runs()
+        fg = _run(f, x, y, c, s)
+        ran[w] = _way_runs() - before
+        outs.append(fg.run([podlet._src.core.to_array(a) for a in (x, y, c, s)]))
+    assert_same_bits(outs[0], outs[1])
+    if HAVE_JIT:
+        expect = 8 if channels % 128 == 0 else 4
+        assert ran[8][expect - 1] == ran[1][0] > 0 and ran[8].sum() == ran[1][0], (ran, expect)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("special_scalars", [False, True], ids=["finite", "special"])
+def test_scalars_kept_in_memory_for_more_vectors(special_scalars, dtype, max_ways):
+    # Broadcast scalars each hold a register shared by the W vectors; when the vectors'
+    # registers and the scalars' do not fit, the scalars read only by operations that can
+    # stage them (arithmetic, max / min, comparisons, logic, select, clamp) move to memory
+    # and W doubles. Here in every operand position (first and second of sub / div / max,
+    # compares, select's branches, clamp's bounds), NaN and subnormal scalars included.
+    rng = np.random.default_rng(41 + special_scalars)
+    shape = (16, 9, 64)
+    x, y = _special(rng, shape, dtype), _special(rng, shape, dtype)
+    c = _special(rng, (64,), dtype)
+    vals = [np.nan, 1e-39, -0.0, 2.5, np.inf, -3.0] if special_scalars else [2.0, -1.5, 3.0, 0.25, -0.5, 0.75]
+    ss = [np.asarray(v, dtype) for v in vals]
+
+    def f(x, y, c, s1, s2, s3, s4, s5, s6):
+        a = s1 - x * c
+        b = jnp.maximum(s2, a) / s3
+        e = jnp.minimum(y, s4) * b
+        m = (b > s4) & (s5 <= y)
+        r = jnp.where(m, s6, e * y + a)
+        q = lax.clamp(s5, r + x, s1) if not special_scalars else jnp.minimum(s1, r + x)
+        return q, s3 / (a + y + e), jnp.where(m, b, s2)
+
+    outs, ran = [], {}
+    for w in (1, 4):
+        max_ways(w)
+        before = (_way_runs(), _core.fused_jit_stats()["spill_runs"])
+        fg = _run(f, x, y, c, *ss)
+        ran[w] = (_way_runs() - before[0], _core.fused_jit_stats()["spill_runs"] - before[1])
+        outs.append(fg.run([podlet._src.core.to_array(a) for a in (x, y, c, *ss)]))
+    assert_same_bits(outs[0], outs[1])
+    if HAVE_JIT:
+        assert ran[1][1] == 0 and ran[4][1] == ran[1][0][0] > 0, ran
+        assert ran[4][0][3] == ran[1][0][0], ran
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
@@ -375,7 +441,7 @@ def test_random_chains_on_one_and_several_vectors_per_iteration(seed, dtype, max
     c = _special(rng, (64,), dtype)
     s = np.asarray(rng.standard_normal(), dtype)
     outs = []
-    for ways in (1, 4):
+    for ways in (1, 4, 8):
         max_ways(ways)
         before = _way_runs()
         fg = _run(_jit_chain(seed), x, y, z, c, s)

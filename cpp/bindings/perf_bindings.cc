@@ -47,14 +47,18 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     const auto s = fused_jit::stats();
     py::dict d;
     d["compiled"] = s.compiled; d["refused"] = s.refused; d["runs"] = s.runs; d["leaf_runs"] = s.leaf_runs;
-    d["reg_leaf_runs"] = s.reg_leaf_runs; d["way_runs"] = py::make_tuple(s.way_runs[1], s.way_runs[2], s.way_runs[3], s.way_runs[4]);
+    d["reg_leaf_runs"] = s.reg_leaf_runs; d["spill_runs"] = s.spill_runs;
+    py::list ways;
+    for (int w = 1; w <= 8; ++w) ways.append(s.way_runs[w]);
+    d["way_runs"] = py::tuple(ways);
     d["enabled"] = fused_jit::enabled();
     return d;
   }, "Fused programs compiled to AVX-512 code / left to the interpreter since start, chunks run compiled (and of those, "
-     "with column sums added in the compiled code; way_runs: of programs running 1, 2, 3, 4 vectors per iteration), "
+     "with column sums added in the compiled code; way_runs: of programs running 1, 2, ..., 8 vectors per iteration; "
+     "spill_runs: of programs with broadcast scalars kept in memory), "
      "and whether compiling is on (prims/fused_jit.h).");
   m.def("set_fused_jit_ways", &fused_jit::set_max_ways, py::arg("ways"),
-        "The most vectors per iteration (1-4) of fused programs compiled from now on (default 4; PODLET_FUSED_JIT_WAYS "
+        "The most vectors per iteration (1-8) of fused programs compiled from now on (default 8; PODLET_FUSED_JIT_WAYS "
         "sets it at start). Same bits whatever it is.");
   m.def("set_fused_jit", &fused_jit::set_enabled, py::arg("on"),
         "Compile fused programs to AVX-512 code (default; PODLET_FUSED_JIT=0 turns it off) or interpret them.");

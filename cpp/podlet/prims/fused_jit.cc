@@ -40,9 +40,9 @@ using namespace fused;
 
 namespace {
 std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0}, g_leaf_runs{0}, g_reg_leaf_runs{0};
-std::atomic<int64_t> g_way_runs[5];  // runs of programs compiled W vectors per iteration, by W
+std::atomic<int64_t> g_way_runs[9], g_spill_runs{0};  // runs of programs compiled W vectors per iteration, by W
 std::atomic<int> g_max_ways{-1};     // -1: not read from PODLET_FUSED_JIT_WAYS yet
-constexpr int kMaxWays = 4;
+constexpr int kMaxWays = 8;
 std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
 
 // Why a program is not compiled (the generator throws it; compile() returns null and,
@@ -124,7 +124,12 @@ class Gen : public Xbyak::CodeGenerator {
       const Instr& ins = s_.code[k];
       if (ins.op != kLoad || s_.load_kind[ins.a] != LoadKind::kScalar || root_[k] != k || last_use_[k] < 0) continue;
       mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
-      broadcast(Zmm(reg_[k]), ins.d, rax);
+      if (spilled(k)) {  // its f32 value in the args array, beyond the outputs
+        broadcast(zmm0, ins.d, rax);
+        vmovss(ptr[rdi + 8 * (out_arg_ + int(s_.outs.size()) + spill_slot_[k])], xmm0);
+      } else {
+        broadcast(Zmm(reg_[k]), ins.d, rax);
+      }
     }
     Xbyak::Label loop, tail, done;
     if (reg_leaves_) leaf_loop();
@@ -242,6 +247,7 @@ class Gen : public Xbyak::CodeGenerator {
   int acc_reg(int a) const { return kNumRegs - 1 - a; }
   bool reg_leaves() const { return reg_leaves_; }
   int ways() const { return ways_; }
+  int nspill() const { return nspill_; }
 
   // How many vectors go per iteration, and their registers: scalars are shared (they hold
   // the first registers, kFirstReg up); every other value of vector w gets its register
@@ -265,12 +271,54 @@ class Gen : public Xbyak::CodeGenerator {
     }
     shift_ = hi_reg_ - (kFirstReg + nscalar) + 1;
     if (shift_ <= 0) return;
-    for (int w = max_ways_; w > 1; --w) {
-      if (w == 3) continue;
-      bool ok = hi_reg_ + (w - 1) * shift_ < kNumRegs;
-      for (int64_t p : periods_) ok &= p % (16 * w) == 0;
-      if (ok) { ways_ = w; break; }
+    // Scalars only read by operations that take them from a staging register (spillable())
+    // may live in memory instead, their registers given to the vectors.
+    std::vector<bool> spill(S_, false);
+    int nspill = 0;
+    for (int k = 0; k < S_; ++k)
+      if (scalar_[k] && root_[k] == k && reg_[k] >= 0 && outs_of_[k].empty()) spill[k] = true;
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      if (ins.op == kLoad) continue;
+      const int64_t ops[3] = {ins.a, ins.b, ins.c};
+      for (int q = 0; q < nops_of(ins); ++q)
+        if (!spillable(ins.op)) spill[root_[ops[q]]] = false;
     }
+    for (int k = 0; k < S_; ++k) nspill += spill[k];
+    for (int w = max_ways_; w > 1; --w) {
+      if (w & (w - 1)) continue;
+      bool ok = true;
+      for (int64_t p : periods_) ok &= p % (16 * w) == 0;
+      if (!ok) continue;
+      if (hi_reg_ + (w - 1) * shift_ < kNumRegs) { ways_ = w; break; }
+      if (hi_reg_ - nspill + (w - 1) * shift_ < kNumRegs) {  // with the spillable scalars in memory
+        // Registers: the kept scalars from kFirstReg up, then the vectors' values moved
+        // down past the spilled ones (scalars take the lowest registers: plan()).
+        std::vector<int> below(kNumRegs + 1, 0);
+        for (int k = 0; k < S_; ++k)
+          if (spill[k]) ++below[reg_[k] + 1];
+        for (int r = 1; r <= kNumRegs; ++r) below[r] += below[r - 1];
+        std::vector<int> old = reg_;
+        for (int k = 0; k < S_; ++k) {
+          const int r = old[root_[k]];
+          if (r < 0) continue;
+          reg_[k] = spill[root_[k]] ? -1 : r - below[r];
+        }
+        spill_slot_.assign(S_, -1);
+        int n = 0;
+        for (int k = 0; k < S_; ++k)
+          if (spill[k]) spill_slot_[k] = n++;
+        for (int k = 0; k < S_; ++k)
+          if (root_[k] != k) spill_slot_[k] = spill_slot_[root_[k]];
+        nspill_ = n;
+        hi_reg_ -= nspill;
+        ways_ = w;
+        break;
+      }
+    }
+    if (std::getenv("PODLET_FUSED_JIT_DEBUG"))
+      std::fprintf(stderr, "podlet: fused program of %d instructions: %d scalar registers, span %d, %d ways\n", S_,
+                   nscalar, shift_, ways_);
   }
 
   // The W-vector loop, ahead of the one-vector loop (which takes the last few vectors, then
@@ -305,6 +353,10 @@ class Gen : public Xbyak::CodeGenerator {
   const int max_ways_;
   int ways_ = 1, shift_ = 0;
   std::vector<bool> scalar_;  // the value is a broadcast scalar (one register for all vectors)
+  // Scalars kept in memory (plan_ways): their f32 values in the args array after the
+  // outputs (slot s at args[kArgFirst + loads + outputs + s]), loaded by operand().
+  std::vector<int> spill_slot_;
+  int nspill_ = 0;
   int lane_ = 0;
   // round_bf16 on vcvtneps2bf16 (AVX512_BF16 hosts), and its out-of-line exact paths;
   // the W-vector body's two-vector roundings (round_bf16_pair: pair_round_, and instr() leaving
@@ -317,6 +369,19 @@ class Gen : public Xbyak::CodeGenerator {
   std::list<SlowPair> slow_pairs_;
   Xbyak::Label perm_lo_, perm_hi_;
   int reg(int k) const { return lane_ == 0 || scalar_[k] ? reg_[k] : reg_[k] + lane_ * shift_; }
+  // The operations whose operands may be spilled scalars: they read every operand before
+  // writing a scratch register other than zmm0-2 (operand() stages operand q in zmm5 + q).
+  static bool spillable(int64_t op) {
+    return (op >= kAdd && op <= kMin) || (op >= kAnd && op <= kClamp);
+  }
+  bool spilled(int64_t k) const { return !spill_slot_.empty() && spill_slot_[k] >= 0; }
+  Zmm operand(int64_t k, int q) {
+    const int r = root_[k];
+    if (!spilled(r)) return Zmm(reg(r));
+    const Zmm z(5 + q);
+    vbroadcastss(z, ptr[rdi + 8 * (out_arg_ + int(s_.outs.size()) + spill_slot_[r])]);
+    return z;
+  }
   std::vector<std::vector<int>> outs_of_;
   std::vector<int64_t> periods_;
   std::vector<int> period_of_load_;  // index into periods_
@@ -668,9 +733,9 @@ class Gen : public Xbyak::CodeGenerator {
   void instr(int k) {
     const Instr& ins = s_.code[k];
     const Zmm d(reg(k));
-    const Zmm a(reg(root_[ins.a]));
-    const Zmm b(ins.op >= kAdd ? reg(root_[ins.b]) : 0);
-    const Zmm c(ins.op == kSelect || ins.op == kClamp ? reg(root_[ins.c]) : 0);
+    const Zmm a = operand(ins.a, 0);
+    const Zmm b = ins.op >= kAdd ? operand(ins.b, 1) : Zmm(0);
+    const Zmm c = ins.op == kSelect || ins.op == kClamp ? operand(ins.c, 2) : Zmm(0);
     const bool rb = ins.rd == DType::bf16;
     switch (ins.op) {
       case kConvert:
@@ -973,7 +1038,7 @@ class Kernel {
   std::unique_ptr<Xbyak::CodeGenerator> gen;  // owns the code
   void (*fn)(const uint64_t*) = nullptr;
   std::vector<int64_t> periods;
-  size_t nloads = 0, nouts = 0;
+  size_t nloads = 0, nouts = 0, nspill = 0;
   bool leaves = false;  // has kLeaves outputs
   bool reg_leaves = false;  // ... added in registers (Gen::leaf_loop)
   int ways = 1;  // vectors per iteration (Gen::body)
@@ -1012,6 +1077,7 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
     kern->periods = gen->aligned_periods();
     kern->reg_leaves = gen->reg_leaves();
     kern->ways = gen->ways();
+    kern->nspill = size_t(gen->nspill());
     kern->gen = std::move(gen);
     kern->nloads = spec.load_kind.size();
     kern->nouts = spec.outs.size();
@@ -1034,7 +1100,7 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
     if ((begin % p) % (16 * k.ways)) return false;
   uint64_t stack_args[64];
   std::vector<uint64_t> heap_args;
-  const size_t na = kArgFirst + k.nloads + k.nouts;
+  const size_t na = kArgFirst + k.nloads + k.nouts + k.nspill;  // the spilled scalars' slots last
   uint64_t* args = stack_args;
   if (na > 64) { heap_args.resize(na); args = heap_args.data(); }
   args[kArgBegin] = uint64_t(begin);
@@ -1046,6 +1112,7 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
   if (k.leaves) g_leaf_runs.fetch_add(1, std::memory_order_relaxed);
   if (k.reg_leaves) g_reg_leaf_runs.fetch_add(1, std::memory_order_relaxed);
   g_way_runs[k.ways].fetch_add(1, std::memory_order_relaxed);
+  if (k.nspill) g_spill_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -1063,6 +1130,7 @@ void set_max_ways(int w) { g_max_ways = w < 1 ? 1 : w > kMaxWays ? kMaxWays : w;
 Stats stats() {
   Stats s{g_compiled.load(), g_refused.load(), g_runs.load(), g_leaf_runs.load(), g_reg_leaf_runs.load(), {}};
   for (int w = 1; w <= kMaxWays; ++w) s.way_runs[w] = g_way_runs[w].load();
+  s.spill_runs = g_spill_runs.load();
   return s;
 }
 

@@ -69,17 +69,18 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
 // is not 0), and the number of programs compiled / refused since start (tests).
 bool enabled();
 void set_enabled(bool on);
-// The most vectors per iteration of programs compiled from now on (1-4, of which 1, 2 and
-// 4 are used; default 4, PODLET_FUSED_JIT_WAYS sets it at start). Same bits whatever it is.
+// The most vectors per iteration of programs compiled from now on (1-8, of which 1, 2, 4
+// and 8 are used; default 8, PODLET_FUSED_JIT_WAYS sets it at start). Same bits whatever it is.
 void set_max_ways(int w);
 // leaf_runs: with kLeaves outputs; reg_leaf_runs: of those, with the leaves in registers
 // (leaf_k / 16 accumulators per kLeaves output, when they fit beside the program's values)
 // way_runs[W]: runs of programs compiled W vectors per iteration (fused_jit.cc Gen::body:
-// W = 1, 2 or 4; no leaf sums, every period a multiple of 16 W, W times the live values fit
-// in registers).
+// W = 1, 2, 4 or 8; no leaf sums, every period a multiple of 16 W, W times the live values
+// fit in registers, with the broadcast scalars moved to memory if that makes W larger).
 struct Stats {
   int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0, reg_leaf_runs = 0;
-  int64_t way_runs[5] = {};
+  int64_t way_runs[9] = {};
+  int64_t spill_runs = 0;  // runs of programs with broadcast scalars kept in memory
 };
 Stats stats();
 
