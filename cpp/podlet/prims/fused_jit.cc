@@ -88,6 +88,13 @@ class Gen : public Xbyak::CodeGenerator {
   void generate() {
     plan();
     plan_ways();
+    if (std::getenv("PODLET_FUSED_JIT_DEBUG")) {
+      std::string ps;
+      for (size_t q = 0; q < periods_.size(); ++q) ps += " " + std::to_string(periods_[q]) + (split_[q] >= 0 ? "(split)" : "");
+      std::fprintf(stderr, "podlet: fused program of %d instructions, %zu loads: highest register zmm%d, span %d, %d scalars in memory, %d ways%s%s%s\n",
+                   S_, s_.load_kind.size(), hi_reg_, shift_, nspill_, ways_, any_leaves_ ? ", leaf sums" : "",
+                   ps.empty() ? "" : ", periods", ps.c_str());
+    }
     if (any_leaves_) {
       leaf_ord_.assign(s_.outs.size(), -1);
       int n = 0;
@@ -316,9 +323,6 @@ class Gen : public Xbyak::CodeGenerator {
         break;
       }
     }
-    if (std::getenv("PODLET_FUSED_JIT_DEBUG"))
-      std::fprintf(stderr, "podlet: fused program of %d instructions: %d scalar registers, span %d, %d ways\n", S_,
-                   nscalar, shift_, ways_);
   }
 
   // The W-vector loop, ahead of the one-vector loop (which takes the last few vectors, then
