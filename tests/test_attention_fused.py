@@ -432,6 +432,35 @@ def test_bf16_pair_kernel_same_bits_for_any_thread_count(pairs_emulation):
         assert all(a.tobytes() == b.tobytes() for a, b in zip(one, two)), emulated
 
 
+@pytest.mark.parametrize("kernel", ["widening", "pairs"])
+def test_many_heads_same_bits_for_any_thread_count(kernel, pairs_emulation):
+    # Swin's windows: thousands of (batch, head) tasks, run in chunks of many tasks (as many
+    # as leave ~16 chunks per thread: attention_impl.h task_grain), so 1 and 2 threads cut
+    # them differently; every ISA (and the pair kernel, on the instruction and emulated)
+    # gives the bits of the reference on one thread.
+    B, T, N, H = 48, 49, 2, 32
+    rs, q, k, v = _data(B=B, T=T, S=T, N=N, K=N, H=H, seed=5)
+    kw = {"bias": rs.normal(size=(1, N, T, T)).astype(np.float32), "mask": rs.rand(B, 1, T, T) > 0.3}
+    if kernel == "widening":
+        runs = [(isa, None) for isa in ["ref"] + FAST_ISAS]
+        args = (q, k, v)
+    else:
+        runs = [("avx512bf16", False)] if HAS_BF16_PAIRS else []
+        runs = [(None, True)] + runs
+        args = tuple(x.astype(BF16) for x in (q, k, v))
+    ref = None
+    for isa, emulated in runs:
+        if emulated is not None:
+            _core.set_attention_pairs_emulation(emulated)
+        for threads in (1, 2):
+            if isa:
+                _core.set_isa(isa)
+            podlet.config.update("num_threads", threads)
+            got = _pair_run(*args, kw)
+            ref = got if ref is None else ref
+            assert all(a.tobytes() == b.tobytes() for a, b in zip(got, ref)), (isa, emulated, threads)
+
+
 def test_bf16_below_avx512bf16_widens_and_f32_never_pairs(pairs_emulation):
     rs, q, k, v = _data(B=1, T=9, S=11, N=2, K=2, H=8)
     for isa in FAST_ISAS + ["ref"]:

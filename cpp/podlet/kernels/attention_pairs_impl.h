@@ -201,7 +201,7 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
   // Query tiles of equal size (49 rows: one tile; 197: four of 50, 50, 50, 47): a row's
   // arithmetic depends on the key tiles only.
   const int64_t nt = (p.T + kPq - 1) / kPq, tqn = (p.T + nt - 1) / nt;
-  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(nt, p.B * p.N * nt / 16));
+  const int64_t grain = p.B * p.N >= 16 * num_threads() ? task_grain(p.B * p.N, nt) : 1;
   parallel_for(p.B * p.N * nt, grain, [&](int64_t lo, int64_t hi) {
     LocalVec<uint32_t> Kp(nst * HP * kPk), Vp(nst * (kPk / 2) * HC);
     LocalVec<uint32_t> Qb(tqn * HP), Pb(tqn * kPk / 2);
@@ -260,7 +260,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
   const int64_t H = p.H, HP = (H + 1) / 2, HC = up16(H), G = c.G, T_ = p.T, TP = (T_ + 1) / 2;
   // One task per (batch, kv head), as the widening kernel: key tiles outer, the G heads'
   // query tiles inner, each probability recomputed once.
-  parallel_for(p.B * p.K, 1, [&](int64_t lo, int64_t hi) {
+  parallel_for(p.B * p.K, task_grain(p.B * p.K, 1), [&](int64_t lo, int64_t hi) {
     LocalVec<uint32_t> Qr(G * T_ * HP), dOr(G * T_ * HP), PT(kPk * kPq / 2), dST(kPk * kPq / 2), dSb(kPq * kPk / 2);
     LocalVec<uint32_t> Qv(G * TP * HC), dOv(G * TP * HC), Kp(HP * kPk), Vh(HP * kPk), Kv(kPk / 2 * HC);
     LocalVec<float> dQ(G * T_ * HC), D(G * T_), L(G * T_), Sc(kPq * kPk), dS(kPq * kPk), dK(kPk * HC), dV(kPk * HC);
