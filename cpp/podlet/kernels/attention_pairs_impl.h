@@ -48,8 +48,9 @@ struct EmuPairs {
   static void store(float* p, const V& v) { std::memcpy(p, v.x, sizeof v.x); }
   static V scale(V v, float a) { for (float& f : v.x) f *= a; return v; }
   static P loadp(const uint32_t* p) { P v; std::memcpy(v.x, p, sizeof v.x); return v; }
-  // No vector form of pack_pairs_across: the plain loop (the same words).
+  // No vector form of pack_pairs_across or pack_cols_f32: the plain loops (the same words).
   static bool pack_across(const bf16*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { return false; }
+  static bool pack_cols(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
   static P bcast(uint32_t a) {
     P v;
     for (int l = 0; l < 16; ++l) { v.x[2 * l] = uint16_t(a & 0xffffu); v.x[2 * l + 1] = uint16_t(a >> 16); }
@@ -194,6 +195,12 @@ inline void pack_across(const bf16* X, int64_t ldx, int64_t sk, int64_t H, int64
   if (!Be::pack_across(X, ldx, sk, H, cols, out)) pack_pairs_across(X, ldx, sk, H, cols, out);
 }
 
+// pack_cols_f32 through the backend's vector form when it has one.
+template <class Be>
+inline void pack_cols(const float* X, int64_t ldx, int64_t rows, int64_t cols, uint32_t* out, int64_t ldo) {
+  if (!Be::pack_cols(X, ldx, rows, cols, out, ldo)) pack_cols_f32(X, ldx, rows, cols, out, ldo);
+}
+
 template <class Be>
 void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
   Ctx<bf16, float> c(p, q, k, v);
@@ -270,12 +277,20 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = kh * G + g;
         const bf16* qh = q + (b * T_ * p.N + n) * H;
-        for (int64_t t = 0; t < T_; ++t) {
-          const bf16* go = dout + ((b * T_ + t) * p.N + n) * H;
-          const bool live = c.row_live(b, t);  // zero output rows: nothing flows back
-          for (int64_t h = 0; h < H; ++h) dOz[t * H + h] = live ? go[h] : bf16(0.0f);
-          L[g * T_ + t] = lse[(b * p.N + n) * T_ + t];
+        // dO's rows read in place, or copied with the rows past the query length zeroed
+        // (zero output rows: nothing flows back).
+        const bf16* dOh = dout + (b * T_ * p.N + n) * H;
+        int64_t ldd = p.N * H;
+        if (!c.row_live(b, T_ - 1)) {
+          for (int64_t t = 0; t < T_; ++t) {
+            const bf16* go = dout + ((b * T_ + t) * p.N + n) * H;
+            const bool live = c.row_live(b, t);
+            for (int64_t h = 0; h < H; ++h) dOz[t * H + h] = live ? go[h] : bf16(0.0f);
+          }
+          dOh = dOz.data();
+          ldd = H;
         }
+        for (int64_t t = 0; t < T_; ++t) L[g * T_ + t] = lse[(b * p.N + n) * T_ + t];
         // D[t] = sum_h dO[t][h] O[t][h], one fused multiply-add chain per row in h order;
         // eight rows' chains interleaved (one at a time ran at the FMA latency).
         auto o_row = [&](int64_t t) { return out + ((b * T_ + t) * p.N + n) * H; };
@@ -283,7 +298,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
         for (; t + 8 <= T_; t += 8) {
           float d8[8] = {};
           const bf16 *gr[8], *orr[8];
-          for (int r = 0; r < 8; ++r) { gr[r] = dOz.data() + (t + r) * H; orr[r] = o_row(t + r); }
+          for (int r = 0; r < 8; ++r) { gr[r] = dOh + (t + r) * ldd; orr[r] = o_row(t + r); }
           for (int64_t h = 0; h < H; ++h)
 #pragma GCC unroll 8
             for (int r = 0; r < 8; ++r) d8[r] = fmadd(float(gr[r][h]), float(orr[r][h]), d8[r]);
@@ -291,13 +306,13 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
         }
         for (; t < T_; ++t) {
           float d = 0.0f;
-          for (int64_t h = 0; h < H; ++h) d = fmadd(float(dOz[t * H + h]), float(o_row(t)[h]), d);
+          for (int64_t h = 0; h < H; ++h) d = fmadd(float(dOh[t * ldd + h]), float(o_row(t)[h]), d);
           D[g * T_ + t] = d;
         }
         pack_rows(qh, p.N * H, T_, H, Qr.data() + g * T_ * HP, HP);
-        pack_rows(dOz.data(), H, T_, H, dOr.data() + g * T_ * HP, HP);
+        pack_rows(dOh, ldd, T_, H, dOr.data() + g * T_ * HP, HP);
         pack_pairs_down(qh, p.N * H, T_, H, HC, Qv.data() + g * TP * HC);
-        pack_pairs_down(dOz.data(), H, T_, H, HC, dOv.data() + g * TP * HC);
+        pack_pairs_down(dOh, ldd, T_, H, HC, dOv.data() + g * TP * HC);
       }
       // The first key tile's products start dQ (every row is visited there: no causal skip
       // at s0 = 0) and each tile's first query tile starts dK and dV (pair_block's mode 0:
@@ -328,8 +343,8 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
               for (int64_t j = 0; j < sk; ++j) drow[j] *= c.scale;
             }
             // dV += P^T . dO and dK += dS^T . Q (pairs along t), dQ += dS . K (pairs along s).
-            pack_cols_f32(Sc.data(), kPk, tq, sk, PT.data(), kPq / 2);
-            pack_cols_f32(dS.data(), kPk, tq, sk, dST.data(), kPq / 2);
+            pack_cols<Be>(Sc.data(), kPk, tq, sk, PT.data(), kPq / 2);
+            pack_cols<Be>(dS.data(), kPk, tq, sk, dST.data(), kPq / 2);
             pack_rows_f32(dS.data(), kPk, tq, sk, dSb.data(), kPk / 2);
             const uint32_t* dOt = dOv.data() + (g * TP + t0 / 2) * HC;
             const uint32_t* Qt = Qv.data() + (g * TP + t0 / 2) * HC;
