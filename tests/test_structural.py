@@ -361,3 +361,47 @@ def test_structural_chain_grad_matches_numpy():
     want = np.zeros_like(x)
     want[1:6:2] = w[1:4, :5][::-1]
     np.testing.assert_allclose(g, want, rtol=1e-6)
+
+
+# ---- the strided copy under every structural primitive -------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_strided_copies_with_size_one_and_mergeable_dims(seed):
+    # copy_strided (prims/common.cc) drops size-1 dimensions and merges a dimension into
+    # the next where both strides run on across it, then counts rows instead of dividing
+    # per row. Random shapes with 1s and slices that keep some dimensions whole (qkv
+    # [B, T, 3, N, H] sliced on its 3), on 1 and 2 threads, against NumPy.
+    r = np.random.default_rng(300 + seed)
+    dtype = [np.float32, BF16, np.float64, np.uint8, np.bool_, np.int32][seed]
+    shape = tuple(int(r.choice([1, 2, 3, 5, 17])) for _ in range(int(r.integers(2, 6))))
+    x = rand(shape, dtype)
+    px = pa(x)
+    cases = []
+    for _ in range(4):
+        start = [int(r.integers(0, s)) if r.random() < 0.5 else 0 for s in shape]
+        limit = [s if r.random() < 0.6 else int(r.integers(st, s + 1)) for st, s in zip(start, shape)]
+        strides = [1 if r.random() < 0.7 else int(r.integers(1, 3)) for _ in shape]
+        cases.append(("slice", (px,), dict(start_indices=start, limit_indices=limit, strides=strides),
+                      x[tuple(slice(a, b, c) for a, b, c in zip(start, limit, strides))]))
+    perm = [int(d) for d in r.permutation(len(shape))]
+    cases.append(("transpose", (px,), dict(permutation=perm), np.transpose(x, perm)))
+    out_shape = (2,) + tuple(s if r.random() < 0.6 else s for s in shape)
+    cases.append(("broadcast_in_dim", (px,), dict(shape=out_shape, broadcast_dimensions=list(range(1, len(shape) + 1))),
+                  np.broadcast_to(x, out_shape)))
+    dim = int(r.integers(0, len(shape)))
+    y = rand(shape[:dim] + (2,) + shape[dim + 1:], dtype)
+    cases.append(("concatenate", (px, pa(y), px), dict(dimension=dim), np.concatenate([x, y, x], axis=dim)))
+    lo = [int(r.integers(-1, 3)) if s > 1 else 0 for s in shape]
+    hi = [int(r.integers(0, 3)) for _ in shape]
+    zero = np.zeros((), dtype)
+    padded = np.pad(x, [(max(a, 0), b) for a, b in zip(lo, hi)])[tuple(slice(max(-a, 0), None) for a in lo)]
+    cases.append(("pad", (px, pa(zero)), dict(low=lo, high=hi, interior=[0] * len(shape)), padded))
+    cases.append(("rev", (px,), dict(dimensions=[0, len(shape) - 1]), np.flip(x, (0, len(shape) - 1))))
+    try:
+        for threads in (1, 2):
+            podlet.config.update("num_threads", threads)
+            for name, args, attrs, want in cases:
+                got = np.asarray(bind(name, *args, **attrs))
+                assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes(), (name, attrs)
+    finally:
+        podlet.config.update("num_threads", 2)
