@@ -11,6 +11,8 @@
 #include "podlet/prims/common.h"
 #include "podlet/ir/batch_ops.h"
 #include "podlet/prims/reduce_ops.h"
+#include "podlet/cpu/isa.h"
+#include "podlet/kernels/reduce_cols.h"
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -45,6 +47,18 @@ void reduce_rows(const T* x, T* y, int64_t outer, int64_t n) {
   });
 }
 
+// pairwise_rows, on 16 lanes (kernels/reduce_avx512.cc) for f32 and bf16 sums on AVX-512
+// hosts: the same tree and additions.
+template <class Op, class T>
+void col_pairwise(const T* p, int64_t nrows, int64_t rs, int64_t w, typename Op::Acc* acc, typename Op::Acc* scratch) {
+  constexpr bool kVec = (std::is_same_v<Op, SumOp<float>> || std::is_same_v<Op, SumOp<bf16>>) &&
+                        (std::is_same_v<T, float> || std::is_same_v<T, bf16>);
+  if constexpr (kVec) {
+    if (int(cpu::active_isa()) >= int(cpu::Isa::avx512)) return kernels::col_sums_avx512(p, nrows, rs, w, acc, scratch);
+  }
+  pairwise_rows<Op>(p, nrows, rs, w, acc, scratch);
+}
+
 // out[o, j] = reduce over i < n of x[o, i, j] (shape [outer, n, inner], inner > 1).
 // Tasks are (o, column tile, row chunk); row chunks hold a fixed number of rows.
 template <class Op, class T>
@@ -63,7 +77,7 @@ void reduce_cols(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
       const int64_t c = t % nch, tile = (t / nch) % ntile, o = t / (nch * ntile);
       const int64_t j0 = tile * kColTile, w = std::min(kColTile, inner - j0);
       const int64_t r0 = c * rows_per_chunk, nr = std::min(rows_per_chunk, n - r0);
-      pairwise_rows<Op>(x + (o * n + r0) * inner + j0, nr, inner, w, part.data() + (o * nch + c) * inner + j0, scratch.data());
+      col_pairwise<Op>(x + (o * n + r0) * inner + j0, nr, inner, w, part.data() + (o * nch + c) * inner + j0, scratch.data());
     }
   });
   // Combine the chunk partials of each output pairwise (a fixed tree over chunks).
@@ -72,7 +86,7 @@ void reduce_cols(const T* x, T* y, int64_t outer, int64_t n, int64_t inner) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t tile = t % ntile, o = t / ntile;
       const int64_t j0 = tile * kColTile, w = std::min(kColTile, inner - j0);
-      pairwise_rows<Op>(part.data() + o * nch * inner + j0, nch, inner, w, acc.data(), scratch.data());
+      col_pairwise<Op>(part.data() + o * nch * inner + j0, nch, inner, w, acc.data(), scratch.data());
       for (int64_t j = 0; j < w; ++j) y[o * inner + j0 + j] = store<Op, T>(acc[j]);
     }
   });
