@@ -258,12 +258,13 @@ class Gen : public Xbyak::CodeGenerator {
 
   // How many vectors go per iteration, and their registers: scalars are shared (they hold
   // the first registers, kFirstReg up); every other value of vector w gets its register
-  // moved up by w times the span the plan uses. W is 4 or 2 (or 1), the largest up to
-  // max_ways_ whose registers fit. Not with leaf sums (their slot per vector) or a split
-  // period; every period must be a multiple of 16 W (an iteration starts on a 16 W-lane
-  // boundary of every period, so its vectors are in the same period and row). Not 3: a
-  // chunk's start, a multiple of 1024 elements, is on a 32- and 64-lane boundary of such a
-  // period but not on a 48-lane one, and run() would hand most chunks to the interpreter.
+  // moved up by w times the span the plan uses. W is 8, 4 or 2 (or 1), the largest up to
+  // max_ways_ whose registers fit, if need be with the scalars moved to memory. Not with
+  // leaf sums (their slot per vector) or a split period; every period must be a multiple
+  // of 16 W (an iteration starts on a 16 W-lane boundary of every period, so its vectors
+  // are in the same period and row). Powers of two only: a chunk's start, a multiple of
+  // 1024 elements, is on a 32-, 64- and 128-lane boundary of such a period but not on a
+  // 48-lane one, and run() would hand most chunks to the interpreter.
   void plan_ways() {
     ways_ = 1;
     if (any_leaves_) return;
