@@ -256,22 +256,22 @@ def test_flax_form_matches_flax_and_is_fused():
 
 
 def test_auto_fuses_small_heads_only_and_true_fuses_all():
-    """'auto' (the default) fuses where the fused kernel measured faster (Swin's 49-token
-    windows), not ViT's 197 tokens; True fuses every Flax-form call; jax.nn's form is
-    always fused."""
+    """'auto' (the default) fuses where the fused kernel measured faster: Swin's 49-token
+    windows and float32 heads of any size, not ViT's 197 tokens in bf16; True fuses every
+    Flax-form call; jax.nn's form is always fused."""
     before = podlet.config.fused_attention
     rs = np.random.RandomState(1)
 
-    def fused(T):
-        q = rs.normal(size=(1, T, 2, 8)).astype(np.float32)
+    def fused(T, dtype=BF16):
+        q = rs.normal(size=(1, T, 2, 8)).astype(dtype)
         return "dot_product_attention[" in str(podlet.make_jaxpr(lambda q: nn.dot_product_attention(q, q, q))(q))
     try:
         podlet.config.update("fused_attention", "auto")
-        assert fused(49) and not fused(197)
+        assert fused(49) and not fused(197) and fused(197, np.float32) and fused(49, np.float32)
         podlet.config.update("fused_attention", True)
         assert fused(49) and fused(197)
         podlet.config.update("fused_attention", False)
-        assert not fused(49)
+        assert not fused(49) and not fused(197, np.float32)
         q = rs.normal(size=(1, 197, 2, 8)).astype(np.float32)
         assert "dot_product_attention[" in str(podlet.make_jaxpr(
             lambda q: nn.dot_product_attention(q, q, q, is_causal=True))(q))

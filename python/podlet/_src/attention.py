@@ -7,11 +7,12 @@ Flax's function and jax.nn's (their positional arguments agree; jax.nn's are key
 only): jax.nn's keywords select jax.nn's semantics, and Flax's form takes the fused path
 whenever it computes the same thing (no attention-weight dropout, no custom einsums or
 precision; sown weights are computed beside it, so capturing them leaves the output's
-bits unchanged) and, by default ("auto"), where the fused kernel is the faster: heads of
-at most AUTO_MAX_SCORES score entries (Swin's windows, not ViT's 197 tokens). ``podlet.config.update("fused_attention", True)`` fuses every Flax-form call (the
-memory of a long sequence: no [T, S] scores), ``False`` (PODLET_FUSED_ATTENTION=0) none,
-for Flax's exact rounding (it computes bf16 logits and softmax in bf16; the fused kernel
-works in f32).
+bits unchanged) and, by default ("auto"), where the fused kernel is the faster: float32
+heads of any size, other dtypes' heads of at most AUTO_MAX_SCORES score entries (Swin's
+windows, not ViT's 197 tokens in bf16). ``podlet.config.update("fused_attention", True)``
+fuses every Flax-form call (the memory of a long sequence: no [T, S] scores), ``False``
+(PODLET_FUSED_ATTENTION=0) none, for Flax's exact rounding (it computes bf16 logits and
+softmax in bf16; the fused kernel works in f32).
 """
 import numpy as np
 
@@ -120,28 +121,33 @@ def flax_fusable(query, key, value, bias, mask, dropout_active, precision, einsu
     for t in (bias, mask):
         if t is not None and (getattr(t, "ndim", np.ndim(t)) > 4):
             return False
-    return fusable(query.shape[1] * key.shape[1], dropout_active)
+    return fusable(query.shape[1] * key.shape[1], dropout_active, query.dtype)
 
 
-def fusable(scores, dropout_active):
-    """Whether the config lets an attention with ``scores`` (T x S) entries per head run as
-    the fused primitive: ``fused_attention`` on ("auto": at most AUTO_MAX_SCORES), no
-    active dropout on the attention weights, no bf16 default_matmul_precision (the einsums
-    take it, op by op). Flax's form (``flax_fusable``) and Swin's windows ask it."""
+def fusable(scores, dropout_active, dtype=None):
+    """Whether the config lets an attention with ``scores`` (T x S) entries per head of
+    ``dtype`` run as the fused primitive: ``fused_attention`` on ("auto": float32, or at
+    most AUTO_MAX_SCORES), no active dropout on the attention weights, no bf16
+    default_matmul_precision (the einsums take it, op by op). Flax's form
+    (``flax_fusable``) and Swin's windows ask it."""
     from .config import config
     from .precision import algorithm
     mode = config.fused_attention
     if not mode or dropout_active or algorithm(None):
         return False
-    return mode is True or scores <= AUTO_MAX_SCORES
+    if mode is True or scores <= AUTO_MAX_SCORES:
+        return True
+    return dtype is not None and np.dtype(dtype) == np.float32
 
 
-# "auto" fuses heads whose score matrix has at most this many entries. Measured on a Zen 3
-# host (AVX2, 2 threads; bench/attention.py, 2026-11-29, after the kernels' register
-# blocking): Swin's 7x7 windows (49 x 49) train 2.4x faster fused (f32 and bf16); ViT's
-# 197 x 197 heads 1.03x (f32) / 0.86x (bf16), a tie with the unfused graph's batched
-# GEMMs, so ViT stays unfused by default; fused_attention=True there saves the [T, S]
-# scores' memory at about the same speed.
+# "auto" fuses heads whose score matrix has at most this many entries, and float32 heads
+# of any size. bench/attention.py (2 threads), fused forward + backward against the
+# unfused graph: Swin's 7x7 windows (49 x 49) 2.4x faster fused on a Zen 3 host (AVX2,
+# 2026-11-29), 1.47x (bf16) / 1.53x (f32) on a Zen 4 (AVX512_BF16, 2026-11-30); ViT's
+# 197 x 197 heads in f32 1.03x (Zen 3) and 1.25x (Zen 4; the ViT-Tiny f32 train step
+# 1680 -> 1614-1624 ms), in bf16 0.86x (Zen 3) and 1.04x (Zen 4, within the step's noise):
+# bf16 ViT stays unfused (Flax's bf16 softmax rounding); fused_attention=True there saves
+# the [T, S] scores' memory at about the same speed.
 AUTO_MAX_SCORES = 64 * 64
 
 
