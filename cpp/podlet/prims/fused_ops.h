@@ -13,6 +13,7 @@
 // weak symbol.
 #pragma once
 #pragma GCC optimize("no-trapping-math")  // as elementwise.cc: lets GCC vectorise float selects
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -279,40 +280,67 @@ inline void add_halves(float* acc, const float* right, int64_t w) {
   for (; j < w; ++j) acc[j] = comb_f32(acc[j], right[j]);
 }
 
-// acc[0..w) = the column sums of p's nrows rows of w floats: reduce_ops.h's
-// pairwise_rows<SumOp<float>> (the tree and the NaN rule of reduce_sum's column
-// reduction), repeated here because that header cannot enter an ISA-specific file.
-void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* scratch) {
+// An element as f32 (a bf16 widened exactly), and 16 of them on AVX-512 (m: the lanes read).
+inline float elem_f32(const float* p, int64_t j) { return p[j]; }
+inline float elem_f32(const bf16* p, int64_t j) { return kernels::bf16_bits_to_f32(p[j].bits); }
+#ifdef __AVX512F__
+inline __m512 load16_f32(const float* p, __mmask16 m = 0xffff) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load16_f32(const bf16* p, __mmask16 m = 0xffff) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+#endif
+
+// acc[0..w) = the column sums of p's nrows rows of w elements, rs apart: reduce_ops.h's
+// pairwise_rows<SumOp<T>> (the tree and the NaN rule of reduce_sum's column reduction),
+// repeated here because that header cannot enter an ISA-specific file. The fused
+// interpreter's row sums (sum_rows_f32) and, on AVX-512, reduce_sum's column
+// reductions (kernels/reduce_avx512.cc) run it.
+template <class T>
+void col_sums(const T* p, int64_t nrows, int64_t rs, int64_t w, float* acc, float* scratch) {
   if (nrows <= 16) {
     // Column blocks of 64 held in registers down the rows (the row-by-row form kept acc
     // in memory: each row waited for the previous row's store; 4 independent vectors
-    // per block). Same order per column, so the same sums.
+    // per block), then on AVX-512 masked vectors of the last columns. Same order per
+    // column, so the same sums.
     constexpr int64_t kB = 64;
     int64_t j0 = 0;
     for (; j0 + kB <= w; j0 += kB) {
 #ifdef __AVX512F__
       __m512 v[4];
-      for (int l = 0; l < 4; ++l) v[l] = _mm512_loadu_ps(p + j0 + 16 * l);
+      for (int l = 0; l < 4; ++l) v[l] = load16_f32(p + j0 + 16 * l);
       for (int64_t r = 1; r < nrows; ++r)
-        for (int l = 0; l < 4; ++l) v[l] = add_keep_first_nan(v[l], _mm512_loadu_ps(p + r * w + j0 + 16 * l));
+        for (int l = 0; l < 4; ++l) v[l] = add_keep_first_nan(v[l], load16_f32(p + r * rs + j0 + 16 * l));
       for (int l = 0; l < 4; ++l) _mm512_storeu_ps(acc + j0 + 16 * l, v[l]);
 #else
       float v[kB];
-      for (int64_t l = 0; l < kB; ++l) v[l] = p[j0 + l];
+      for (int64_t l = 0; l < kB; ++l) v[l] = elem_f32(p, j0 + l);
       for (int64_t r = 1; r < nrows; ++r)
-        for (int64_t l = 0; l < kB; ++l) v[l] = comb_f32(v[l], p[r * w + j0 + l]);
+        for (int64_t l = 0; l < kB; ++l) v[l] = comb_f32(v[l], elem_f32(p, r * rs + j0 + l));
       for (int64_t l = 0; l < kB; ++l) acc[j0 + l] = v[l];
 #endif
     }
-    for (int64_t j = j0; j < w; ++j) acc[j] = p[j];
+#ifdef __AVX512F__
+    for (; j0 < w; j0 += 16) {
+      const __mmask16 m = __mmask16(0xffffu >> (16 - std::min<int64_t>(16, w - j0)));
+      __m512 v = load16_f32(p + j0, m);
+      for (int64_t r = 1; r < nrows; ++r) v = add_keep_first_nan(v, load16_f32(p + r * rs + j0, m));
+      _mm512_mask_storeu_ps(acc + j0, m, v);
+    }
+#else
+    for (int64_t j = j0; j < w; ++j) acc[j] = elem_f32(p, j);
     for (int64_t r = 1; r < nrows; ++r)
-      for (int64_t j = j0; j < w; ++j) acc[j] = comb_f32(acc[j], p[r * w + j]);
+      for (int64_t j = j0; j < w; ++j) acc[j] = comb_f32(acc[j], elem_f32(p, r * rs + j));
+#endif
     return;
   }
   const int64_t h = nrows / 2;
-  sum_rows_f32(p, h, w, acc, scratch + w);
-  sum_rows_f32(p + h * w, nrows - h, w, scratch, scratch + w);
+  col_sums(p, h, rs, w, acc, scratch + w);
+  col_sums(p + h * rs, nrows - h, rs, w, scratch, scratch + w);
   add_halves(acc, scratch, w);
+}
+// The column sums of nrows contiguous rows of w floats (TileKernels::sum_rows).
+void sum_rows_f32(const float* p, int64_t nrows, int64_t w, float* acc, float* scratch) {
+  col_sums(p, nrows, w, w, acc, scratch);
 }
 
 // acc[0..w) = the sum of n leaf sums p[n][w] (fused_jit.h kLeaves: each the column sums
