@@ -2,6 +2,7 @@
 // attention_pairs_ref.cc.
 #include <immintrin.h>
 #include "podlet/kernels/attention_pairs_impl.h"
+#include "podlet/kernels/bf16_lanes_avx512.h"
 
 namespace podlet::kernels {
 namespace {
@@ -55,8 +56,8 @@ struct HwPairs {
         for (int p = 0; p < 16; ++p) {
           const int64_t i = 2 * (pb + p);
           if (p >= npb) { r[p] = _mm512_setzero_si512(); continue; }
-          const __m512i lo = bf16_bits(_mm512_maskz_loadu_ps(jm, X + i * ldx + jb));
-          const __m512i hi = i + 1 < rows ? bf16_bits(_mm512_maskz_loadu_ps(jm, X + (i + 1) * ldx + jb))
+          const __m512i lo = bf16_bits_epi32(_mm512_maskz_loadu_ps(jm, X + i * ldx + jb));
+          const __m512i hi = i + 1 < rows ? bf16_bits_epi32(_mm512_maskz_loadu_ps(jm, X + (i + 1) * ldx + jb))
                                           : _mm512_setzero_si512();
           r[p] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
         }
@@ -65,15 +66,6 @@ struct HwPairs {
       }
     }
     return true;
-  }
-  // f32_to_bf16_bits (fastmath.h) of 16 lanes, in the low half of each word.
-  static __m512i bf16_bits(__m512 x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i top = _mm512_srli_epi32(u, 16);
-    const __m512i lsb = _mm512_and_si512(top, _mm512_set1_epi32(1));
-    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    const __m512i nan = _mm512_or_si512(_mm512_and_si512(top, _mm512_set1_epi32(0x8000)), _mm512_set1_epi32(0x7fc0));
-    return _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), nan);
   }
   // 16 x 16 transpose of 32-bit words (rows r[0..15] become columns).
   static void transpose16(__m512i r[16]) {
