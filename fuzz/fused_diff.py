@@ -667,7 +667,7 @@ def available_configs(excess=False):
     cfgs = [] if excess else [Config("unfused", fusion=False), Config("eager", eager=True)]
     cfgs += [Config(f"fused/{isa}", isa=isa, excess=excess) for isa in isas]
     if "avx512" in isas:   # the JIT compiles only where the active ISA is AVX-512
-        # one vector per iteration; up to four (the default); and on AVX512_BF16 hosts the
+        # one vector per iteration; up to eight (the default); and on AVX512_BF16 hosts the
         # bf16 roundings by vcvtneps2bf16 / vcvtne2ps2bf16 (fused_jit.cc)
         cfgs.append(Config("fused/jit-1way", isa="avx512", fused_jit=True, excess=excess, ways=1))
         cfgs.append(Config("fused/jit", isa="avx512", fused_jit=True, excess=excess))
@@ -1048,10 +1048,11 @@ def fuzz(seed, programs=None, seconds=None, configs=None, perturb=None, verbose=
                       file=out, flush=True)
             sigs.setdefault(sig, []).append(pseed)
     dt = time.time() - t0
+    jit1 = _core.fused_jit_stats()
     return {"programs": n, "seconds": dt, "cpu_seconds": time.process_time() - c0, "per_second": n / (dt - shrink_s) if dt > shrink_s else 0.0,
             "shrink_seconds": shrink_s, "fused_programs": fused_progs, "compiled_runs": compiled,
-            "way_runs": [b - a for a, b in zip(jit0["way_runs"], _core.fused_jit_stats()["way_runs"])],
-            "spill_runs": _core.fused_jit_stats()["spill_runs"] - jit0["spill_runs"],
+            "way_runs": [b - a for a, b in zip(jit0["way_runs"], jit1["way_runs"])],
+            "spill_runs": jit1["spill_runs"] - jit0["spill_runs"],
             "mismatches": bad, "signatures": sigs, "invalid": invalid, "configs": [c.name for c in configs],
             "coverage": cover, "paths": paths, "elements": elements}
 

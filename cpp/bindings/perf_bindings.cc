@@ -49,7 +49,7 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     d["compiled"] = s.compiled; d["refused"] = s.refused; d["runs"] = s.runs; d["leaf_runs"] = s.leaf_runs;
     d["reg_leaf_runs"] = s.reg_leaf_runs; d["spill_runs"] = s.spill_runs;
     py::list ways;
-    for (int w = 1; w <= 8; ++w) ways.append(s.way_runs[w]);
+    for (int w = 1; w <= fused_jit::kMaxWays; ++w) ways.append(s.way_runs[w]);
     d["way_runs"] = py::tuple(ways);
     d["enabled"] = fused_jit::enabled();
     return d;

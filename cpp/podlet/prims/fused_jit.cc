@@ -9,7 +9,7 @@
 // rounded), bools as u32 0/1: the interpreter's register types, so every operation below
 // is the interpreter's per-element code (fused_ops.h) on 16 lanes at once.
 //
-// Four or two vectors per iteration (Gen::body) when the registers allow: each
+// Eight, four or two vectors per iteration (Gen::body) when the registers allow: each
 // instruction is emitted for vector i, then for i + 16, i + 32 ... in further register
 // sets. One vector's values form a dependency chain (a bf16 GELU gradient: ~25 operations
 // of 3-cycle arithmetic, each followed by a ~6-cycle rounding), and one vector's body is
@@ -40,9 +40,8 @@ using namespace fused;
 
 namespace {
 std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0}, g_leaf_runs{0}, g_reg_leaf_runs{0};
-std::atomic<int64_t> g_way_runs[9], g_spill_runs{0};  // runs of programs compiled W vectors per iteration, by W
+std::atomic<int64_t> g_way_runs[kMaxWays + 1], g_spill_runs{0};  // runs of programs compiled W vectors per iteration, by W
 std::atomic<int> g_max_ways{-1};     // -1: not read from PODLET_FUSED_JIT_WAYS yet
-constexpr int kMaxWays = 8;
 std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
 
 // Why a program is not compiled (the generator throws it; compile() returns null and,
@@ -133,7 +132,7 @@ class Gen : public Xbyak::CodeGenerator {
       mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
       if (spilled(k)) {  // its f32 value in the args array, beyond the outputs
         broadcast(zmm0, ins.d, rax);
-        vmovss(ptr[rdi + 8 * (out_arg_ + int(s_.outs.size()) + spill_slot_[k])], xmm0);
+        vmovss(spill_addr(k), xmm0);
       } else {
         broadcast(Zmm(reg_[k]), ins.d, rax);
       }
@@ -380,11 +379,12 @@ class Gen : public Xbyak::CodeGenerator {
     return (op >= kAdd && op <= kMin) || (op >= kAnd && op <= kClamp);
   }
   bool spilled(int64_t k) const { return !spill_slot_.empty() && spill_slot_[k] >= 0; }
+  Xbyak::Address spill_addr(int64_t k) { return ptr[rdi + 8 * (out_arg_ + int(s_.outs.size()) + spill_slot_[k])]; }
   Zmm operand(int64_t k, int q) {
     const int r = root_[k];
     if (!spilled(r)) return Zmm(reg(r));
     const Zmm z(5 + q);
-    vbroadcastss(z, ptr[rdi + 8 * (out_arg_ + int(s_.outs.size()) + spill_slot_[r])]);
+    vbroadcastss(z, spill_addr(r));
     return z;
   }
   std::vector<std::vector<int>> outs_of_;

@@ -72,6 +72,7 @@ void set_enabled(bool on);
 // The most vectors per iteration of programs compiled from now on (1-8, of which 1, 2, 4
 // and 8 are used; default 8, PODLET_FUSED_JIT_WAYS sets it at start). Same bits whatever it is.
 void set_max_ways(int w);
+constexpr int kMaxWays = 8;  // set_max_ways' bound and default
 // leaf_runs: with kLeaves outputs; reg_leaf_runs: of those, with the leaves in registers
 // (leaf_k / 16 accumulators per kLeaves output, when they fit beside the program's values)
 // way_runs[W]: runs of programs compiled W vectors per iteration (fused_jit.cc Gen::body:
@@ -79,7 +80,7 @@ void set_max_ways(int w);
 // fit in registers, with the broadcast scalars moved to memory if that makes W larger).
 struct Stats {
   int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0, reg_leaf_runs = 0;
-  int64_t way_runs[9] = {};
+  int64_t way_runs[kMaxWays + 1] = {};
   int64_t spill_runs = 0;  // runs of programs with broadcast scalars kept in memory
 };
 Stats stats();
