@@ -153,6 +153,33 @@ def test_dot_preferred_element_type(isa, out):
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("case", ["rows", "kmajor", "batched", "bt", "long_k"])
+def test_dot_bf16_output_is_its_f32_output_rounded_once(isa, case):
+    """The last K block's microkernels round straight into the output (no C tile pass):
+    the bits must be those of the f32 output rounded once, at every tile edge (rows and
+    columns past the 12 x 32 blocks), after several K blocks summed through the C tile,
+    and for NaN, infinities, and sums too small to be normal."""
+    ls, rs, attrs = {"rows": ((37, 1100), (1100, 45), dot_attrs([1], [0])),      # 3 K blocks
+                     "kmajor": ((700, 37), (700, 71), dot_attrs([0], [0])),      # A read transposed
+                     "batched": ((5, 13, 64), (5, 64, 197), dot_attrs([2], [1], [0], [0])),
+                     "bt": ((29, 96), (300, 96), dot_attrs([1], [1])),
+                     "long_k": ((9000, 30), (9000, 20), dot_attrs([0], [0]))}[case]  # K chunks
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal(ls), rng.standard_normal(rs)
+    am = a.reshape(-1, a.shape[-1])
+    am[0, :] *= 2.0 ** -100                         # sums near 2^-100 * |b|: tiny ...
+    b_flat = b.reshape(-1, b.shape[-1])
+    b_flat[:, :3] *= 2.0 ** -28                     # ... times 2^-28: f32 subnormals or flushed
+    am[1, 0], am[2, 0], am[3, 1] = np.inf, np.nan, -np.inf
+    a, b = a.astype(BF16), b.astype(BF16)
+    out16 = run(isa, "dot_general", [a, b], dict(attrs, preferred_element_type="bfloat16"))
+    out32 = run(isa, "dot_general", [a, b], dict(attrs, preferred_element_type="float32"))
+    assert out16.dtype == BF16 and out32.dtype == np.float32
+    assert np.isnan(out32).any() and np.isinf(out32).any()
+    np.testing.assert_array_equal(out16.view(np.uint16), out32.astype(BF16).view(np.uint16))
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
 def test_dot_fast_path_is_taken(isa):
     """With K > 256 the block order differs from the reference's somewhere."""
     rng = np.random.default_rng(2)

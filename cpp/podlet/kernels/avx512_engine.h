@@ -321,12 +321,61 @@ template <int R> inline void store_block(const __m512 (&acc)[R][2], float* c, in
   }
 }
 
+// Where a tile's last K block goes when it bypasses the C tile: the output itself, row
+// stride ld elements, rows x cols valid from p (the block's first element), rounded to
+// bf16 or stored as f32 from the registers that summed it. (Non-temporal stores here
+// measured no faster, even for a 77 MB output: 100352 x 96 x 384.)
+struct OutBlock {
+  DType dtype;
+  void* p;
+  int64_t ld;
+  int rows, cols;
+};
+
+// out rows [0, o.rows) x cols [0, o.cols) = (add ? C + : ) the accumulators: the same
+// additions as store_block and then store_out, without the C tile's round trip.
+template <int R> inline void store_block_out(const __m512 (&acc)[R][2], const float* c, int64_t ldc, bool add,
+                                            const OutBlock& o) {
+  const __mmask16 m0 = o.cols >= 16 ? __mmask16(0xffff) : tail16(o.cols);
+  const __mmask16 m1 = o.cols >= 32 ? __mmask16(0xffff) : o.cols > 16 ? tail16(o.cols - 16) : __mmask16(0);
+  const bool full = o.cols >= 32;
+#pragma GCC unroll 12
+  for (int r = 0; r < R; ++r) {
+    if (r >= o.rows) break;
+    __m512 v0 = acc[r][0], v1 = acc[r][1];
+    if (add) {
+      v0 = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc), v0);
+      v1 = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc + 16), v1);
+    }
+    if (o.dtype == DType::f32) {
+      float* p = static_cast<float*>(o.p) + r * o.ld;
+      if (full) {
+        _mm512_storeu_ps(p, v0);
+        _mm512_storeu_ps(p + 16, v1);
+      } else {
+        _mm512_mask_storeu_ps(p, m0, v0);
+        _mm512_mask_storeu_ps(p + 16, m1, v1);
+      }
+    } else {
+      uint16_t* p = static_cast<uint16_t*>(o.p) + r * o.ld;
+      const __m256i h0 = bf16_round16(v0), h1 = bf16_round16(v1);
+      if (full) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h0);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), h1);
+      } else {
+        _mm256_mask_storeu_epi16(p, m0, h0);
+        _mm256_mask_storeu_epi16(p + 16, m1, h1);
+      }
+    }
+  }
+}
+
 // R rows: 12 (24 accumulators) everywhere; 8 (16 accumulators, still more chains than
 // the dot's latency x 2 pipes) for k-major A when the rows are a multiple of 8 but not
 // of 12 (64 output channels in backward-filter: 8 groups instead of 6 with 8 rows idle).
 template <class Kind, bool KMajor, int R = int(MR)>
 __attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_t lda, const uint32_t* b, float* c,
-                                           int64_t ldc, bool add) {
+                                           int64_t ldc, bool add, const OutBlock* out = nullptr) {
   static_assert(R == 12 || (KMajor && R == 8), "row-major A takes 12 rows");
   __m512 acc[R][2];
 #pragma GCC unroll 12
@@ -363,7 +412,8 @@ __attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_
       }
     }
   }
-  store_block<R>(acc, c, ldc, add);
+  if (out) store_block_out<R>(acc, c, ldc, add, *out);
+  else store_block<R>(acc, c, ldc, add);
 }
 
 // ---- tiling and tasks ----
@@ -432,12 +482,23 @@ struct PrepackedB {
 //   pack_a(m0, mb, q0, nq, dst) writes A[m0:m0+mb, steps q0:q0+nq] into dst in the
 //   layout KMajor says: row-major rows of nq words, or groups of MR rows [nq][MR].
 // Rows mb..round_up(mb, MR) of the A block are zeroed here.
+// With `out` (the output at the tile's first element, row stride out->ld) the last block
+// stores the finished sums there, rounded to its dtype, instead of in ct: the C tile is
+// then only the running sum of the earlier blocks (with one block, never touched).
+struct OutTile {
+  DType dtype;
+  void* p;
+  int64_t ld;
+};
 template <class Kind, bool KMajor, class GetB, class PackA>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, int64_t qend, GetB&& get_b,
-                  PackA&& pack_a, Scratch& s, float* ct, int64_t ldc) {
+                  PackA&& pack_a, Scratch& s, float* ct, int64_t ldc, const OutTile* out = nullptr) {
   const int64_t mp = round_up(mb, MR), np = round_up(nb, NR);
   if (qend == qbeg) {  // empty sum
     for (int64_t i = 0; i < mp; ++i) std::memset(ct + i * ldc, 0, size_t(np) * 4);
+    if (out)
+      for (int64_t i = 0; i < mb; ++i)
+        store_out(out->dtype, out->p, i * out->ld, ct + i * ldc, nb);
     return;
   }
   const int64_t bl = block_len(qbeg, qend);
@@ -455,10 +516,19 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
       zero_words(ab + mb * nq, (mp - mb) * nq);
     }
     const BView bv = get_b(n0, nb, q0, nq, s);
+    const bool last = out && q0 + nq == qend;
+    const int64_t esize = out && out->dtype == DType::f32 ? 4 : 2;
     for (int64_t j = 0; j < np; j += NR) {
       const uint32_t* bpan = bv.p + (j / NR) * bv.stride;
-      for (int64_t i = 0; i < mp; i += MR)
-        ukernel_x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg);
+      for (int64_t i = 0; i < mp; i += MR) {
+        if (last) {
+          const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,
+                            int(imin(MR, mb - i)), int(imin(NR, nb - j))};
+          ukernel_x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, &ob);
+        } else {
+          ukernel_x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg);
+        }
+      }
     }
   }
 }

@@ -154,7 +154,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   const bool kmajor = !o.a_k_unit && o.a_row_unit;
   // C tile [m0, m0 + mb) x [n0, n0 + nb) of batch entry b over k steps [qb, qe) into ct.
   auto product = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qb, int64_t qe, Scratch& s,
-                     float* ct, int64_t ldc) {
+                     float* ct, int64_t ldc, const OutTile* out) {
     auto pb = [&](int64_t n0_, int64_t nb_, int64_t q0, int64_t nq, Scratch& sc) -> BView {
       if (nch == 1) return PrepackedB{bp.p + b * bsize, Kq}(n0_, nb_, q0, nq, sc);
       const int64_t np = cdiv(nb_, NR);
@@ -166,22 +166,24 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
       tile_product<Kind, true>(m0, mb, n0, nb, qb, qe, pb,
                                [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
                                  pack_a_kmajor<Kind, TA>(o, b, m, rows, q0, nq, dst);
-                               }, s, ct, ldc);
+                               }, s, ct, ldc, out);
     else
       tile_product<Kind, false>(m0, mb, n0, nb, qb, qe, pb,
                                 [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
                                   pack_a_rows<Kind, TA>(o, b, m, rows, q0, nq, dst);
-                                }, s, ct, ldc);
+                                }, s, ct, ldc, out);
   };
   const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
+  const int64_t esize = g.c_dtype == DType::f32 ? 4 : 2;
   if (nch == 1) {
     const Tiling t = choose_tiling(g.B, g.M, g.N);
     run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
       const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
       const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
       const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
-      product(b, m0, mb, n0, nb, 0, Kq, s, s.c.f(), ldc);
-      for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, s.c.f() + i * ldc, nb);
+      // The last K block's microkernels write the output (no pass over a C tile).
+      const OutTile out{g.c_dtype, static_cast<char*>(g.c) + ((b * g.M + m0) * g.N + n0) * esize, g.N};
+      product(b, m0, mb, n0, nb, 0, Kq, s, s.c.f(), ldc, &out);
     });
     return;
   }
@@ -194,7 +196,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
     const int64_t c = task / ntiles, tile = task % ntiles;
     const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
     const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc, mb = imin(mc, g.M - m0), nb = imin(nc, g.N - n0);
-    product(b, m0, mb, n0, nb, c * Kq / nch, (c + 1) * Kq / nch, s, part.f() + task * tile_size, nc);
+    product(b, m0, mb, n0, nb, c * Kq / nch, (c + 1) * Kq / nch, s, part.f() + task * tile_size, nc, nullptr);
   });
   run_units(ntiles, double(nch) * double(tile_size), [&](int64_t tile) {
     const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
