@@ -13,8 +13,9 @@
 // is the same for both and only the microkernel's instruction differs:
 //   * B panels of NR = 32 columns: [kq][NR] words (2 zmm a step), zero-padded past N;
 //   * A blocks in one of two layouts, chosen by the caller's packer for what is cheap
-//     to produce: row-major [rows][kq] (im2col rows, x @ W) or k-major [kq][MR] per group
-//     of MR rows (x^T @ g, where A is stored transposed);
+//     to produce: row-major [rows][kq] (im2col rows, x @ W) or k-major, MR rows a step
+//     (x^T @ g, where A is stored transposed): [kq][MR] per group of MR rows, or the
+//     block's steps whole, [kq][rows] (the GEMM's packer);
 //   * the 12x32 microkernel keeps C[12, 32] in 24 zmm accumulators.
 // Determinism: K is cut into fixed blocks of KQ steps, each summed in order by one chain
 // per output element and added to the C tile block after block; output tiles are
@@ -292,7 +293,8 @@ inline void store_out_strided(DType d, void* out, int64_t off, int64_t ld, const
 }
 
 // ---- the microkernels: C[R, 32] (+)= A[R, kq steps] B[kq steps, 32] ----
-// A word (q, r) is a[q * R + r] (KMajor) or a[r * lda + q] (row-major); b is a panel
+// A word (q, r) is a[q * lda + r] (KMajor; lda = 0 means R, groups packed apart) or
+// a[r * lda + q] (row-major); b is a panel
 // slice [kq][NR] words, 64-byte aligned; c has row stride ldc. add=false stores the block
 // sum, add=true adds it to C. Each element is one chain over q = 0..kq-1, then at most
 // one addition to C. Never inlined, so the accumulators stay in registers.
@@ -381,6 +383,7 @@ __attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   if constexpr (KMajor) {
+    const int64_t astep = lda ? lda : R;
     for (int64_t q = 0; q < kq; ++q) {
       const __m512 b0 = _mm512_load_ps(reinterpret_cast<const float*>(b));
       const __m512 b1 = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16);
@@ -390,7 +393,7 @@ __attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_
         acc[r][0] = madd<Kind>(acc[r][0], a[r], b0);
         acc[r][1] = madd<Kind>(acc[r][1], a[r], b1);
       }
-      a += R;
+      a += astep;
     }
   } else {
     const uint32_t *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
@@ -480,7 +483,8 @@ struct PrepackedB {
 // C = A B (in k steps), summed in blocks of block_len(qbeg, qend) steps:
 //   get_b(n0, nb, q0, nq, scratch) -> BView of B[steps q0:q0+nq, n0:n0+nb];
 //   pack_a(m0, mb, q0, nq, dst) writes A[m0:m0+mb, steps q0:q0+nq] into dst in the
-//   layout KMajor says: row-major rows of nq words, or groups of MR rows [nq][MR].
+//   layout KMajor says: row-major rows of nq words, or k-major [nq][round_up(mb, MR)]
+//   (the block's rows whole at each step: one contiguous interleave per pair of K rows).
 // Rows mb..round_up(mb, MR) of the A block are zeroed here.
 // With `out` (the output at the tile's first element, row stride out->ld) the last block
 // stores the finished sums there, rounded to its dtype, instead of in ct: the C tile is
@@ -507,10 +511,8 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
     uint32_t* ab = s.a.p;
     if constexpr (KMajor) {
       pack_a(m0, mb, q0, nq, ab);
-      if (mb < mp) {  // the last group's missing rows
-        uint32_t* g = ab + (mp - MR) * nq;
-        for (int64_t q = 0; q < nq; ++q) zero_words(g + q * MR + (mb - (mp - MR)), mp - mb);
-      }
+      if (mb < mp)  // the last group's missing rows
+        for (int64_t q = 0; q < nq; ++q) zero_words(ab + q * mp + mb, mp - mb);
     } else {
       pack_a(m0, mb, q0, nq, ab);
       zero_words(ab + mb * nq, (mp - mb) * nq);
@@ -524,9 +526,11 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
         if (last) {
           const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,
                             int(imin(MR, mb - i)), int(imin(NR, nb - j))};
-          ukernel_x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, &ob);
+          ukernel_x32<Kind, KMajor>(nq, KMajor ? ab + i : ab + i * nq, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc,
+                                    q0 > qbeg, &ob);
         } else {
-          ukernel_x32<Kind, KMajor>(nq, ab + i * nq, nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg);
+          ukernel_x32<Kind, KMajor>(nq, KMajor ? ab + i : ab + i * nq, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc,
+                                    q0 > qbeg);
         }
       }
     }

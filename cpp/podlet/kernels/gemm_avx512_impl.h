@@ -100,24 +100,21 @@ void pack_a_rows(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t q
   }
 }
 
-// The same block k-major: groups of MR rows, each [nq][MR] words (A stored with M
-// contiguous, so each K row of the block is a contiguous copy).
+// The same block k-major, [nq][round_up(mb, MR)] words: at each step the block's rows
+// whole (A stored with M contiguous, so a step is one contiguous copy, or one
+// interleave of two K rows, however many rows: 12-row groups made each pair of K rows
+// eleven 12-element interleaves, 10% of a [768, 6304] x [6304, 192] weight gradient).
 template <class Kind, class T>
 void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint32_t* dst) {
   const GemmArgs& g = o.g;
-  const T* base = static_cast<const T*>(g.a) + g.a_batch[b];
-  const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, g.K - k0);
+  const T* col = static_cast<const T*>(g.a) + g.a_batch[b] + g.a_row[m0];
+  const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, g.K - k0), mp = round_up(mb, MR);
   const int64_t* ak = g.a_k.data() + k0;
-  for (int64_t i = 0; i < mb; i += MR) {
-    const int64_t rows = imin(MR, mb - i);
-    const T* col = base + g.a_row[m0 + i];
-    uint32_t* d = dst + i * nq;
-    if constexpr (std::is_same_v<Kind, F32Kind>) {
-      for (int64_t k = 0; k < kb; ++k) copy_row(col + ak[k], rows, reinterpret_cast<float*>(d + k * MR));
-    } else {
-      for (int64_t q = 0; 2 * q < kb; ++q)
-        interleave_rows(col + ak[2 * q], 2 * q + 1 < kb ? col + ak[2 * q + 1] : nullptr, rows, d + q * MR);
-    }
+  if constexpr (std::is_same_v<Kind, F32Kind>) {
+    for (int64_t k = 0; k < kb; ++k) copy_row(col + ak[k], mb, reinterpret_cast<float*>(dst + k * mp));
+  } else {
+    for (int64_t q = 0; 2 * q < kb; ++q)
+      interleave_rows(col + ak[2 * q], 2 * q + 1 < kb ? col + ak[2 * q + 1] : nullptr, mb, dst + q * mp);
   }
 }
 
@@ -189,7 +186,9 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   }
   // Chunked: full-size tiles (the chunks are the parallelism), each chunk's tile into
   // its own slot of `part`, then per tile the chunks added in order and stored.
-  const int64_t mc = imin(kMaxMC, round_up(g.M, MR)), nc = imin(kNC, round_up(g.N, NR));
+  // Equal tiles (192 rows: 2 x 96, not 144 + 48): the tasks are few and the threads wait
+  // for the largest.
+  const int64_t mc = round_up(cdiv(g.M, cdiv(g.M, kMaxMC)), MR), nc = round_up(cdiv(g.N, cdiv(g.N, kNC)), NR);
   const int64_t mt = cdiv(g.M, mc), nt = cdiv(g.N, nc), ntiles = g.B * mt * nt, tile_size = mc * nc;
   WBuf part(nch * ntiles * tile_size);
   run_tasks(nch * ntiles, flops, [&](int64_t task, Scratch& s) {
