@@ -308,18 +308,17 @@ template <> inline __m512 madd<Bf16Kind>(__m512 acc, uint32_t aw, __m512 b) {
 }
 #endif
 
-// C[R, 32] = (add ? C + : ) the accumulators: the one addition to C a block makes.
-template <int R> inline void store_block(const __m512 (&acc)[R][2], float* c, int64_t ldc, bool add) {
+// C[R, 16 NV] = (add ? C + : ) the accumulators: the one addition to C a block makes.
+template <int R, int NV = 2> inline void store_block(const __m512 (&acc)[R][NV], float* c, int64_t ldc, bool add) {
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     float* p = c + r * ldc;
-    __m512 v0 = acc[r][0], v1 = acc[r][1];
-    if (add) {
-      v0 = _mm512_add_ps(_mm512_loadu_ps(p), v0);
-      v1 = _mm512_add_ps(_mm512_loadu_ps(p + 16), v1);
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = acc[r][v];
+      if (add) x = _mm512_add_ps(_mm512_loadu_ps(p + 16 * v), x);
+      _mm512_storeu_ps(p + 16 * v, x);
     }
-    _mm512_storeu_ps(p, v0);
-    _mm512_storeu_ps(p + 16, v1);
   }
 }
 
@@ -336,37 +335,26 @@ struct OutBlock {
 
 // out rows [0, o.rows) x cols [0, o.cols) = (add ? C + : ) the accumulators: the same
 // additions as store_block and then store_out, without the C tile's round trip.
-template <int R> inline void store_block_out(const __m512 (&acc)[R][2], const float* c, int64_t ldc, bool add,
-                                            const OutBlock& o) {
-  const __mmask16 m0 = o.cols >= 16 ? __mmask16(0xffff) : tail16(o.cols);
-  const __mmask16 m1 = o.cols >= 32 ? __mmask16(0xffff) : o.cols > 16 ? tail16(o.cols - 16) : __mmask16(0);
-  const bool full = o.cols >= 32;
+template <int R, int NV = 2>
+inline void store_block_out(const __m512 (&acc)[R][NV], const float* c, int64_t ldc, bool add, const OutBlock& o) {
+  __mmask16 m[NV];
+  for (int v = 0; v < NV; ++v) m[v] = o.cols >= 16 * (v + 1) ? __mmask16(0xffff) : o.cols > 16 * v ? tail16(o.cols - 16 * v) : 0;
+  const bool full = o.cols >= 16 * NV;
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     if (r >= o.rows) break;
-    __m512 v0 = acc[r][0], v1 = acc[r][1];
-    if (add) {
-      v0 = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc), v0);
-      v1 = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc + 16), v1);
-    }
-    if (o.dtype == DType::f32) {
-      float* p = static_cast<float*>(o.p) + r * o.ld;
-      if (full) {
-        _mm512_storeu_ps(p, v0);
-        _mm512_storeu_ps(p + 16, v1);
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      __m512 x = acc[r][v];
+      if (add) x = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc + 16 * v), x);
+      if (o.dtype == DType::f32) {
+        float* p = static_cast<float*>(o.p) + r * o.ld + 16 * v;
+        if (full) _mm512_storeu_ps(p, x);
+        else _mm512_mask_storeu_ps(p, m[v], x);
       } else {
-        _mm512_mask_storeu_ps(p, m0, v0);
-        _mm512_mask_storeu_ps(p + 16, m1, v1);
-      }
-    } else {
-      uint16_t* p = static_cast<uint16_t*>(o.p) + r * o.ld;
-      const __m256i h0 = bf16_round16(v0), h1 = bf16_round16(v1);
-      if (full) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h0);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 16), h1);
-      } else {
-        _mm256_mask_storeu_epi16(p, m0, h0);
-        _mm256_mask_storeu_epi16(p + 16, m1, h1);
+        uint16_t* p = static_cast<uint16_t*>(o.p) + r * o.ld + 16 * v;
+        if (full) _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_round16(x));
+        else _mm256_mask_storeu_epi16(p, m[v], bf16_round16(x));
       }
     }
   }
@@ -375,48 +363,49 @@ template <int R> inline void store_block_out(const __m512 (&acc)[R][2], const fl
 // R rows: 12 (24 accumulators) everywhere; 8 (16 accumulators, still more chains than
 // the dot's latency x 2 pipes) for k-major A when the rows are a multiple of 8 but not
 // of 12 (64 output channels in backward-filter: 8 groups instead of 6 with 8 rows idle).
-template <class Kind, bool KMajor, int R = int(MR)>
+// NV = 1: the first 16 columns of the panel only (12 accumulators), for a tile's last
+// panel when at most 16 of its columns are real (197 = 6 x 32 + 5: an eighth of the
+// products were padding).
+template <class Kind, bool KMajor, int R = int(MR), int NV = 2>
 __attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_t lda, const uint32_t* b, float* c,
                                            int64_t ldc, bool add, const OutBlock* out = nullptr) {
   static_assert(R == 12 || (KMajor && R == 8), "row-major A takes 12 rows");
-  __m512 acc[R][2];
+  static_assert(NV == 1 || NV == 2, "a panel is two vectors wide");
+  __m512 acc[R][NV];
 #pragma GCC unroll 12
-  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   if constexpr (KMajor) {
     const int64_t astep = lda ? lda : R;
     for (int64_t q = 0; q < kq; ++q) {
-      const __m512 b0 = _mm512_load_ps(reinterpret_cast<const float*>(b));
-      const __m512 b1 = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16);
+      __m512 bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16 * v);
       b += NR;
 #pragma GCC unroll 12
-      for (int r = 0; r < R; ++r) {
-        acc[r][0] = madd<Kind>(acc[r][0], a[r], b0);
-        acc[r][1] = madd<Kind>(acc[r][1], a[r], b1);
-      }
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = madd<Kind>(acc[r][v], a[r], bv[v]);
       a += astep;
     }
   } else {
     const uint32_t *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
     for (int64_t q = 0; q < kq; ++q) {
-      const __m512 b0 = _mm512_load_ps(reinterpret_cast<const float*>(b));
-      const __m512 b1 = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16);
+      __m512 bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16 * v);
       b += NR;
 #pragma GCC unroll 3
       for (int r = 0; r < 3; ++r) {
         const uint32_t w0 = a0[r * lda + q], w3 = a3[r * lda + q], w6 = a6[r * lda + q], w9 = a9[r * lda + q];
-        acc[r][0] = madd<Kind>(acc[r][0], w0, b0);
-        acc[r][1] = madd<Kind>(acc[r][1], w0, b1);
-        acc[r + 3][0] = madd<Kind>(acc[r + 3][0], w3, b0);
-        acc[r + 3][1] = madd<Kind>(acc[r + 3][1], w3, b1);
-        acc[r + 6][0] = madd<Kind>(acc[r + 6][0], w6, b0);
-        acc[r + 6][1] = madd<Kind>(acc[r + 6][1], w6, b1);
-        acc[r + 9][0] = madd<Kind>(acc[r + 9][0], w9, b0);
-        acc[r + 9][1] = madd<Kind>(acc[r + 9][1], w9, b1);
+        for (int v = 0; v < NV; ++v) {
+          acc[r][v] = madd<Kind>(acc[r][v], w0, bv[v]);
+          acc[r + 3][v] = madd<Kind>(acc[r + 3][v], w3, bv[v]);
+          acc[r + 6][v] = madd<Kind>(acc[r + 6][v], w6, bv[v]);
+          acc[r + 9][v] = madd<Kind>(acc[r + 9][v], w9, bv[v]);
+        }
       }
     }
   }
-  if (out) store_block_out<R>(acc, c, ldc, add, *out);
-  else store_block<R>(acc, c, ldc, add);
+  if (out) store_block_out<R, NV>(acc, c, ldc, add, *out);
+  else store_block<R, NV>(acc, c, ldc, add);
 }
 
 // ---- tiling and tasks ----
@@ -522,15 +511,15 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
     const int64_t esize = out && out->dtype == DType::f32 ? 4 : 2;
     for (int64_t j = 0; j < np; j += NR) {
       const uint32_t* bpan = bv.p + (j / NR) * bv.stride;
+      const auto kernel = nb - j <= 16 ? ukernel_x32<Kind, KMajor, int(MR), 1> : ukernel_x32<Kind, KMajor>;
       for (int64_t i = 0; i < mp; i += MR) {
+        const uint32_t* a = KMajor ? ab + i : ab + i * nq;
         if (last) {
           const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,
                             int(imin(MR, mb - i)), int(imin(NR, nb - j))};
-          ukernel_x32<Kind, KMajor>(nq, KMajor ? ab + i : ab + i * nq, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc,
-                                    q0 > qbeg, &ob);
+          kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, &ob);
         } else {
-          ukernel_x32<Kind, KMajor>(nq, KMajor ? ab + i : ab + i * nq, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc,
-                                    q0 > qbeg);
+          kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, nullptr);
         }
       }
     }
