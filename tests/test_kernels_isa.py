@@ -113,6 +113,7 @@ def dot_attrs(lc, rc, lb=(), rb=(), **kw):
 DOT_CASES = {
     "matmul_edges": ((131, 300), (300, 259), dot_attrs([1], [0])),
     "lhs_transposed": ((300, 37), (300, 45), dot_attrs([0], [0])),        # x^T g
+    "lhs_transposed_8_rows": ((700, 40), (700, 13), dot_attrs([0], [0])),  # 8-row k-major groups, 16-column panel
     "rhs_transposed": ((37, 520), (45, 520), dot_attrs([1], [1])),        # g W^T
     "both_gathered": ((7, 9, 13), (13, 5, 7), dot_attrs([0, 2], [2, 0])),  # neither side contiguous
     "batched": ((3, 50, 70), (3, 70, 33), dot_attrs([2], [1], [0], [0])),
@@ -153,7 +154,7 @@ def test_dot_preferred_element_type(isa, out):
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
-@pytest.mark.parametrize("case", ["rows", "kmajor", "batched", "bt", "long_k"])
+@pytest.mark.parametrize("case", ["rows", "kmajor", "kmajor8", "batched", "bt", "long_k"])
 def test_dot_bf16_output_is_its_f32_output_rounded_once(isa, case):
     """The last K block's microkernels round straight into the output (no C tile pass):
     the bits must be those of the f32 output rounded once, at every tile edge (rows and
@@ -161,6 +162,7 @@ def test_dot_bf16_output_is_its_f32_output_rounded_once(isa, case):
     and for NaN, infinities, and sums too small to be normal."""
     ls, rs, attrs = {"rows": ((37, 1100), (1100, 45), dot_attrs([1], [0])),      # 3 K blocks
                      "kmajor": ((700, 37), (700, 71), dot_attrs([0], [0])),      # A read transposed
+                     "kmajor8": ((3, 300, 64), (3, 300, 45), dot_attrs([1], [1], [0], [0])),  # 8-row groups
                      "batched": ((5, 13, 64), (5, 64, 197), dot_attrs([2], [1], [0], [0])),
                      "bt": ((29, 96), (300, 96), dot_attrs([1], [1])),
                      "long_k": ((9000, 30), (9000, 20), dot_attrs([0], [0]))}[case]  # K chunks

@@ -467,14 +467,19 @@ struct PrepackedB {
   }
 };
 
+// Rows per microkernel call for a k-major A block of mb rows: 8 when that leaves no
+// padding and 12 would (a head dim of 64 as the rows of dK^T: 8 x 8, not 6 x 12 with 8
+// rows of zeros).
+inline int64_t kmajor_rows(int64_t mb) { return mb % MR && mb % 8 == 0 ? 8 : MR; }
+
 // Adds to (or, from step 0, stores in) the C tile ct [mb x nb] (row stride ldc >=
 // round_up(nb, NR), rows up to round_up(mb, MR) written) the part q in [qbeg, qend) of
 // C = A B (in k steps), summed in blocks of block_len(qbeg, qend) steps:
 //   get_b(n0, nb, q0, nq, scratch) -> BView of B[steps q0:q0+nq, n0:n0+nb];
 //   pack_a(m0, mb, q0, nq, dst) writes A[m0:m0+mb, steps q0:q0+nq] into dst in the
-//   layout KMajor says: row-major rows of nq words, or k-major [nq][round_up(mb, MR)]
+//   layout KMajor says: row-major rows of nq words, or k-major [nq][round_up(mb, mr)]
 //   (the block's rows whole at each step: one contiguous interleave per pair of K rows).
-// Rows mb..round_up(mb, MR) of the A block are zeroed here.
+// (mr = kmajor_rows(mb)). Rows mb..round_up(mb, MR or mr) of the A block are zeroed here.
 // With `out` (the output at the tile's first element, row stride out->ld) the last block
 // stores the finished sums there, rounded to its dtype, instead of in ct: the C tile is
 // then only the running sum of the earlier blocks (with one block, never touched).
@@ -486,7 +491,7 @@ struct OutTile {
 template <class Kind, bool KMajor, class GetB, class PackA>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, int64_t qend, GetB&& get_b,
                   PackA&& pack_a, Scratch& s, float* ct, int64_t ldc, const OutTile* out = nullptr) {
-  const int64_t mp = round_up(mb, MR), np = round_up(nb, NR);
+  const int64_t mr = KMajor ? kmajor_rows(mb) : MR, mp = round_up(mb, mr), np = round_up(nb, NR);
   if (qend == qbeg) {  // empty sum
     for (int64_t i = 0; i < mp; ++i) std::memset(ct + i * ldc, 0, size_t(np) * 4);
     if (out)
@@ -511,12 +516,15 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
     const int64_t esize = out && out->dtype == DType::f32 ? 4 : 2;
     for (int64_t j = 0; j < np; j += NR) {
       const uint32_t* bpan = bv.p + (j / NR) * bv.stride;
-      const auto kernel = nb - j <= 16 ? ukernel_x32<Kind, KMajor, int(MR), 1> : ukernel_x32<Kind, KMajor>;
-      for (int64_t i = 0; i < mp; i += MR) {
+      const bool narrow = nb - j <= 16;
+      auto kernel = narrow ? ukernel_x32<Kind, KMajor, int(MR), 1> : ukernel_x32<Kind, KMajor>;
+      if constexpr (KMajor)
+        if (mr == 8) kernel = narrow ? ukernel_x32<Kind, true, 8, 1> : ukernel_x32<Kind, true, 8>;
+      for (int64_t i = 0; i < mp; i += mr) {
         const uint32_t* a = KMajor ? ab + i : ab + i * nq;
         if (last) {
           const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,
-                            int(imin(MR, mb - i)), int(imin(NR, nb - j))};
+                            int(imin(mr, mb - i)), int(imin(NR, nb - j))};
           kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, &ob);
         } else {
           kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, nullptr);

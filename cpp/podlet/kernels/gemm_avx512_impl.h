@@ -100,7 +100,7 @@ void pack_a_rows(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t q
   }
 }
 
-// The same block k-major, [nq][round_up(mb, MR)] words: at each step the block's rows
+// The same block k-major, [nq][round_up(mb, kmajor_rows(mb))] words: at each step the block's rows
 // whole (A stored with M contiguous, so a step is one contiguous copy, or one
 // interleave of two K rows, however many rows: 12-row groups made each pair of K rows
 // eleven 12-element interleaves, 10% of a [768, 6304] x [6304, 192] weight gradient).
@@ -108,7 +108,7 @@ template <class Kind, class T>
 void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint32_t* dst) {
   const GemmArgs& g = o.g;
   const T* col = static_cast<const T*>(g.a) + g.a_batch[b] + g.a_row[m0];
-  const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, g.K - k0), mp = round_up(mb, MR);
+  const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, g.K - k0), mp = round_up(mb, kmajor_rows(mb));
   const int64_t* ak = g.a_k.data() + k0;
   if constexpr (std::is_same_v<Kind, F32Kind>) {
     for (int64_t k = 0; k < kb; ++k) copy_row(col + ak[k], mb, reinterpret_cast<float*>(dst + k * mp));
