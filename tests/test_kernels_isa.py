@@ -118,6 +118,8 @@ DOT_CASES = {
     "both_gathered": ((7, 9, 13), (13, 5, 7), dot_attrs([0, 2], [2, 0])),  # neither side contiguous
     "batched": ((3, 50, 70), (3, 70, 33), dot_attrs([2], [1], [0], [0])),
     "batch_not_leading": ((20, 4, 30), (30, 4, 17), dot_attrs([2], [0], [1], [1])),
+    # B packed per task (batched): two K blocks, two column tiles, kept across row tiles
+    "batched_k_blocks": ((2, 40, 600), (2, 600, 150), dot_attrs([2], [1], [0], [0])),
     "matvec": ((40, 600), (600,), dot_attrs([1], [0])),
     "skinny": ((1, 8), (8, 1), dot_attrs([1], [0])),
     "empty_k": ((5, 0), (0, 7), dot_attrs([1], [0])),

@@ -434,6 +434,7 @@ inline Tiling choose_tiling(int64_t groups, int64_t M, int64_t N) {
 // that pack B per task (grown on first use).
 struct Scratch {
   WBuf a, c, b;
+  int64_t b_key = -1;  // which block `b` holds, for kernels that reuse it across tasks
   Scratch() : a(kMaxMC * KQ), c(kMaxMC * kNC) {}
 };
 
