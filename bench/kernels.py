@@ -59,13 +59,27 @@ def dot_cases(rng, dtype):
         b = rng.standard_normal((k, n) if rc == 0 else (n, k)).astype(dtype)
         attrs = dict(lhs_contracting=[lc], rhs_contracting=[rc], lhs_batch=[], rhs_batch=[])
         return name or f"dot {m}x{k} @ {k}x{n}", ("dot_general", [arr(a), arr(b)], attrs), 2.0 * m * n * k
+
+    def batched(nb, m, k, n, lc, rc, name):
+        """nb products [m, k] x [k, n]: operand dims (batch, free, contracting) in the order
+        lc / rc say (2: contracting last, 1: contracting before the free dim)."""
+        a = rng.standard_normal((nb, m, k) if lc == 2 else (nb, k, m)).astype(dtype)
+        b = rng.standard_normal((nb, n, k) if rc == 2 else (nb, k, n)).astype(dtype)
+        attrs = dict(lhs_contracting=[lc], rhs_contracting=[rc], lhs_batch=[0], rhs_batch=[0])
+        return name, ("dot_general", [arr(a), arr(b)], attrs), 2.0 * nb * m * n * k
     return [dot(1024, 1024, 1024),
             dot(128, 784, 1024, name="mlp fwd  x[128,784] @ W[784,1024]"),
             dot(784, 128, 1024, lc=0, name="mlp dW   x^T[784,128] @ g[128,1024]"),
             dot(128, 1024, 784, rc=1, name="mlp dX   g[128,1024] @ W^T[1024,784]"),
             # a transformer's weight gradient: a small output summed over batch x tokens
             # (Swin-T's first-stage MLP at batch 16; K chunks in gemm_avx512_impl.h)
-            dot(96, 50176, 384, lc=0, name="swin dW  x^T[96,50176] @ g[50176,384]")]
+            dot(96, 50176, 384, lc=0, name="swin dW  x^T[96,50176] @ g[50176,384]"),
+            # ViT-Tiny / Swin-T at batch 32: short K, 197-token rows, 96 heads of attention
+            dot(6304, 192, 768, name="vit fc1  x[6304,192] @ W[192,768]"),
+            dot(192, 6304, 768, lc=0, name="vit dW   x^T[192,6304] @ g[6304,768]"),
+            dot(100352, 96, 384, name="swin fc1 x[100352,96] @ W[96,384]"),
+            batched(96, 197, 64, 197, 2, 2, name="vit QK^T 96 x q[197,64] @ k^T[64,197]"),
+            batched(96, 64, 197, 197, 1, 1, name="vit dK^T 96 x q^T[64,197] @ dS[197,197]")]
 
 
 # Every distinct ResNet-34 convolution at 224x224x1 input: (input H, Cin, Cout, kernel,
