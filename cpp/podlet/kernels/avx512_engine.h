@@ -337,8 +337,9 @@ struct OutBlock {
 // additions as store_block and then store_out, without the C tile's round trip.
 template <int R, int NV = 2>
 inline void store_block_out(const __m512 (&acc)[R][NV], const float* c, int64_t ldc, bool add, const OutBlock& o) {
-  __mmask16 m[NV];
-  for (int v = 0; v < NV; ++v) m[v] = o.cols >= 16 * (v + 1) ? __mmask16(0xffff) : o.cols > 16 * v ? tail16(o.cols - 16 * v) : 0;
+  __mmask16 m[NV];  // the valid columns of each vector
+  for (int v = 0; v < NV; ++v)
+    m[v] = o.cols >= 16 * (v + 1) ? __mmask16(0xffff) : o.cols > 16 * v ? tail16(o.cols - 16 * v) : __mmask16(0);
   const bool full = o.cols >= 16 * NV;
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
@@ -478,9 +479,10 @@ inline int64_t kmajor_rows(int64_t mb) { return mb % MR && mb % 8 == 0 ? 8 : MR;
 // C = A B (in k steps), summed in blocks of block_len(qbeg, qend) steps:
 //   get_b(n0, nb, q0, nq, scratch) -> BView of B[steps q0:q0+nq, n0:n0+nb];
 //   pack_a(m0, mb, q0, nq, dst) writes A[m0:m0+mb, steps q0:q0+nq] into dst in the
-//   layout KMajor says: row-major rows of nq words, or k-major [nq][round_up(mb, mr)]
-//   (the block's rows whole at each step: one contiguous interleave per pair of K rows).
-// (mr = kmajor_rows(mb)). Rows mb..round_up(mb, MR or mr) of the A block are zeroed here.
+//   layout KMajor says: row-major rows of nq words, or k-major [nq][round_up(mb, mr)],
+//   mr = kmajor_rows(mb) (the block's rows whole at each step: one contiguous interleave
+//   per pair of K rows).
+// The A block's padding rows (up to round_up(mb, MR), or mr when k-major) are zeroed here.
 // With `out` (the output at the tile's first element, row stride out->ld) the last block
 // stores the finished sums there, rounded to its dtype, instead of in ct: the C tile is
 // then only the running sum of the earlier blocks (with one block, never touched).

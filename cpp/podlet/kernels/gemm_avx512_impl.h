@@ -100,10 +100,10 @@ void pack_a_rows(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t q
   }
 }
 
-// The same block k-major, [nq][round_up(mb, kmajor_rows(mb))] words: at each step the block's rows
-// whole (A stored with M contiguous, so a step is one contiguous copy, or one
-// interleave of two K rows, however many rows: 12-row groups made each pair of K rows
-// eleven 12-element interleaves, 10% of a [768, 6304] x [6304, 192] weight gradient).
+// The same block k-major, [nq][round_up(mb, kmajor_rows(mb))] words: at each step the
+// block's rows whole (A stored with M contiguous, so a step is one contiguous copy, or
+// one interleave of two K rows, however many rows: 12-row groups made each pair of K
+// rows eleven 12-element interleaves, 10% of a [768, 6304] x [6304, 192] weight gradient).
 template <class Kind, class T>
 void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint32_t* dst) {
   const GemmArgs& g = o.g;
