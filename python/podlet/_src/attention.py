@@ -147,7 +147,10 @@ def fusable(scores, dropout_active, dtype=None):
 # 197 x 197 heads in f32 1.03x (Zen 3) and 1.25x (Zen 4; the ViT-Tiny f32 train step
 # 1680 -> 1614-1624 ms), in bf16 0.86x (Zen 3) and 1.04x (Zen 4, within the step's noise):
 # bf16 ViT stays unfused (Flax's bf16 softmax rounding); fused_attention=True there saves
-# the [T, S] scores' memory at about the same speed.
+# the [T, S] scores' memory at about the same speed. After the unfused graph's products
+# got faster on Zen 4 (GEMM edges, 2026-11-30): Swin's windows 1.13x (bf16), ViT's f32
+# heads 0.98x (a tie; still fused: no [T, S] scores, peak RSS 1140 vs 1328 MB), bf16
+# 0.94x.
 AUTO_MAX_SCORES = 64 * 64
 
 
