@@ -34,6 +34,8 @@
 #include "podlet/prims/common.h"
 #include "podlet/kernels/convert.h"
 #include "podlet/kernels/fastmath.h"
+#include "podlet/kernels/unary_math.h"
+#include "podlet/cpu/isa.h"
 #include "podlet/ir/batch_ops.h"
 #include <array>
 #include <cmath>
@@ -440,6 +442,23 @@ PrimDef unary_float_def(VjpRule vjp, bool zero_grad = false) {
   return PrimDef{.shape = unary_shape<kFloat>, .kernel = unary_kernel<kFloat>(Fn{}), .vjp = std::move(vjp),
                  .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = zero_grad};
 }
+// tanh and erf: f32 and bf16 through the ISA copies of kernels/unary_math.h (FMA
+// formulas), f64 through libm.
+template <class Fn>
+PrimDef unary_math_def(kernels::UnaryMath f, VjpRule vjp) {
+  PrimDef d = unary_float_def<Fn>(std::move(vjp));
+  Kernel f64 = d.kernel;
+  d.kernel = [f, f64](const std::vector<Array>& in, std::vector<Array>& out, const Attrs& at) {
+    const DType t = in[0].dtype();
+    if (t != DType::f32 && t != DType::bf16) return f64(in, out, at);
+    const kernels::UnaryMathArgs a{f, t == DType::bf16, in[0].raw(), out[0].raw()};
+    const int isa = int(cpu::active_isa());
+    auto loop = isa >= int(cpu::Isa::avx512) ? kernels::unary_math_avx512
+                : isa >= int(cpu::Isa::avx2) ? kernels::unary_math_avx2 : kernels::unary_math_ref;
+    parallel_for(in[0].size(), kGrain, [&](int64_t b, int64_t e) { loop(a, b, e); });
+  };
+  return d;
+}
 
 // jax's _balanced_eq: the share of the cotangent of max/min that goes to the operand
 // equal to the result (all of it, or half on a tie). Returns (ct_x, ct_y).
@@ -465,7 +484,7 @@ static Register reg_log1p("log1p", unary_float_def<log1p_fn>([](Graph& g, const 
 static Register reg_expm1("expm1", unary_float_def<expm1_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
   return {mul(g, ct[0], add(g, n.out[0], cst(g, n.out[0], 1.0)))}; }));
 // jax: g * (1 + ans) * (1 - ans)
-static Register reg_tanh("tanh", unary_float_def<tanh_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+static Register reg_tanh("tanh", unary_math_def<tanh_fn>(kernels::UnaryMath::tanh, [](Graph& g, const Node& n, const Cts& ct) -> Ids {
   const int y = n.out[0];
   return {mul(g, add(g, ct[0], mul(g, ct[0], y)), sub(g, cst(g, y, 1.0), y))}; }));
 // jax: g * (ans * (1 - ans))
@@ -481,7 +500,7 @@ static Register reg_rsqrt("rsqrt", unary_float_def<rsqrt_fn>([](Graph& g, const 
   const int y = n.out[0];
   return {mul(g, ct[0], mul(g, cst(g, y, -0.5), div(g, y, n.in[0])))}; }));
 // jax: (2/sqrt(pi)) * (g * exp(-x^2))
-static Register reg_erf("erf", unary_float_def<erf_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+static Register reg_erf("erf", unary_math_def<erf_fn>(kernels::UnaryMath::erf, [](Graph& g, const Node& n, const Cts& ct) -> Ids {
   const int x = n.in[0];
   const int e = un1(g, "exp", neg(g, mul(g, x, x)));
   return {mul(g, cst(g, x, 1.1283791670955125739), mul(g, ct[0], e))}; }));

@@ -191,9 +191,6 @@ class Gen : public Xbyak::CodeGenerator {
     L(consts_);
     for (uint32_t v : pool_)
       for (int l = 0; l < 16; ++l) dd(v);
-    L(consts64_);
-    for (uint64_t v : pool64_)
-      for (int l = 0; l < 8; ++l) dq(v);
   }
 
   // i += step, and i % p and i / p of the next vector (p >= 16; step 16 W only when every
@@ -400,8 +397,6 @@ class Gen : public Xbyak::CodeGenerator {
   int out_arg_ = 0;
   Xbyak::Label consts_;
   std::vector<uint32_t> pool_;
-  Xbyak::Label consts64_;    // double constants (erf_), eight lanes a row
-  std::vector<uint64_t> pool64_;
 
   Reg64 counter(int q) const { return q == 0 ? r8 : q == 1 ? r9 : r10; }
   Reg64 row(int q) const { return q == 0 ? r12 : q == 1 ? r13 : r14; }
@@ -445,14 +440,6 @@ class Gen : public Xbyak::CodeGenerator {
   }
   Xbyak::Address cvec(uint32_t v) { return ptr[rip + consts_ + 64 * row_of(v)]; }
   Xbyak::Address cb(uint32_t v) { return ptr_b[rip + consts_ + 64 * row_of(v)]; }
-  // A double constant broadcast to the eight lanes of a pd instruction.
-  Xbyak::Address cbd(double d) {
-    const uint64_t v = __builtin_bit_cast(uint64_t, d);
-    size_t i = 0;
-    while (i < pool64_.size() && pool64_[i] != v) ++i;
-    if (i == pool64_.size()) pool64_.push_back(v);
-    return ptr_b[rip + consts64_ + int(64 * i)];
-  }
 
   // Checks what the generator supports, resolves aliases, and assigns registers (the
   // same assignment serves both bodies).
@@ -879,73 +866,49 @@ class Gen : public Xbyak::CodeGenerator {
     vmulps(zmm4, zmm4, zmm5);
     vblendmps(dst | k2, zmm4, x);  // x == x ? y : x
   }
-  // dst = fm::tanh(x): odd polynomial below |x| = 0.625, 1 - 2 / (e^2|x| + 1) above, x's
-  // sign. Scratch: zmm0-7 (exp_ takes x's double in zmm2); dst written last.
-  void tanh_(const Zmm& dst, const Zmm& x) {
-    vpandd(zmm7, x, cb(kAbsMask));  // a
-    vaddps(zmm2, zmm7, zmm7);
-    exp_(zmm6, zmm2);  // e
-    vaddps(zmm6, zmm6, cb(f32(1.0f)));  // pl = 1 - 2 / (e + 1)
-    vbroadcastss(zmm2, cvec(f32(2.0f)));
-    vdivps(zmm2, zmm2, zmm6);
-    vbroadcastss(zmm6, cvec(f32(1.0f)));
-    vsubps(zmm6, zmm6, zmm2);
-    vmulps(zmm1, x, x);  // z
-    vbroadcastss(zmm0, cvec(f32(-5.70498872745E-3f)));  // ps
-    vmulps(zmm0, zmm0, zmm1);
-    vaddps(zmm0, zmm0, cb(f32(2.06390887954E-2f)));
-    vmulps(zmm0, zmm0, zmm1);
-    vsubps(zmm0, zmm0, cb(f32(5.37397155531E-2f)));
-    vmulps(zmm0, zmm0, zmm1);
-    vaddps(zmm0, zmm0, cb(f32(1.33314422036E-1f)));
-    vmulps(zmm0, zmm0, zmm1);
-    vsubps(zmm0, zmm0, cb(f32(3.33332819422E-1f)));
-    vmulps(zmm0, zmm0, zmm1);  // ps * z * x + x
-    vmulps(zmm0, zmm0, x);
-    vaddps(zmm0, zmm0, x);
-    vcmpps(k1, zmm7, cb(f32(0.625f)), 0x11);  // a < 0.625 ? ps : pl
-    vblendmps(zmm6 | k1, zmm6, zmm0);
-    vpternlogd(zmm6, x, cb(kSignBit), 0xd8);  // copysign: x's sign bit, zmm6's other bits
-    vmovaps(dst, zmm6);
+  // p = (..(k[0] x2 + k[1]) x2 + ..) + k[n-1] with FMAs (fm::fma_, exact): x2 in zmm2, p
+  // in `p`, the first FMA's multiplicand from the pool.
+  void fma_horner(const Zmm& p, const float* k, int n) {
+    vbroadcastss(p, cvec(f32(k[0])));
+    for (int i = 1; i < n; ++i) vfmadd213ps(p, zmm2, cb(f32(k[i])));  // p = x2 p + k[i]
   }
-  // dst = fm::erf(x) (kernels/fastmath.h): XLA's rational approximation evaluated in
-  // double, its operations in its order (no FMA), eight lanes at a time; a NaN is returned
-  // as it came. Scratch: zmm0-6 and k1; x is read up to the last instruction, dst written
-  // last.
+  // dst = fm::tanh(x) (kernels/fastmath.h): x P(x^2) / Q(x^2) on x clamped to +-7.9988,
+  // x itself below |x| = 0.0004 or when NaN. Scratch: zmm0-4 and k1; dst written last.
+  void tanh_(const Zmm& dst, const Zmm& x) {
+    static const float kP[] = {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
+                               5.12229709037114e-08f, 1.48572235717979e-05f, 6.37261928875436e-04f,
+                               4.89352455891786e-03f};
+    static const float kQ[] = {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
+                               4.89352518554385e-03f};
+    const float c = 7.99881172180175781f;
+    vmaxps(zmm1, x, cb(f32(-c)));  // a NaN lane becomes -c here and x again below
+    vminps(zmm1, zmm1, cb(f32(c)));
+    vmulps(zmm2, zmm1, zmm1);
+    fma_horner(zmm3, kP, 7);
+    vmulps(zmm3, zmm1, zmm3);
+    fma_horner(zmm4, kQ, 4);
+    vdivps(zmm3, zmm3, zmm4);
+    vpandd(zmm0, x, cb(kAbsMask));
+    vcmpps(k1, zmm0, cb(f32(0.0004f)), 0x19);  // not |x| >= 0.0004 (true for NaN)
+    vblendmps(dst | k1, zmm3, x);
+  }
+  // dst = fm::erf(x): x P(x^2) / Q(x^2) on x clamped to +-3.8325; a NaN as it came.
+  // Scratch: zmm1-4 and k1; dst written last.
   void erf_(const Zmm& dst, const Zmm& x) {
-    static const double kA[] = {0.00022905065861350646, 0.0034082910107109506, 0.050955695062380861,
-                                0.18520832239976145, 1.128379143519084};
-    static const double kB[] = {-1.1791602954361697e-7, 0.000023547966471313185, 0.0010179625278914885,
-                                0.014070470171167667, 0.11098505178285362, 0.49746925110067538, 1.0};
-    const double c = 3.7439211627767994;
-    // p = (..((k[0] x2 + k[1]) x2 + k[2]) ..) + k[n-1], x2 in zmm2: fm::erf's order.
-    auto horner = [&](const Zmm& p, const double* k, int n) {
-      vmulpd(p, zmm2, cbd(k[0]));
-      vaddpd(p, p, cbd(k[1]));
-      for (int i = 2; i < n; ++i) {
-        vmulpd(p, p, zmm2);
-        vaddpd(p, p, cbd(k[i]));
-      }
-    };
-    for (int half = 0; half < 2; ++half) {
-      if (half == 0) {
-        vcvtps2pd(zmm1, Xbyak::Ymm(x.getIdx()));
-      } else {
-        vextractf32x8(ymm1, x, 1);
-        vcvtps2pd(zmm1, ymm1);
-      }
-      vmaxpd(zmm1, zmm1, cbd(-c));  // x < -c ? -c : x, then x > c ? c : x (a NaN lane is replaced below)
-      vminpd(zmm1, zmm1, cbd(c));
-      vmulpd(zmm2, zmm1, zmm1);     // x2
-      horner(zmm3, kA, 5);          // a
-      horner(zmm4, kB, 7);          // b
-      vmulpd(zmm3, zmm1, zmm3);     // x * a / b
-      vdivpd(zmm3, zmm3, zmm4);
-      vcvtpd2ps(half == 0 ? ymm5 : ymm6, zmm3);
-    }
-    vinsertf32x8(zmm5, zmm5, ymm6, 1);
+    static const float kP[] = {0.00022905065861350646f, 0.0034082910107109506f, 0.050955695062380861f,
+                               0.18520832239976145f, 1.128379143519084f};
+    static const float kQ[] = {-1.1791602954361697e-7f, 0.000023547966471313185f, 0.0010179625278914885f,
+                               0.014070470171167667f, 0.11098505178285362f, 0.49746925110067538f, 1.0f};
+    const float c = 3.832506856900711f;
+    vmaxps(zmm1, x, cb(f32(-c)));
+    vminps(zmm1, zmm1, cb(f32(c)));
+    vmulps(zmm2, zmm1, zmm1);
+    fma_horner(zmm3, kP, 5);
+    vmulps(zmm3, zmm1, zmm3);
+    fma_horner(zmm4, kQ, 7);
+    vdivps(zmm3, zmm3, zmm4);
     vcmpps(k1, x, x, 3);  // unordered: x is NaN
-    vblendmps(dst | k1, zmm5, x);
+    vblendmps(dst | k1, zmm3, x);
   }
   // dst = fm::logistic(x): e = e^-|x|, r = 1 / (1 + e), x < 0 ? e * r : r. Scratch:
   // zmm0-7; dst written last.
