@@ -29,6 +29,7 @@ namespace nk {
 
 constexpr int kLanes = 16;
 constexpr int64_t kBwdBlock = 32;        // rows per dscale / dbias partial (fixed: thread-count free)
+constexpr int64_t kBwdTaskElems = 32768; // elements per task of the backward (whole blocks)
 constexpr int64_t kChunkElems = 16384;   // elements per parallel chunk of the forward passes
 
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
@@ -369,14 +370,27 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
   const A n = A(C);
   const int64_t nblocks = std::max<int64_t>(1, (rows + kBwdBlock - 1) / kBwdBlock);
   LocalVec<A> part(size_t(nblocks) * size_t(C) * 2, A(0));
-  parallel_for(rows, kBwdBlock, [&](int64_t r0, int64_t r1) {
-    LocalVec<A> xb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<O, A> ? 0 : C), xh(C),
-        gb(scale ? C : 0), dxb(std::is_same_v<T, A> ? 0 : C);
+  // Each task is one block of kBwdBlock rows (parallel_for's chunks are its grain). The
+  // block's xh and dy rows stay in scratch for its dscale / dbias partials, summed column
+  // by column in registers after the rows (row order per column, as a running sum in
+  // memory gave: the same bits); the running sum read and wrote the partial for every
+  // row, a quarter of the pass at Swin's 96 channels.
+  const int64_t per_task = std::max<int64_t>(1, kBwdTaskElems / (kBwdBlock * std::max<int64_t>(C, 1)));
+  parallel_for(nblocks, per_task, [&](int64_t k0, int64_t k1) {
+   LocalVec<A> xb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<O, A> ? 0 : kBwdBlock * C),
+       xhb(kBwdBlock * C), gb(scale ? C : 0), dxb(std::is_same_v<T, A> ? 0 : C);
+   LocalVec<const A*> dyp(kBwdBlock);
+   for (int64_t kb = k0; kb < k1; ++kb) {
+    const int64_t r0 = kb * kBwdBlock, r1 = std::min(rows, r0 + kBwdBlock);
+    if (r0 >= r1) break;
+    const int64_t nr = r1 - r0;
     A* ps = part.data() + size_t(r0 / kBwdBlock) * size_t(C) * 2;
     A* pb = ps + C;
     for (int64_t r = r0; r < r1; ++r) {
       const A* xr = widen_row(x + r * C, C, xb.data());
-      const A* dyr = widen_row(dy + r * C, C, db.data());
+      const A* dyr = widen_row(dy + r * C, C, db.data() + (std::is_same_v<O, A> ? 0 : (r - r0) * C));
+      A* xh = xhb.data() + (r - r0) * C;
+      dyp[r - r0] = dyr;
       const A mu = mean[r], rs = rstd[r];
       for (int64_t j = 0; j < C; ++j) xh[j] = (xr[j] - mu) * rs;
       const A* g = dyr;
@@ -384,7 +398,7 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
         for (int64_t j = 0; j < C; ++j) gb[j] = dyr[j] * scale[j];
         g = gb.data();
       }
-      const A mb = lane_dot(g, xh.data(), C) / n;
+      const A mb = lane_dot(g, xh, C) / n;
       A* dxr = out_row<T, A>(dx + r * C, dxb.data());
       if (p.use_mean) {
         const A ma = lane_sum(g, C) / n;
@@ -393,11 +407,33 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
         for (int64_t j = 0; j < C; ++j) dxr[j] = (g[j] - xh[j] * mb) * rs;
       }
       narrow_row(dxr, C, dx + r * C);
-      for (int64_t j = 0; j < C; ++j) {
-        ps[j] = ps[j] + dyr[j] * xh[j];
-        pb[j] = pb[j] + dyr[j];
-      }
     }
+    int64_t j = 0;
+    for (; j + 2 * kHalf <= C; j += 2 * kHalf) {
+      vec<A> s0 = vload(ps + j), s1 = vload(ps + j + kHalf), b0 = vload(pb + j), b1 = vload(pb + j + kHalf);
+      for (int64_t i = 0; i < nr; ++i) {
+        const vec<A> d0 = vload(dyp[i] + j), d1 = vload(dyp[i] + j + kHalf);
+        const A* xh = xhb.data() + i * C + j;
+        s0 = s0 + d0 * vload(xh);
+        s1 = s1 + d1 * vload(xh + kHalf);
+        b0 = b0 + d0;
+        b1 = b1 + d1;
+      }
+      vput(ps + j, s0);
+      vput(ps + j + kHalf, s1);
+      vput(pb + j, b0);
+      vput(pb + j + kHalf, b1);
+    }
+    for (; j < C; ++j) {
+      A s = ps[j], b = pb[j];
+      for (int64_t i = 0; i < nr; ++i) {
+        s = s + dyp[i][j] * xhb[i * C + j];
+        b = b + dyp[i][j];
+      }
+      ps[j] = s;
+      pb[j] = b;
+    }
+   }
   });
   // The blocks' partials in block order, columns in parallel.
   parallel_for(C, 256, [&](int64_t j0, int64_t j1) {
