@@ -363,6 +363,36 @@ void ln_fwd(const NormRows& p, const T* x, const A* scale, const A* bias, O* y, 
   });
 }
 
+// ps[j] += sum_i dy[i][j] * xh[i][j] and pb[j] += sum_i dy[i][j] over n rows (xh's C
+// apart), each column's running sums in row order: 16 columns at a time in registers.
+template <class A>
+inline void add_columns(const A* const* dy, const A* xh, int64_t n, int64_t C, A* ps, A* pb) {
+  int64_t j = 0;
+  for (; j + kLanes <= C; j += kLanes) {
+    vec<A> s0 = vload(ps + j), s1 = vload(ps + j + kHalf), b0 = vload(pb + j), b1 = vload(pb + j + kHalf);
+    for (int64_t i = 0; i < n; ++i) {
+      const vec<A> d0 = vload(dy[i] + j), d1 = vload(dy[i] + j + kHalf);
+      s0 = s0 + d0 * vload(xh + i * C + j);
+      s1 = s1 + d1 * vload(xh + i * C + j + kHalf);
+      b0 = b0 + d0;
+      b1 = b1 + d1;
+    }
+    vput(ps + j, s0);
+    vput(ps + j + kHalf, s1);
+    vput(pb + j, b0);
+    vput(pb + j + kHalf, b1);
+  }
+  for (; j < C; ++j) {
+    A s = ps[j], b = pb[j];
+    for (int64_t i = 0; i < n; ++i) {
+      s = s + dy[i][j] * xh[i * C + j];
+      b = b + dy[i][j];
+    }
+    ps[j] = s;
+    pb[j] = b;
+  }
+}
+
 template <class T, class O, class A>
 void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* rstd, const A* scale, T* dx,
             A* dscale, A* dbias) {
@@ -370,70 +400,43 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
   const A n = A(C);
   const int64_t nblocks = std::max<int64_t>(1, (rows + kBwdBlock - 1) / kBwdBlock);
   LocalVec<A> part(size_t(nblocks) * size_t(C) * 2, A(0));
-  // Each task is one block of kBwdBlock rows (parallel_for's chunks are its grain). The
-  // block's xh and dy rows stay in scratch for its dscale / dbias partials, summed column
-  // by column in registers after the rows (row order per column, as a running sum in
-  // memory gave: the same bits); the running sum read and wrote the partial for every
-  // row, a quarter of the pass at Swin's 96 channels.
+  // Tasks of whole blocks of kBwdBlock rows (about kBwdTaskElems elements). A block's xh
+  // and dy rows stay in scratch, and its dscale / dbias partials are summed column by
+  // column in registers after its rows (add_columns: row order per column, the order of
+  // the running sum in memory it replaced, so the same bits). The running sum read and
+  // wrote the partials for every row: a quarter of the pass at Swin's 96 channels.
   const int64_t per_task = std::max<int64_t>(1, kBwdTaskElems / (kBwdBlock * std::max<int64_t>(C, 1)));
   parallel_for(nblocks, per_task, [&](int64_t k0, int64_t k1) {
-   LocalVec<A> xb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<O, A> ? 0 : kBwdBlock * C),
-       xhb(kBwdBlock * C), gb(scale ? C : 0), dxb(std::is_same_v<T, A> ? 0 : C);
-   LocalVec<const A*> dyp(kBwdBlock);
-   for (int64_t kb = k0; kb < k1; ++kb) {
-    const int64_t r0 = kb * kBwdBlock, r1 = std::min(rows, r0 + kBwdBlock);
-    if (r0 >= r1) break;
-    const int64_t nr = r1 - r0;
-    A* ps = part.data() + size_t(r0 / kBwdBlock) * size_t(C) * 2;
-    A* pb = ps + C;
-    for (int64_t r = r0; r < r1; ++r) {
-      const A* xr = widen_row(x + r * C, C, xb.data());
-      const A* dyr = widen_row(dy + r * C, C, db.data() + (std::is_same_v<O, A> ? 0 : (r - r0) * C));
-      A* xh = xhb.data() + (r - r0) * C;
-      dyp[r - r0] = dyr;
-      const A mu = mean[r], rs = rstd[r];
-      for (int64_t j = 0; j < C; ++j) xh[j] = (xr[j] - mu) * rs;
-      const A* g = dyr;
-      if (scale) {
-        for (int64_t j = 0; j < C; ++j) gb[j] = dyr[j] * scale[j];
-        g = gb.data();
+    LocalVec<A> xb(std::is_same_v<T, A> ? 0 : C), db(std::is_same_v<O, A> ? 0 : kBwdBlock * C),
+        xhb(kBwdBlock * C), gb(scale ? C : 0), dxb(std::is_same_v<T, A> ? 0 : C);
+    LocalVec<const A*> dyp(kBwdBlock);
+    for (int64_t kb = k0; kb < k1; ++kb) {
+      const int64_t r0 = kb * kBwdBlock, r1 = std::min(rows, r0 + kBwdBlock);
+      for (int64_t r = r0; r < r1; ++r) {
+        const A* xr = widen_row(x + r * C, C, xb.data());
+        const A* dyr = widen_row(dy + r * C, C, db.data() + (std::is_same_v<O, A> ? 0 : (r - r0) * C));
+        A* xh = xhb.data() + (r - r0) * C;
+        dyp[r - r0] = dyr;
+        const A mu = mean[r], rs = rstd[r];
+        for (int64_t j = 0; j < C; ++j) xh[j] = (xr[j] - mu) * rs;
+        const A* g = dyr;
+        if (scale) {
+          for (int64_t j = 0; j < C; ++j) gb[j] = dyr[j] * scale[j];
+          g = gb.data();
+        }
+        const A mb = lane_dot(g, xh, C) / n;
+        A* dxr = out_row<T, A>(dx + r * C, dxb.data());
+        if (p.use_mean) {
+          const A ma = lane_sum(g, C) / n;
+          for (int64_t j = 0; j < C; ++j) dxr[j] = ((g[j] - ma) - xh[j] * mb) * rs;
+        } else {
+          for (int64_t j = 0; j < C; ++j) dxr[j] = (g[j] - xh[j] * mb) * rs;
+        }
+        narrow_row(dxr, C, dx + r * C);
       }
-      const A mb = lane_dot(g, xh, C) / n;
-      A* dxr = out_row<T, A>(dx + r * C, dxb.data());
-      if (p.use_mean) {
-        const A ma = lane_sum(g, C) / n;
-        for (int64_t j = 0; j < C; ++j) dxr[j] = ((g[j] - ma) - xh[j] * mb) * rs;
-      } else {
-        for (int64_t j = 0; j < C; ++j) dxr[j] = (g[j] - xh[j] * mb) * rs;
-      }
-      narrow_row(dxr, C, dx + r * C);
+      A* ps = part.data() + size_t(kb) * size_t(C) * 2;
+      add_columns(dyp.data(), xhb.data(), r1 - r0, C, ps, ps + C);
     }
-    int64_t j = 0;
-    for (; j + 2 * kHalf <= C; j += 2 * kHalf) {
-      vec<A> s0 = vload(ps + j), s1 = vload(ps + j + kHalf), b0 = vload(pb + j), b1 = vload(pb + j + kHalf);
-      for (int64_t i = 0; i < nr; ++i) {
-        const vec<A> d0 = vload(dyp[i] + j), d1 = vload(dyp[i] + j + kHalf);
-        const A* xh = xhb.data() + i * C + j;
-        s0 = s0 + d0 * vload(xh);
-        s1 = s1 + d1 * vload(xh + kHalf);
-        b0 = b0 + d0;
-        b1 = b1 + d1;
-      }
-      vput(ps + j, s0);
-      vput(ps + j + kHalf, s1);
-      vput(pb + j, b0);
-      vput(pb + j + kHalf, b1);
-    }
-    for (; j < C; ++j) {
-      A s = ps[j], b = pb[j];
-      for (int64_t i = 0; i < nr; ++i) {
-        s = s + dyp[i][j] * xhb[i * C + j];
-        b = b + dyp[i][j];
-      }
-      ps[j] = s;
-      pb[j] = b;
-    }
-   }
   });
   // The blocks' partials in block order, columns in parallel.
   parallel_for(C, 256, [&](int64_t j0, int64_t j1) {
