@@ -27,26 +27,33 @@ inline float from_bits(uint32_t u) { return __builtin_bit_cast(float, u); }
 inline float fabs_(float x) { return from_bits(bits(x) & 0x7fffffffu); }
 inline float copysign_(float mag, float sgn) { return from_bits((bits(mag) & 0x7fffffffu) | (bits(sgn) & 0x80000000u)); }
 inline float exp2i(int32_t n) { return from_bits(uint32_t(n + 127) << 23); }  // 2^n, n in [-126, 127]
+// a * b + c rounded once, on every build: the FMA instruction where the file is compiled
+// with FMA, glibc's correctly rounded fmaf otherwise (a call per FMA in the baseline
+// build: AVX2 and AVX-512 hosts run the eager kernels from their ISA copies,
+// kernels/unary_math_*.cc).
+inline float fma_(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
 
-// e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), degree-6 polynomial for e^r, and
-// 2^n applied in two halves so results near overflow and in the denormal range are right.
-// Max error 1 ulp.
+// e^x: x = n ln2 + r with |r| <= ln2/2 (Cody-Waite), Cephes' degree-6 polynomial for
+// e^r, both with FMAs, and 2^n applied in two halves: p 2^(n>>1) is exact, so the one
+// rounding is that of p 2^n, as AVX-512's vscalefps gives it (the JIT uses that), right
+// near overflow and in the denormal range. Max error 1.01 ulp. With FMAs (2026-11-30)
+// the JIT's exp is 18 instructions per vector instead of 33: exp is most of a softmax
+// and a fifth of the bf16 attention at Swin's windows.
 inline float exp(float x) {
   float xc = x < -104.0f ? -104.0f : x;  // e^-104 rounds to 0, e^89 overflows: clamping keeps n in range
   xc = xc > 89.0f ? 89.0f : xc;
   xc = x == x ? xc : 0.0f;               // keep NaN away from the float->int conversion
-  const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  const float fn = fma_(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f;  // round(x / ln2)
   const int32_t n = int32_t(fn);
-  float r = xc - fn * 0.693359375f;
-  r = r - fn * -2.12194440e-4f;
+  float r = fma_(fn, -0.693359375f, xc);
+  r = fma_(fn, 2.12194440e-4f, r);
   const float z = r * r;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * z + r + 1.0f;
+  float p = fma_(1.9875691500E-4f, r, 1.3981999507E-3f);
+  p = fma_(p, r, 8.3334519073E-3f);
+  p = fma_(p, r, 4.1665795894E-2f);
+  p = fma_(p, r, 1.6666665459E-1f);
+  p = fma_(p, r, 5.0000001201E-1f);
+  p = fma_(p, z, r) + 1.0f;
   const int32_t n1 = n >> 1, n2 = n - n1;
   const float y = p * exp2i(n1) * exp2i(n2);
   return x == x ? y : x;
@@ -90,11 +97,7 @@ inline float log(float x) {
 // (tests/test_elementwise.py checks them against jax over millions of inputs), at a third
 // of the work of the formulas they replaced (an exp and a divide for tanh; erf in
 // double): the exact GELU and its VJP, and the tanh GELU, were compute-bound on them.
-// Max errors: tanh 4.6 ulp, erf 5.4 ulp (jax's). fma_ is exact (fused) on every build: the
-// instruction where the file is compiled with FMA, glibc's correctly rounded fmaf
-// otherwise (the baseline build pays a call per FMA; AVX2 and AVX-512 hosts run the
-// eager kernels from their ISA copies, kernels/unary_math_*.cc).
-inline float fma_(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+// Max errors: tanh 4.6 ulp, erf 5.4 ulp (jax's).
 
 // tanh(x) = x P(x^2) / Q(x^2) on x clamped to [-7.9988, 7.9988] (where it rounds to +-1);
 // x itself below |x| = 0.0004, and a NaN as it came.

@@ -176,26 +176,48 @@ inline F exp2i(I n) {
   std::memcpy(&f, &b, sizeof f);
   return f;
 }
+// a * b + c per lane, rounded once (fm::fma_ on vectors): the instruction where the build
+// has it, else fma_ lane by lane (the baseline build's calls to libm's fmaf).
+template <class F>
+inline F vfma(F a, F b, F c) {
+#if defined(__AVX512F__)
+  if constexpr (sizeof(F) == 64) return reinterpret_cast<F>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a),
+      reinterpret_cast<__m512>(b), reinterpret_cast<__m512>(c)));
+#endif
+#if defined(__FMA__)
+  if constexpr (sizeof(F) == 32) return reinterpret_cast<F>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a),
+      reinterpret_cast<__m256>(b), reinterpret_cast<__m256>(c)));
+#endif
+  F r;
+  for (int l = 0; l < int(sizeof(F) / sizeof(float)); ++l) r[l] = fm::fma_(a[l], b[l], c[l]);
+  return r;
+}
 template <class F, class I>
 inline F vexp_lanes(F x) {
   const F lo = F{} - 104.0f, hi = F{} + 89.0f;
   F xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
   xc = x == x ? xc : F{};
-  const F fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const I n = __builtin_convertvector(fn, I);
-  F r = xc - fn * 0.693359375f;
-  r = r - fn * -2.12194440e-4f;
+  const F fn = vfma(xc, F{} + 1.44269504088896341f, F{} + 12582912.0f) - 12582912.0f;
+  F r = vfma(fn, F{} - 0.693359375f, xc);
+  r = vfma(fn, F{} + 2.12194440e-4f, r);
   const F z = r * r;
-  F p = F{} + 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * z + r + 1.0f;
+  F p = vfma(F{} + 1.9875691500E-4f, r, F{} + 1.3981999507E-3f);
+  p = vfma(p, r, F{} + 8.3334519073E-3f);
+  p = vfma(p, r, F{} + 4.1665795894E-2f);
+  p = vfma(p, r, F{} + 1.6666665459E-1f);
+  p = vfma(p, r, F{} + 5.0000001201E-1f);
+  p = vfma(p, z, r) + 1.0f;
+  F y;
+#if defined(__AVX512F__)
+  if constexpr (sizeof(F) == 64) {  // p 2^fn in one rounding, as the two halves below give it
+    y = reinterpret_cast<F>(_mm512_scalef_ps(reinterpret_cast<__m512>(p), reinterpret_cast<__m512>(fn)));
+    return x == x ? y : x;
+  }
+#endif
+  const I n = __builtin_convertvector(fn, I);
   const I n1 = n >> 1, n2 = n - n1;
-  const F y = p * exp2i<F>(n1) * exp2i<F>(n2);
+  y = p * exp2i<F>(n1) * exp2i<F>(n2);
   return x == x ? y : x;
 }
 inline f32x8 vexp(f32x8 x) { return vexp_lanes<f32x8, i32x8>(x); }

@@ -1,4 +1,4 @@
-// The eager tanh / erf loop (kernels/unary_math_loops.h) for AVX2 + FMA hosts, 8 lanes.
+// The eager exp / logistic / tanh / erf loop (kernels/unary_math_loops.h) for AVX2 + FMA hosts, 8 lanes.
 #include "podlet/kernels/unary_math_loops.h"
 
 namespace podlet::kernels {

@@ -1,4 +1,4 @@
-// The eager tanh / erf loop (kernels/unary_math_loops.h) for AVX-512 hosts, 16 lanes.
+// The eager exp / logistic / tanh / erf loop (kernels/unary_math_loops.h) for AVX-512 hosts, 16 lanes.
 #include "podlet/kernels/unary_math_loops.h"
 
 namespace podlet::kernels {

@@ -1,6 +1,6 @@
 // The loop of kernels/unary_math.h, included once per ISA build (unary_math_ref.cc,
 // _avx2.cc, _avx512.cc): fastmath.h has internal linkage, so each build inlines its own
-// copy of fm::tanh / fm::erf with that build's FMA.
+// copy of the fm functions with that build's FMA.
 #pragma once
 #include "podlet/kernels/fastmath.h"
 #include "podlet/kernels/unary_math.h"
@@ -22,8 +22,12 @@ void unary_math_with(const UnaryMathArgs& a, int64_t b, int64_t e, Fn fn) {
 }
 
 inline void unary_math_loop(const UnaryMathArgs& a, int64_t b, int64_t e) {
-  if (a.f == UnaryMath::tanh) unary_math_with(a, b, e, [](float x) { return fm::tanh(x); });
-  else unary_math_with(a, b, e, [](float x) { return fm::erf(x); });
+  switch (a.f) {
+    case UnaryMath::exp: return unary_math_with(a, b, e, [](float x) { return fm::exp(x); });
+    case UnaryMath::logistic: return unary_math_with(a, b, e, [](float x) { return fm::logistic(x); });
+    case UnaryMath::tanh: return unary_math_with(a, b, e, [](float x) { return fm::tanh(x); });
+    case UnaryMath::erf: return unary_math_with(a, b, e, [](float x) { return fm::erf(x); });
+  }
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The eager tanh / erf loop (kernels/unary_math_loops.h) for the baseline build (SSE2; libm's fmaf for each FMA).
+// The eager exp / logistic / tanh / erf loop (kernels/unary_math_loops.h) for the baseline build (SSE2; libm's fmaf for each FMA).
 #include "podlet/kernels/unary_math_loops.h"
 
 namespace podlet::kernels {

@@ -442,8 +442,8 @@ PrimDef unary_float_def(VjpRule vjp, bool zero_grad = false) {
   return PrimDef{.shape = unary_shape<kFloat>, .kernel = unary_kernel<kFloat>(Fn{}), .vjp = std::move(vjp),
                  .flops = elementwise_flops_of, .batch = batching::elementwise, .zero_grad = zero_grad};
 }
-// tanh and erf: f32 and bf16 through the ISA copies of kernels/unary_math.h (FMA
-// formulas), f64 through libm.
+// exp, logistic, tanh and erf: f32 and bf16 through the ISA copies of
+// kernels/unary_math.h (FMA formulas), f64 through libm.
 template <class Fn>
 PrimDef unary_math_def(kernels::UnaryMath f, VjpRule vjp) {
   PrimDef d = unary_float_def<Fn>(std::move(vjp));
@@ -475,7 +475,7 @@ std::pair<int, int> balanced_cts(Graph& g, const Node& n, int ct) {
 // registrations: unary float
 // =====================================================================================
 // d exp(x) = exp(x) dx: reuse the forward output.
-static Register reg_exp("exp", unary_float_def<exp_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+static Register reg_exp("exp", unary_math_def<exp_fn>(kernels::UnaryMath::exp, [](Graph& g, const Node& n, const Cts& ct) -> Ids {
   return {mul(g, ct[0], n.out[0])}; }));
 static Register reg_log("log", unary_float_def<log_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
   return {div(g, ct[0], n.in[0])}; }));
@@ -488,7 +488,7 @@ static Register reg_tanh("tanh", unary_math_def<tanh_fn>(kernels::UnaryMath::tan
   const int y = n.out[0];
   return {mul(g, add(g, ct[0], mul(g, ct[0], y)), sub(g, cst(g, y, 1.0), y))}; }));
 // jax: g * (ans * (1 - ans))
-static Register reg_logistic("logistic", unary_float_def<logistic_fn>([](Graph& g, const Node& n, const Cts& ct) -> Ids {
+static Register reg_logistic("logistic", unary_math_def<logistic_fn>(kernels::UnaryMath::logistic, [](Graph& g, const Node& n, const Cts& ct) -> Ids {
   const int y = n.out[0];
   return {mul(g, ct[0], mul(g, y, sub(g, cst(g, y, 1.0), y)))}; }));
 // jax: g * (0.5 / ans)

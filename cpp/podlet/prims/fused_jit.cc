@@ -829,42 +829,28 @@ class Gen : public Xbyak::CodeGenerator {
     L(sl.back);
   }
 
-  // dst = fm::exp(x) (kernels/fastmath.h): its operations in its order, no FMA. Scratch:
-  // zmm0, zmm1, zmm3-5, k1 and k2; x is read up to the last instruction, so it may be dst
-  // or any other register.
+  // dst = fm::exp(x) (kernels/fastmath.h): its operations in its order, the FMAs as
+  // vfmadd, and 2^n by vscalefps (one rounding of p 2^n, as fm::exp's two halves). Scratch:
+  // zmm1, zmm3-5 and k2; x is read up to the last instruction, so it may be dst or any
+  // other register.
   void exp_(const Zmm& dst, const Zmm& x) {
-    vcmpps(k2, x, x, 3);  // x is NaN: kept to the end
-    vcmpps(k1, x, cb(f32(-104.0f)), 0x11);  // xc = x < -104 ? -104 : x
-    vblendmps(zmm3 | k1, x, cb(f32(-104.0f)));
-    vcmpps(k1, zmm3, cb(f32(89.0f)), 0x1e);  // xc = xc > 89 ? 89 : xc
-    vblendmps(zmm3 | k1, zmm3, cb(f32(89.0f)));
-    vpxord(zmm3 | k2, zmm3, zmm3);  // xc = x == x ? xc : 0
-    vmulps(zmm4, zmm3, cb(f32(1.44269504088896341f)));  // fn, rounded to an integer
-    vaddps(zmm4, zmm4, cb(f32(12582912.0f)));
+    vmaxps(zmm3, x, cb(f32(-104.0f)));  // xc (a NaN lane becomes -104 here and x again below)
+    vminps(zmm3, zmm3, cb(f32(89.0f)));
+    vmovaps(zmm4, cvec(f32(12582912.0f)));  // fn = fma(xc, 1/ln2, 1.5 2^23) - 1.5 2^23
+    vfmadd231ps(zmm4, zmm3, cb(f32(1.44269504088896341f)));
     vsubps(zmm4, zmm4, cb(f32(12582912.0f)));
-    vcvttps2dq(zmm5, zmm4);  // n
-    vmulps(zmm0, zmm4, cb(f32(0.693359375f)));  // r = xc - fn * ln2_hi - fn * ln2_lo
-    vsubps(zmm3, zmm3, zmm0);
-    vmulps(zmm0, zmm4, cb(f32(-2.12194440e-4f)));
-    vsubps(zmm3, zmm3, zmm0);
+    vfmadd231ps(zmm3, zmm4, cb(f32(-0.693359375f)));  // r = fma(fn, -ln2_hi, xc)
+    vfmadd231ps(zmm3, zmm4, cb(f32(2.12194440e-4f)));  // r = fma(fn, -ln2_lo, r)
     vmulps(zmm1, zmm3, zmm3);  // z
-    vbroadcastss(zmm4, cvec(f32(1.9875691500E-4f)));  // p
-    for (float c : {1.3981999507E-3f, 8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f}) {
-      vmulps(zmm4, zmm4, zmm3);
-      vaddps(zmm4, zmm4, cb(f32(c)));
-    }
-    vmulps(zmm4, zmm4, zmm1);  // p * z + r + 1
-    vaddps(zmm4, zmm4, zmm3);
-    vaddps(zmm4, zmm4, cb(f32(1.0f)));
-    vpsrad(zmm0, zmm5, 1);  // n1 = n >> 1, n2 = n - n1, y = p * 2^n1 * 2^n2
-    vpsubd(zmm5, zmm5, zmm0);
-    vpaddd(zmm0, zmm0, cb(127u));
-    vpslld(zmm0, zmm0, 23);
-    vpaddd(zmm5, zmm5, cb(127u));
-    vpslld(zmm5, zmm5, 23);
-    vmulps(zmm4, zmm4, zmm0);
-    vmulps(zmm4, zmm4, zmm5);
-    vblendmps(dst | k2, zmm4, x);  // x == x ? y : x
+    vmovaps(zmm5, cvec(f32(1.3981999507E-3f)));  // p
+    vfmadd231ps(zmm5, zmm3, cb(f32(1.9875691500E-4f)));
+    for (float c : {8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f})
+      vfmadd213ps(zmm5, zmm3, cb(f32(c)));  // p = fma(p, r, c)
+    vfmadd213ps(zmm5, zmm1, zmm3);  // fma(p, z, r) + 1
+    vaddps(zmm5, zmm5, cb(f32(1.0f)));
+    vscalefps(zmm5, zmm5, zmm4);
+    vcmpps(k2, x, x, 3);  // x is NaN: x
+    vblendmps(dst | k2, zmm5, x);
   }
   // p = (..(k[0] x2 + k[1]) x2 + ..) + k[n-1] with FMAs (fm::fma_, exact): x2 in zmm2, p
   // in `p`, the first FMA's multiplicand from the pool.
