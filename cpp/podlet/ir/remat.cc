@@ -121,6 +121,13 @@ Graph rematerialize(const Graph& g, RematStats* stats, int64_t min_elements) {
       if (heavy_kind[k]) return -1;
     return it->second.first;
   };
+  // Placements in program order: a clone is reusable only at or after its own place, so
+  // a value whose far reader comes first must be cloned first. In the decisions' order
+  // (that of the forward values) the tanh-GELU's VJP got its tanh cloned twice, once
+  // for the tanh's own readers and once inside the cone of the cdf that is read earlier:
+  // 39 instructions with two tanh in the fused VJP instead of 32 with one (7.7 -> 5.1 ms
+  // at ViT-Tiny's [32, 197, 768]).
+  std::stable_sort(decisions.begin(), decisions.end(), [](const Decision& a, const Decision& b) { return a.at < b.at; });
   for (const Decision& d : decisions) {
     for (int k : d.cone) {
       const int ov = g.nodes[k].out[0];
