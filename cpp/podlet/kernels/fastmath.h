@@ -1,12 +1,15 @@
 // The scalar math of podlet's elementwise kernels: the one-op kernels
 // (prims/elementwise.cc) and the fused elementwise interpreter (prims/fused.cc, and its
 // ISA builds) include this one source, so a fused graph gives the unfused graph's bits
-// (tests/test_fusion.py compares them on every op). Branch-free f32 functions (Cephes-
-// style polynomials written with selects, so that loops over them vectorise on the SSE2
-// baseline), logistic_f64 and the f32 -> bf16 rounding.
+// (tests/test_fusion.py compares them on every op). Branch-free f32 functions (polynomials
+// written with selects, so that loops over them vectorise), logistic_f64 and the f32 ->
+// bf16 rounding. exp, tanh and erf use explicit FMAs (fma_, exact on every build; the
+// baseline build pays a libm call per FMA, so eager kernels run ISA copies); the rest
+// (log, erf_inv) are plain multiply-adds.
 //
-// Users compiled with FMA available (the *_avx512.cc copy of the fused interpreter) must
-// use -ffp-contract=off: GCC would otherwise contract p * r + c and change the last bit.
+// Users compiled with FMA available (the *_avx2 / *_avx512 copies) must use
+// -ffp-contract=off: GCC would otherwise contract a plain p * r + c and change the last
+// bit.
 // Everything here has internal linkage (the anonymous namespace), so each ISA's
 // translation unit keeps its own copy: the linker cannot pick an AVX-512 copy for
 // baseline callers.
