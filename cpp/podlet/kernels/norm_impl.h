@@ -164,8 +164,10 @@ inline auto tree_max(const V& lo, const V& hi) {
 // fm::exp on 8 lanes, the same operations in the same order (so the same bits), written on
 // vectors so that the softmax loop can keep four independent exp chains in flight: the
 // auto-vectorised loop ran one ymm chain at a time, latency-bound on short rows.
-// Also on 16 lanes (f32x16: one zmm in the AVX-512 build, two ymm or four xmm below it;
-// the same operations per lane): the softmax's exps took ~40% of its time on 8 lanes.
+// Also on 16 lanes in the AVX-512 build (f32x16, one zmm; the same operations per lane):
+// the softmax's exps took ~40% of its time on 8 lanes. Below AVX-512 vexp2 is two 8-lane
+// calls: GCC split the 16-lane form through memory (the AVX2 build's softmax rows
+// [37824, 197] f32 took 16.0 ms that way, 3.5 ms as two ymm chains, AMD Zen 4).
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef float f32x16 __attribute__((vector_size(64)));
 typedef int32_t i32x16 __attribute__((vector_size(64)));
@@ -223,10 +225,15 @@ inline F vexp_lanes(F x) {
 inline f32x8 vexp(f32x8 x) { return vexp_lanes<f32x8, i32x8>(x); }
 // exp of two 8-lane vectors as one of 16 lanes.
 inline void vexp2(f32x8 a, f32x8 b, f32x8& ea, f32x8& eb) {
+#if defined(__AVX512F__)
   const f32x16 e = vexp_lanes<f32x16, i32x16>(
       __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
   ea = __builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7);
   eb = __builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15);
+#else  // two ymm: GCC split the 16-lane form's FMAs through memory
+  ea = vexp(a);
+  eb = vexp(b);
+#endif
 }
 
 // exp on the lane vectors: vexp for f32, the scalar exp per lane for f64.
