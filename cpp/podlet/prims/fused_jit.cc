@@ -858,6 +858,17 @@ class Gen : public Xbyak::CodeGenerator {
     vbroadcastss(p, cvec(f32(k[0])));
     for (int i = 1; i < n; ++i) vfmadd213ps(p, zmm2, cb(f32(k[i])));  // p = x2 p + k[i]
   }
+  // zmm3 = t P(t^2) / Q(t^2) for t = x clamped to [-c, c] (tanh's and erf's form; a NaN
+  // lane becomes -c here, the callers put x back). Scratch: zmm1-4.
+  void odd_rational(const Zmm& x, float c, const float* kP, int nP, const float* kQ, int nQ) {
+    vmaxps(zmm1, x, cb(f32(-c)));
+    vminps(zmm1, zmm1, cb(f32(c)));
+    vmulps(zmm2, zmm1, zmm1);
+    fma_horner(zmm3, kP, nP);
+    vmulps(zmm3, zmm1, zmm3);
+    fma_horner(zmm4, kQ, nQ);
+    vdivps(zmm3, zmm3, zmm4);
+  }
   // dst = fm::tanh(x) (kernels/fastmath.h): x P(x^2) / Q(x^2) on x clamped to +-7.9988,
   // x itself below |x| = 0.0004 or when NaN. Scratch: zmm0-4 and k1; dst written last.
   void tanh_(const Zmm& dst, const Zmm& x) {
@@ -866,14 +877,7 @@ class Gen : public Xbyak::CodeGenerator {
                                4.89352455891786e-03f};
     static const float kQ[] = {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
                                4.89352518554385e-03f};
-    const float c = 7.99881172180175781f;
-    vmaxps(zmm1, x, cb(f32(-c)));  // a NaN lane becomes -c here and x again below
-    vminps(zmm1, zmm1, cb(f32(c)));
-    vmulps(zmm2, zmm1, zmm1);
-    fma_horner(zmm3, kP, 7);
-    vmulps(zmm3, zmm1, zmm3);
-    fma_horner(zmm4, kQ, 4);
-    vdivps(zmm3, zmm3, zmm4);
+    odd_rational(x, 7.99881172180175781f, kP, 7, kQ, 4);
     vpandd(zmm0, x, cb(kAbsMask));
     vcmpps(k1, zmm0, cb(f32(0.0004f)), 0x19);  // not |x| >= 0.0004 (true for NaN)
     vblendmps(dst | k1, zmm3, x);
@@ -885,14 +889,7 @@ class Gen : public Xbyak::CodeGenerator {
                                0.18520832239976145f, 1.128379143519084f};
     static const float kQ[] = {-1.1791602954361697e-7f, 0.000023547966471313185f, 0.0010179625278914885f,
                                0.014070470171167667f, 0.11098505178285362f, 0.49746925110067538f, 1.0f};
-    const float c = 3.832506856900711f;
-    vmaxps(zmm1, x, cb(f32(-c)));
-    vminps(zmm1, zmm1, cb(f32(c)));
-    vmulps(zmm2, zmm1, zmm1);
-    fma_horner(zmm3, kP, 5);
-    vmulps(zmm3, zmm1, zmm3);
-    fma_horner(zmm4, kQ, 7);
-    vdivps(zmm3, zmm3, zmm4);
+    odd_rational(x, 3.832506856900711f, kP, 5, kQ, 7);
     vcmpps(k1, x, x, 3);  // unordered: x is NaN
     vblendmps(dst | k1, zmm3, x);
   }
