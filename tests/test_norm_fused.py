@@ -20,7 +20,7 @@ from podlet._src.core import bind
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F32 = np.dtype(np.float32)
-FAST_ISAS = [i for i in _core.cpu_info()["available_isas"] if i in ("avx2", "avx512")]
+FAST_ISAS = [i for i in _core.cpu_info()["available_isas"] if i in ("avx2", "avx512", "avx512bf16")]
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,10 @@
 // per fixed block of rows and the blocks combined in order: no dependence on the thread
 // count. bf16 data is widened to f32 on load and rounded to nearest even on store.
 //
-// One template (norm_impl.h) compiled per ISA: _ref on the baseline, _avx2 and _avx512
-// with their flags and -ffp-contract=off; the dispatcher (norm_dispatch_common.cc) picks.
+// One template (norm_impl.h) compiled for _ref on the baseline and _avx2; the same
+// arithmetic on whole zmm registers (norm_avx512_impl.h) for _avx512 and _avx512bf16
+// (vcvtneps2bf16 for bf16 stores); all with -ffp-contract=off. The dispatcher
+// (norm_dispatch_common.cc) picks.
 #pragma once
 #include <cstdint>
 #include "podlet/dtype.h"
@@ -64,6 +66,7 @@ void softmax_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* 
 PODLET_NORM_DECLARE(ref)
 PODLET_NORM_DECLARE(avx2)
 PODLET_NORM_DECLARE(avx512)
+PODLET_NORM_DECLARE(avx512bf16)
 #undef PODLET_NORM_DECLARE
 #undef PODLET_NORM_DECLARE_TO
 
@@ -75,7 +78,7 @@ void layer_norm_bwd_ref(const NormRows& p, const double* dy, const double* x, co
 void softmax_fwd_ref(int64_t rows, int64_t C, bool log, const double* x, double* y);
 void softmax_bwd_ref(int64_t rows, int64_t C, bool log, const double* y, const double* dy, double* dx);
 
-// Which build ran last ("ref", "avx2", "avx512"), for the ISA tests.
+// Which build ran last ("ref", "avx2", "avx512", "avx512bf16"), for the ISA tests.
 const char* norm_last_isa();
 
 }  // namespace podlet::kernels

@@ -1,5 +1,5 @@
-// The AVX-512 build of the fused row kernels (norm_impl.h; the reference's bits:
-// -ffp-contract=off, lane-wise loops only).
-#include "podlet/kernels/norm_impl.h"
+// The AVX-512 build of the fused row kernels: norm_avx512_impl.h's zmm forms (the
+// reference's bits: -ffp-contract=off, the same lanes and order).
+#include "podlet/kernels/norm_avx512_impl.h"
 
-PODLET_NORM_DEFINE(avx512)
+PODLET_NORM_ZMM_DEFINE(avx512)

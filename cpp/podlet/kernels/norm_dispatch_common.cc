@@ -1,4 +1,4 @@
-// Kernel selection for the fused row kernels (norm.h): avx512 > avx2 > ref, the same
+// Kernel selection for the fused row kernels (norm.h): avx512bf16 > avx512 > avx2 > ref, the same
 // bits on each; f64 always on the reference. Baseline code: it calls an ISA build only
 // after checking the active ISA (cpu/isa.h: the host's best, or PODLET_ISA / set_isa).
 #include <atomic>
@@ -16,7 +16,10 @@ const char* norm_last_isa() { return g_norm_isa.load(); }
 
 // Calls NAME_<isa>(args...) for the best build the active ISA reaches.
 #define PODLET_NORM_PICK(NAME, ...)             \
-  if (at_least(cpu::Isa::avx512)) {             \
+  if (at_least(cpu::Isa::avx512bf16)) {         \
+    g_norm_isa = "avx512bf16";                  \
+    NAME##_avx512bf16(__VA_ARGS__);             \
+  } else if (at_least(cpu::Isa::avx512)) {      \
     g_norm_isa = "avx512";                      \
     NAME##_avx512(__VA_ARGS__);                 \
   } else if (at_least(cpu::Isa::avx2)) {        \

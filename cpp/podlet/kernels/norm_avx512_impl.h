@@ -1,0 +1,381 @@
+// The fused row kernels on whole zmm registers (AVX-512 translation units only): the same
+// arithmetic as norm_impl.h's templates, in the same lanes and order, so the same bits.
+//
+// Why a second form: norm_impl.h is written on pairs of 8-lane vectors so that one source
+// serves the baseline, AVX2 and AVX-512 builds. On AVX-512 that left each row's 16 lanes in
+// two ymm halves, widened bf16 rows into scratch 8 elements at a time and rounded them back
+// with a 12-instruction integer sequence per 8 lanes: Swin's LayerNorm rows of 96 bf16 ran
+// slower than f32 ones (2.7 vs 1.9 ms for [100352, 96]) and its softmax rows of 49 at 10% of
+// the copy bandwidth. Here a chunk of 16 elements is one register: bf16 widens in the load
+// (vpmovzxwd + shift), a row's tail is a masked load and a masked store, and the AVX512_BF16
+// build rounds with vcvtneps2bf16 where that instruction is exact.
+//
+// Element j of a row sits in lane j % 16 of the chunk registers, as in norm_impl.h; lane
+// sums combine by nk::tree on the two halves. A lane past the row's end leaves an
+// accumulator as it is (a masked add, or a pad that adds nothing), as the reference's pads
+// do. -ffp-contract=off: every product and sum rounds where the reference's does.
+#pragma once
+#include <immintrin.h>
+#include "podlet/kernels/bf16_lanes_avx512.h"
+#include "podlet/kernels/norm_impl.h"
+
+// GCC 12 reports the `__Y = __Y` idiom of the intrinsics' undefined vectors (the widening
+// and shift intrinsics, inlined into these lambdas) as maybe-uninitialized: no value of
+// ours is read uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace podlet::kernels {
+namespace {
+namespace nz {
+
+using nk::kBwdBlock;
+using nk::kBwdTaskElems;
+using nk::kChunkElems;
+using nk::kLanes;
+using nk::kSmBlockElems;
+
+inline __mmask16 first_lanes(int64_t n) { return __mmask16((1u << n) - 1u); }  // n in [0, 16]
+
+inline __m512 widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+
+// 16 elements of a T row as f32.
+template <class T>
+inline __m512 load(const T* p) {
+  if constexpr (std::is_same_v<T, float>) return _mm512_loadu_ps(p);
+  else return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// The first lanes of m from p, the others pad; never touches memory past them.
+template <class T>
+inline __m512 load_tail(const T* p, __mmask16 m, float pad) {
+  if constexpr (std::is_same_v<T, float>) {
+    return _mm512_mask_loadu_ps(_mm512_set1_ps(pad), m, p);
+  } else {
+    return _mm512_mask_blend_ps(m, _mm512_set1_ps(pad), widen16(_mm256_maskz_loadu_epi16(m, p)));
+  }
+}
+
+// f32_to_bf16_bits on the lanes of m (the others are not stored, so not checked).
+inline __m256i round16(__m512 v, __mmask16 m = 0xffff) {
+#if defined(__AVX512BF16__)
+  // vcvtneps2bf16 rounds to nearest even like f32_to_bf16_bits for every f32 but NaNs (it
+  // keeps their payload) and subnormals (it flushes them): those vectors take the integer
+  // sequence.
+  if (__builtin_expect(_mm512_mask_fpclass_ps_mask(m, v, 0xa1) == 0, 1))  // QNaN | SNaN | subnormal
+    return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+#else
+  (void)m;
+#endif
+  return bf16_words(v);
+}
+
+template <class O>
+inline void store(O* p, __m512 v) {
+  if constexpr (std::is_same_v<O, float>) _mm512_storeu_ps(p, v);
+  else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), round16(v));
+}
+template <class O>
+inline void store_tail(O* p, __mmask16 m, __m512 v) {
+  if constexpr (std::is_same_v<O, float>) _mm512_mask_storeu_ps(p, m, v);
+  else _mm256_mask_storeu_epi16(p, m, round16(v, m));
+}
+
+inline nk::f32x8 half(__m512 v, int h) {
+  return reinterpret_cast<nk::f32x8>(h ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
+}
+inline float tree(__m512 v) { return nk::tree(half(v, 0), half(v, 1)); }
+inline float tree_max(__m512 v) { return nk::tree_max(half(v, 0), half(v, 1)); }
+// max(x, m) as the reference writes it, x > m ? x : m (vmaxps returns its second operand
+// for a NaN or two zeros: the same).
+inline __m512 vmax(__m512 x, __m512 m) { return _mm512_max_ps(x, m); }
+// nk::vexp_lanes on 16 lanes (the same operations, so the same bits) with the clamps as
+// vmaxps / vminps and the NaN lanes put back by one masked move: GCC wrote the reference's
+// selects as compare-and-blend pairs, and on Zen 4 (zmm ops double-pumped) the softmax of
+// short rows is bound by the exp's instruction count. NONPOS: x is known <= 0 or NaN (a
+// softmax's x - max), so the upper clamp is moot.
+template <bool NONPOS = false>
+inline __m512 vexp(__m512 x) {
+  __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // x > lo ? x : lo: a NaN becomes lo
+  if constexpr (!NONPOS) xc = _mm512_min_ps(xc, _mm512_set1_ps(89.0f));
+  const __m512 fn = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f)),
+                                  _mm512_set1_ps(12582912.0f));
+  __m512 r = _mm512_fmadd_ps(fn, _mm512_set1_ps(-0.693359375f), xc);
+  r = _mm512_fmadd_ps(fn, _mm512_set1_ps(2.12194440e-4f), r);
+  const __m512 z = _mm512_mul_ps(r, r);
+  __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500E-4f), r, _mm512_set1_ps(1.3981999507E-3f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073E-3f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894E-2f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459E-1f));
+  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201E-1f));
+  q = _mm512_add_ps(_mm512_fmadd_ps(q, z, r), _mm512_set1_ps(1.0f));
+  const __m512 y = _mm512_scalef_ps(q, fn);
+  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+template <class T, class O>
+void ln_fwd(const NormRows& p, const T* x, const float* scale, const float* bias, O* y, float* mean, float* rstd) {
+  const int64_t C = p.C, Cf = C / kLanes * kLanes;
+  const __mmask16 mt = first_lanes(C - Cf);
+  const float n = float(C), eps = float(p.eps);
+  // Without scale, rs * 1 is rs; without bias, + (-0) changes nothing (the reference's
+  // separate loops give the same bits).
+  const __m512 one = _mm512_set1_ps(1.0f), nzero = _mm512_set1_ps(-0.0f);
+  parallel_for(p.rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* xr = x + r * C;
+      __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps();
+      for (int64_t j = 0; j < Cf; j += kLanes) {
+        const __m512 v = load(xr + j);
+        s1 = _mm512_add_ps(s1, v);
+        s2 = _mm512_add_ps(s2, _mm512_mul_ps(v, v));
+      }
+      if (Cf < C) {  // pad -0: adds nothing to the sum, +0 to the sum of squares
+        const __m512 v = load_tail(xr + Cf, mt, -0.0f);
+        s1 = _mm512_add_ps(s1, v);
+        s2 = _mm512_add_ps(s2, _mm512_mul_ps(v, v));
+      }
+      const float sum1 = tree(s1), sum2 = tree(s2);
+      float mu = 0.0f, var;
+      if (p.use_mean) {
+        mu = sum1 / n;
+        var = sum2 / n - mu * mu;
+        var = var < 0.0f ? 0.0f : var;
+      } else {
+        var = sum2 / n;
+      }
+      const float rs = 1.0f / std::sqrt(var + eps);
+      mean[r] = mu;
+      rstd[r] = rs;
+      const __m512 muv = _mm512_set1_ps(mu), rsv = _mm512_set1_ps(rs);  // x - (+0) is x: RMSNorm too
+      O* yr = y + r * C;
+      auto out = [&](__m512 v, __m512 s, __m512 b) {
+        return _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, muv), _mm512_mul_ps(rsv, s)), b);
+      };
+      for (int64_t j = 0; j < Cf; j += kLanes)
+        store(yr + j, out(load(xr + j), scale ? _mm512_loadu_ps(scale + j) : one,
+                          bias ? _mm512_loadu_ps(bias + j) : nzero));
+      if (Cf < C)
+        store_tail(yr + Cf, mt, out(load_tail(xr + Cf, mt, 0.0f), scale ? _mm512_maskz_loadu_ps(mt, scale + Cf) : one,
+                                    bias ? _mm512_maskz_loadu_ps(mt, bias + Cf) : nzero));
+    }
+  });
+}
+
+// nk::add_columns on zmm: ps[j] += sum_i dy[i][j] * xh[i][j], pb[j] += sum_i dy[i][j],
+// each column's running sum in row order; the last C % 16 columns masked.
+inline void add_columns(const float* const* dy, const float* xh, int64_t n, int64_t C, float* ps, float* pb) {
+  for (int64_t j = 0; j < C; j += kLanes) {
+    const __mmask16 m = C - j >= kLanes ? __mmask16(0xffff) : first_lanes(C - j);
+    __m512 s = _mm512_maskz_loadu_ps(m, ps + j), b = _mm512_maskz_loadu_ps(m, pb + j);
+    for (int64_t i = 0; i < n; ++i) {
+      const __m512 d = _mm512_maskz_loadu_ps(m, dy[i] + j);
+      s = _mm512_add_ps(s, _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, xh + i * C + j)));
+      b = _mm512_add_ps(b, d);
+    }
+    _mm512_mask_storeu_ps(ps + j, m, s);
+    _mm512_mask_storeu_ps(pb + j, m, b);
+  }
+}
+
+template <class T, class O>
+void ln_bwd(const NormRows& p, const O* dy, const T* x, const float* mean, const float* rstd, const float* scale,
+            T* dx, float* dscale, float* dbias) {
+  const int64_t C = p.C, rows = p.rows, Cf = C / kLanes * kLanes;
+  const __mmask16 mt = first_lanes(C - Cf);
+  const float n = float(C);
+  const int64_t nblocks = std::max<int64_t>(1, (rows + kBwdBlock - 1) / kBwdBlock);
+  LocalVec<float> part(size_t(nblocks) * size_t(C) * 2, 0.0f);
+  const int64_t per_task = std::max<int64_t>(1, kBwdTaskElems / (kBwdBlock * std::max<int64_t>(C, 1)));
+  constexpr bool wide_dy = std::is_same_v<O, float>;
+  parallel_for(nblocks, per_task, [&](int64_t k0, int64_t k1) {
+    // A block's xh rows (and its dy rows as f32) stay here for add_columns; g = dy * scale
+    // for the second pass over the row.
+    LocalVec<float> xhb(kBwdBlock * C), db(wide_dy ? 0 : kBwdBlock * C), gb(scale ? C : 0);
+    LocalVec<const float*> dyp(kBwdBlock);
+    for (int64_t kb = k0; kb < k1; ++kb) {
+      const int64_t r0 = kb * kBwdBlock, r1 = std::min(rows, r0 + kBwdBlock);
+      for (int64_t r = r0; r < r1; ++r) {
+        const T* xr = x + r * C;
+        const O* dyr = dy + r * C;
+        float* xh = xhb.data() + (r - r0) * C;
+        float* dw = wide_dy ? nullptr : db.data() + (r - r0) * C;
+        const __m512 muv = _mm512_set1_ps(mean[r]), rsv = _mm512_set1_ps(rstd[r]);
+        __m512 sd = _mm512_setzero_ps(), sg = _mm512_setzero_ps();
+        // xh and g, and the lanes' sums of g * xh and g (past the row: nothing added, as
+        // the reference's pads add -0).
+        auto first = [&](int64_t j, __mmask16 m) {
+          const bool full = m == __mmask16(0xffff);
+          const __m512 h = _mm512_mul_ps(_mm512_sub_ps(full ? load(xr + j) : load_tail(xr + j, m, 0.0f), muv), rsv);
+          const __m512 d = full ? load(dyr + j) : load_tail(dyr + j, m, 0.0f);
+          _mm512_mask_storeu_ps(xh + j, m, h);
+          if constexpr (!wide_dy) _mm512_mask_storeu_ps(dw + j, m, d);
+          __m512 g = d;
+          if (scale) {
+            g = _mm512_mul_ps(d, _mm512_maskz_loadu_ps(m, scale + j));
+            _mm512_mask_storeu_ps(gb.data() + j, m, g);
+          }
+          sd = _mm512_mask_add_ps(sd, m, sd, _mm512_mul_ps(g, h));
+          sg = _mm512_mask_add_ps(sg, m, sg, g);
+        };
+        for (int64_t j = 0; j < Cf; j += kLanes) first(j, 0xffff);
+        if (Cf < C) first(Cf, mt);
+        const float mb = tree(sd) / n;
+        const __m512 mbv = _mm512_set1_ps(mb);
+        const __m512 mav = _mm512_set1_ps(p.use_mean ? tree(sg) / n : 0.0f);
+        const float* g = scale ? gb.data() : wide_dy ? reinterpret_cast<const float*>(dyr) : dw;
+        T* dxr = dx + r * C;
+        auto second = [&](int64_t j, __mmask16 m) {
+          const __m512 gv = _mm512_maskz_loadu_ps(m, g + j), h = _mm512_maskz_loadu_ps(m, xh + j);
+          const __m512 a = p.use_mean ? _mm512_sub_ps(gv, mav) : gv;
+          return _mm512_mul_ps(_mm512_sub_ps(a, _mm512_mul_ps(h, mbv)), rsv);
+        };
+        for (int64_t j = 0; j < Cf; j += kLanes) store(dxr + j, second(j, 0xffff));
+        if (Cf < C) store_tail(dxr + Cf, mt, second(Cf, mt));
+        dyp[r - r0] = wide_dy ? reinterpret_cast<const float*>(dyr) : dw;
+      }
+      float* ps = part.data() + size_t(kb) * size_t(C) * 2;
+      add_columns(dyp.data(), xhb.data(), r1 - r0, C, ps, ps + C);
+    }
+  });
+  parallel_for(C, 256, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      dscale[j] = 0.0f;
+      dbias[j] = 0.0f;
+    }
+    for (int64_t k = 0; k < nblocks; ++k) {
+      const float* ps = part.data() + size_t(k) * size_t(C) * 2;
+      for (int64_t j = j0; j < j1; ++j) {
+        dscale[j] = dscale[j] + ps[j];
+        dbias[j] = dbias[j] + ps[C + j];
+      }
+    }
+  });
+}
+
+// Blocks of rows in three passes (maxima; exps and sums; outputs), as nk::sm_fwd.
+template <class T, bool log>
+void sm_fwd(int64_t rows, int64_t C, const T* x, T* y) {
+  const int64_t Cf = C / kLanes * kLanes, Cp = Cf + (C > Cf ? kLanes : 0);
+  const __mmask16 mt = first_lanes(C - Cf);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int64_t block = std::max<int64_t>(1, kSmBlockElems / std::max<int64_t>(Cp, 1));
+  const int64_t grain = std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1));
+  parallel_for(rows, (grain + block - 1) / block * block, [&](int64_t r0, int64_t r1) {
+    const int64_t nb = std::min(block, r1 - r0);
+    LocalVec<float> db(nb * Cp), mx(nb), sm(nb);
+    for (int64_t b0 = r0; b0 < r1; b0 += block) {
+      const int64_t nr = std::min(block, r1 - b0);
+      for (int64_t i = 0; i < nr; ++i) {
+        const T* xr = x + (b0 + i) * C;
+        __m512 m = _mm512_set1_ps(ninf);
+        for (int64_t j = 0; j < Cf; j += kLanes) m = vmax(load(xr + j), m);
+        if (Cf < C) m = vmax(load_tail(xr + Cf, mt, ninf), m);
+        mx[i] = tree_max(m);
+      }
+      for (int64_t i = 0; i < nr; ++i) {
+        const T* xr = x + (b0 + i) * C;
+        const __m512 mv = _mm512_set1_ps(mx[i]);
+        float* dr = db.data() + i * Cp;
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t j = 0; j < Cf; j += kLanes) {
+          const __m512 d = _mm512_sub_ps(load(xr + j), mv), e = vexp<true>(d);
+          acc = _mm512_add_ps(acc, e);
+          _mm512_storeu_ps(dr + j, log ? d : e);
+        }
+        if (Cf < C) {  // past the row: d = -inf, e = +0 (adds nothing)
+          const __m512 d = _mm512_mask_sub_ps(_mm512_set1_ps(ninf), mt, load_tail(xr + Cf, mt, 0.0f), mv);
+          const __m512 e = _mm512_maskz_mov_ps(mt, vexp<true>(d));
+          acc = _mm512_add_ps(acc, e);
+          _mm512_storeu_ps(dr + Cf, log ? d : e);
+        }
+        sm[i] = tree(acc);
+      }
+      for (int64_t i = 0; i < nr; ++i) {
+        T* yr = y + (b0 + i) * C;
+        const float* dr = db.data() + i * Cp;
+        if constexpr (log) {
+          const __m512 l = _mm512_set1_ps(nk::log_a(sm[i]));
+          for (int64_t j = 0; j < Cf; j += kLanes) store(yr + j, _mm512_sub_ps(_mm512_loadu_ps(dr + j), l));
+          if (Cf < C) store_tail(yr + Cf, mt, _mm512_sub_ps(_mm512_loadu_ps(dr + Cf), l));
+        } else {
+          const __m512 s = _mm512_set1_ps(sm[i]);
+          for (int64_t j = 0; j < Cf; j += kLanes) store(yr + j, _mm512_div_ps(_mm512_loadu_ps(dr + j), s));
+          if (Cf < C) store_tail(yr + Cf, mt, _mm512_div_ps(_mm512_loadu_ps(dr + Cf), s));
+        }
+      }
+    }
+  });
+}
+// LOG as a template argument: a run-time flag's test sat in the exp loop.
+template <class T>
+void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
+  if (log) sm_fwd<T, true>(rows, C, x, y);
+  else sm_fwd<T, false>(rows, C, x, y);
+}
+
+template <class T>
+void sm_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* dx) {
+  const int64_t Cf = C / kLanes * kLanes;
+  const __mmask16 mt = first_lanes(C - Cf);
+  parallel_for(rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T *yr = y + r * C, *dyr = dy + r * C;
+      T* dxr = dx + r * C;
+      __m512 acc = _mm512_setzero_ps();
+      if (log) {  // s = sum(dy); dx = dy - exp(y) * s
+        for (int64_t j = 0; j < Cf; j += kLanes) acc = _mm512_add_ps(acc, load(dyr + j));
+        if (Cf < C) acc = _mm512_mask_add_ps(acc, mt, acc, load_tail(dyr + Cf, mt, 0.0f));
+        const __m512 s = _mm512_set1_ps(tree(acc));
+        for (int64_t j = 0; j < Cf; j += kLanes)
+          store(dxr + j, _mm512_sub_ps(load(dyr + j), _mm512_mul_ps(vexp(load(yr + j)), s)));
+        if (Cf < C)
+          store_tail(dxr + Cf, mt,
+                     _mm512_sub_ps(load_tail(dyr + Cf, mt, 0.0f), _mm512_mul_ps(vexp(load_tail(yr + Cf, mt, 0.0f)), s)));
+      } else {  // s = sum(dy * y); dx = y * (dy - s)
+        for (int64_t j = 0; j < Cf; j += kLanes) acc = _mm512_add_ps(acc, _mm512_mul_ps(load(dyr + j), load(yr + j)));
+        if (Cf < C)
+          acc = _mm512_mask_add_ps(acc, mt, acc,
+                                   _mm512_mul_ps(load_tail(dyr + Cf, mt, 0.0f), load_tail(yr + Cf, mt, 0.0f)));
+        const __m512 s = _mm512_set1_ps(tree(acc));
+        for (int64_t j = 0; j < Cf; j += kLanes)
+          store(dxr + j, _mm512_mul_ps(load(yr + j), _mm512_sub_ps(load(dyr + j), s)));
+        if (Cf < C)
+          store_tail(dxr + Cf, mt,
+                     _mm512_mul_ps(load_tail(yr + Cf, mt, 0.0f), _mm512_sub_ps(load_tail(dyr + Cf, mt, 0.0f), s)));
+      }
+    }
+  });
+}
+
+}  // namespace nz
+}  // namespace
+}  // namespace podlet::kernels
+
+#define PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, T, O)                                                                 \
+  void layer_norm_fwd_##SUFFIX(const NormRows& p, const T* x, const float* scale, const float* bias, O* y,      \
+                               float* mean, float* rstd) {                                                    \
+    nz::ln_fwd<T, O>(p, x, scale, bias, y, mean, rstd);                                                       \
+  }                                                                                                           \
+  void layer_norm_bwd_##SUFFIX(const NormRows& p, const O* dy, const T* x, const float* mean, const float* rstd, \
+                               const float* scale, T* dx, float* dscale, float* dbias) {                      \
+    nz::ln_bwd<T, O>(p, dy, x, mean, rstd, scale, dx, dscale, dbias);                                         \
+  }
+
+#define PODLET_NORM_ZMM_DEFINE(SUFFIX)                                                                        \
+  namespace podlet::kernels {                                                                                 \
+  PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, float, float)                                                             \
+  PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, float, bf16)                                                              \
+  PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, bf16, float)                                                              \
+  PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, bf16, bf16)                                                               \
+  void softmax_fwd_##SUFFIX(int64_t rows, int64_t C, bool log, const float* x, float* y) {                    \
+    nz::sm_fwd<float>(rows, C, log, x, y);                                                                    \
+  }                                                                                                           \
+  void softmax_fwd_##SUFFIX(int64_t rows, int64_t C, bool log, const bf16* x, bf16* y) {                      \
+    nz::sm_fwd<bf16>(rows, C, log, x, y);                                                                     \
+  }                                                                                                           \
+  void softmax_bwd_##SUFFIX(int64_t rows, int64_t C, bool log, const float* y, const float* dy, float* dx) {   \
+    nz::sm_bwd<float>(rows, C, log, y, dy, dx);                                                               \
+  }                                                                                                           \
+  void softmax_bwd_##SUFFIX(int64_t rows, int64_t C, bool log, const bf16* y, const bf16* dy, bf16* dx) {     \
+    nz::sm_bwd<bf16>(rows, C, log, y, dy, dx);                                                                \
+  }                                                                                                           \
+  }
