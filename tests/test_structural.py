@@ -186,6 +186,31 @@ def test_pad_empty_and_errors():
         bind("pad", x, pa(np.float64(0)), low=[0], high=[0], interior=[0])
 
 
+
+def test_zero_pads_and_whole_slices_add_no_node():
+    # A traced pad by nothing or slice of everything returns its operand (XLA's simplifier
+    # drops them; podlet ran each as a copy, and a zero pad's VJP as a pad and a slice).
+    from podlet import lax
+    import podlet.numpy as jnp
+    x = jnp.asarray(rand((2, 1, 4), np.float32))
+    w = jnp.asarray(rand((2, 1, 4), np.float32))
+    jaxpr = lambda f: str(podlet.make_jaxpr(f)(x))
+    zero_pad = lambda a, v=0.0: lax.pad(a, jnp.asarray(v, a.dtype), [(0, 0, 0)] * 3)
+    whole = [lambda a: lax.slice(a, (0, 0, 0), (2, 1, 4)),
+             lambda a: lax.slice(a, (0, 0, 0), (2, 1, 4), (1, 5, 1))]  # stride 5 over a size-1 axis
+    assert "pad" not in jaxpr(zero_pad) and "pad" not in jaxpr(lambda a: jnp.pad(a, 0))
+    for f in whole:
+        assert "slice" not in jaxpr(f)
+        assert np.array_equal(np.asarray(podlet.jit(f)(x)), np.asarray(x))
+    # Not identities: the same shape shifted, a proper slice.
+    assert "pad" in jaxpr(lambda a: lax.pad(a, jnp.float32(0), [(0, 0, 0), (0, 0, 0), (1, -1, 0)]))
+    assert "slice" in jaxpr(lambda a: lax.slice(a, (0, 0, 1), (2, 1, 4)))
+    # Values and gradients as before: d/dx sum(pad(x) * w) = w, nothing reaches the padding value.
+    assert np.array_equal(np.asarray(podlet.jit(zero_pad)(x)), np.asarray(x))
+    gx, gv = podlet.jit(podlet.grad(lambda a, v: (zero_pad(a, v) * w).sum(), argnums=(0, 1)))(x, jnp.float32(2.0))
+    assert np.array_equal(np.asarray(gx), np.asarray(w)) and float(gv) == 0.0
+
+
 # ---- dynamic_slice / dynamic_update_slice ----------------------------------------------
 
 def xla_clamp(starts, shape, sizes):

@@ -44,6 +44,11 @@ using BatchRule = std::function<std::vector<int>(Graph& g, const BatchCtx& c, co
 // only they needed), editing n in place so that its shape rule gives exactly the outputs
 // left. Nodes whose work cannot be split leave it alone.
 using PruneRule = std::function<void(Node& n, const std::vector<char>& out_live)>;
+// True when the node would return its first input unchanged (a pad by nothing, a slice of
+// everything). Graph::add then returns that input's id and appends no node: XLA's
+// algebraic simplifier drops such ops, and podlet ran each as a copy (a zero pad as a
+// fill and a copy, its VJP as another pad and a slice). Eager calls still run the kernel.
+using IdentityRule = std::function<bool(const std::vector<AVal>& in, const std::vector<AVal>& out, const Attrs&)>;
 
 struct PrimDef {
   std::string name;
@@ -53,6 +58,7 @@ struct PrimDef {
   FlopCount flops;      // empty: 0
   BatchRule batch;      // empty: vmap of this primitive over a batched input is an error naming it
   PruneRule prune;      // empty: the node runs whole while any output is used
+  IdentityRule identity;  // empty: never an identity
   bool zero_grad = false;  // outputs carry no gradient (comparisons, argmax, iota, random bits)
   bool kernel_allocates = false;  // kernel sets its outputs itself (aliasing ops like reshape)
   bool batch_always = false;  // vmap calls the batching rule even when no input is batched (collectives)

@@ -353,7 +353,12 @@ static Register reg_slice("slice", PrimDef{
       int zero = scalar_like(g, ct[0], 0.0);
       return {g.add1("pad", {ct[0], zero}, {{"low", lo}, {"high", hi}, {"interior", interior}})};
     },
-    .flops = nullptr, .batch = batch_slice});
+    .flops = nullptr, .batch = batch_slice,
+    // Same shape from start 0: every element, in order, whatever the strides.
+    .identity = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+      for (auto s : slice_spec(in[0].shape, a).start) if (s != 0) return false;
+      return true;
+    }});
 
 // ---- dynamic_slice / dynamic_update_slice ---------------------------------------------
 
@@ -570,7 +575,13 @@ static Register reg_pad("pad", PrimDef{
       int t_pv = sub(g, reduce_sum(g, ct[0], all_ct), reduce_sum(g, t_op, all_in));
       return {t_op, t_pv};
     },
-    .flops = nullptr, .batch = batch_pad});
+    .flops = nullptr, .batch = batch_pad,
+    // Nothing added below, between or (same shape) above: the operand itself.
+    .identity = [](const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+      auto p = pad_spec(in[0].shape, a);
+      for (size_t d = 0; d < p.lo.size(); ++d) if (p.lo[d] != 0 || p.interior[d] != 0) return false;
+      return true;
+    }});
 
 // ---- rev ------------------------------------------------------------------------------
 
