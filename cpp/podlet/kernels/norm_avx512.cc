@@ -2,4 +2,4 @@
 // reference's bits: -ffp-contract=off, the same lanes and order).
 #include "podlet/kernels/norm_avx512_impl.h"
 
-PODLET_NORM_ZMM_DEFINE(avx512)
+PODLET_NORM_DEFINE_IN(avx512, nz)

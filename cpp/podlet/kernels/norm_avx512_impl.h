@@ -111,8 +111,9 @@ inline __m512 vexp(__m512 x) {
   return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
-template <class T, class O>
+template <class T, class O, class A>
 void ln_fwd(const NormRows& p, const T* x, const float* scale, const float* bias, O* y, float* mean, float* rstd) {
+  static_assert(std::is_same_v<A, float>);  // f32 statistics (f64 runs the reference)
   const int64_t C = p.C, Cf = C / kLanes * kLanes;
   const __mmask16 mt = first_lanes(C - Cf);
   const float n = float(C), eps = float(p.eps);
@@ -176,9 +177,10 @@ inline void add_columns(const float* const* dy, const float* xh, int64_t n, int6
   }
 }
 
-template <class T, class O>
+template <class T, class O, class A>
 void ln_bwd(const NormRows& p, const O* dy, const T* x, const float* mean, const float* rstd, const float* scale,
             T* dx, float* dscale, float* dbias) {
+  static_assert(std::is_same_v<A, float>);
   const int64_t C = p.C, rows = p.rows, Cf = C / kLanes * kLanes;
   const __mmask16 mt = first_lanes(C - Cf);
   const float n = float(C);
@@ -253,7 +255,7 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const float* mean, const
 
 // Blocks of rows in three passes (maxima; exps and sums; outputs), as nk::sm_fwd.
 template <class T, bool log>
-void sm_fwd(int64_t rows, int64_t C, const T* x, T* y) {
+void sm_fwd_rows(int64_t rows, int64_t C, const T* x, T* y) {
   const int64_t Cf = C / kLanes * kLanes, Cp = Cf + (C > Cf ? kLanes : 0);
   const __mmask16 mt = first_lanes(C - Cf);
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -305,15 +307,18 @@ void sm_fwd(int64_t rows, int64_t C, const T* x, T* y) {
     }
   });
 }
-// LOG as a template argument: a run-time flag's test sat in the exp loop.
-template <class T>
+// log as a template argument: a run-time flag's test sat in the exp loop. A (the
+// accumulation type, f32) as in nk's signatures, for PODLET_NORM_DEFINE_IN.
+template <class T, class A>
 void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
-  if (log) sm_fwd<T, true>(rows, C, x, y);
-  else sm_fwd<T, false>(rows, C, x, y);
+  static_assert(std::is_same_v<A, float>);
+  if (log) sm_fwd_rows<T, true>(rows, C, x, y);
+  else sm_fwd_rows<T, false>(rows, C, x, y);
 }
 
-template <class T>
+template <class T, class A>
 void sm_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* dx) {
+  static_assert(std::is_same_v<A, float>);
   const int64_t Cf = C / kLanes * kLanes;
   const __mmask16 mt = first_lanes(C - Cf);
   parallel_for(rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
@@ -349,33 +354,3 @@ void sm_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* dx) {
 }  // namespace nz
 }  // namespace
 }  // namespace podlet::kernels
-
-#define PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, T, O)                                                                 \
-  void layer_norm_fwd_##SUFFIX(const NormRows& p, const T* x, const float* scale, const float* bias, O* y,      \
-                               float* mean, float* rstd) {                                                    \
-    nz::ln_fwd<T, O>(p, x, scale, bias, y, mean, rstd);                                                       \
-  }                                                                                                           \
-  void layer_norm_bwd_##SUFFIX(const NormRows& p, const O* dy, const T* x, const float* mean, const float* rstd, \
-                               const float* scale, T* dx, float* dscale, float* dbias) {                      \
-    nz::ln_bwd<T, O>(p, dy, x, mean, rstd, scale, dx, dscale, dbias);                                         \
-  }
-
-#define PODLET_NORM_ZMM_DEFINE(SUFFIX)                                                                        \
-  namespace podlet::kernels {                                                                                 \
-  PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, float, float)                                                             \
-  PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, float, bf16)                                                              \
-  PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, bf16, float)                                                              \
-  PODLET_NORM_ZMM_DEFINE_TO(SUFFIX, bf16, bf16)                                                               \
-  void softmax_fwd_##SUFFIX(int64_t rows, int64_t C, bool log, const float* x, float* y) {                    \
-    nz::sm_fwd<float>(rows, C, log, x, y);                                                                    \
-  }                                                                                                           \
-  void softmax_fwd_##SUFFIX(int64_t rows, int64_t C, bool log, const bf16* x, bf16* y) {                      \
-    nz::sm_fwd<bf16>(rows, C, log, x, y);                                                                     \
-  }                                                                                                           \
-  void softmax_bwd_##SUFFIX(int64_t rows, int64_t C, bool log, const float* y, const float* dy, float* dx) {   \
-    nz::sm_bwd<float>(rows, C, log, y, dy, dx);                                                               \
-  }                                                                                                           \
-  void softmax_bwd_##SUFFIX(int64_t rows, int64_t C, bool log, const bf16* y, const bf16* dy, bf16* dx) {     \
-    nz::sm_bwd<bf16>(rows, C, log, y, dy, dx);                                                                \
-  }                                                                                                           \
-  }

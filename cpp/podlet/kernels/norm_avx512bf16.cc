@@ -3,4 +3,4 @@
 // integer sequence).
 #include "podlet/kernels/norm_avx512_impl.h"
 
-PODLET_NORM_ZMM_DEFINE(avx512bf16)
+PODLET_NORM_DEFINE_IN(avx512bf16, nz)

@@ -601,32 +601,35 @@ void sm_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* dx) {
 }  // namespace
 }  // namespace podlet::kernels
 
-#define PODLET_NORM_DEFINE_TO(SUFFIX, T, O)                                                                     \
+// The entry points of one build (SUFFIX) on the templates of namespace NS: nk here, nz in
+// norm_avx512_impl.h (the same signatures).
+#define PODLET_NORM_DEFINE_TO(SUFFIX, NS, T, O)                                                                 \
   void layer_norm_fwd_##SUFFIX(const NormRows& p, const T* x, const float* scale, const float* bias, O* y,      \
                                float* mean, float* rstd) {                                                    \
-    nk::ln_fwd<T, O, float>(p, x, scale, bias, y, mean, rstd);                                                \
+    NS::ln_fwd<T, O, float>(p, x, scale, bias, y, mean, rstd);                                                \
   }                                                                                                           \
   void layer_norm_bwd_##SUFFIX(const NormRows& p, const O* dy, const T* x, const float* mean, const float* rstd, \
                                const float* scale, T* dx, float* dscale, float* dbias) {                      \
-    nk::ln_bwd<T, O, float>(p, dy, x, mean, rstd, scale, dx, dscale, dbias);                                  \
+    NS::ln_bwd<T, O, float>(p, dy, x, mean, rstd, scale, dx, dscale, dbias);                                  \
   }
 
-#define PODLET_NORM_DEFINE(SUFFIX)                                                                            \
+#define PODLET_NORM_DEFINE_IN(SUFFIX, NS)                                                                     \
   namespace podlet::kernels {                                                                                 \
-  PODLET_NORM_DEFINE_TO(SUFFIX, float, float)                                                                 \
-  PODLET_NORM_DEFINE_TO(SUFFIX, float, bf16)                                                                  \
-  PODLET_NORM_DEFINE_TO(SUFFIX, bf16, float)                                                                  \
-  PODLET_NORM_DEFINE_TO(SUFFIX, bf16, bf16)                                                                   \
+  PODLET_NORM_DEFINE_TO(SUFFIX, NS, float, float)                                                             \
+  PODLET_NORM_DEFINE_TO(SUFFIX, NS, float, bf16)                                                              \
+  PODLET_NORM_DEFINE_TO(SUFFIX, NS, bf16, float)                                                              \
+  PODLET_NORM_DEFINE_TO(SUFFIX, NS, bf16, bf16)                                                               \
   void softmax_fwd_##SUFFIX(int64_t rows, int64_t C, bool log, const float* x, float* y) {                    \
-    nk::sm_fwd<float, float>(rows, C, log, x, y);                                                             \
+    NS::sm_fwd<float, float>(rows, C, log, x, y);                                                             \
   }                                                                                                           \
   void softmax_fwd_##SUFFIX(int64_t rows, int64_t C, bool log, const bf16* x, bf16* y) {                      \
-    nk::sm_fwd<bf16, float>(rows, C, log, x, y);                                                              \
+    NS::sm_fwd<bf16, float>(rows, C, log, x, y);                                                              \
   }                                                                                                           \
   void softmax_bwd_##SUFFIX(int64_t rows, int64_t C, bool log, const float* y, const float* dy, float* dx) {   \
-    nk::sm_bwd<float, float>(rows, C, log, y, dy, dx);                                                        \
+    NS::sm_bwd<float, float>(rows, C, log, y, dy, dx);                                                        \
   }                                                                                                           \
   void softmax_bwd_##SUFFIX(int64_t rows, int64_t C, bool log, const bf16* y, const bf16* dy, bf16* dx) {     \
-    nk::sm_bwd<bf16, float>(rows, C, log, y, dy, dx);                                                         \
+    NS::sm_bwd<bf16, float>(rows, C, log, y, dy, dx);                                                         \
   }                                                                                                           \
   }
+#define PODLET_NORM_DEFINE(SUFFIX) PODLET_NORM_DEFINE_IN(SUFFIX, nk)
