@@ -163,14 +163,9 @@ inline auto tree_max(const V& lo, const V& hi) {
 
 // fm::exp on 8 lanes, the same operations in the same order (so the same bits), written on
 // vectors so that the softmax loop can keep four independent exp chains in flight: the
-// auto-vectorised loop ran one ymm chain at a time, latency-bound on short rows.
-// Also on 16 lanes in the AVX-512 build (f32x16, one zmm; the same operations per lane):
-// the softmax's exps took ~40% of its time on 8 lanes. Below AVX-512 vexp2 is two 8-lane
-// calls: GCC split the 16-lane form through memory (the AVX2 build's softmax rows
-// [37824, 197] f32 took 16.0 ms that way, 3.5 ms as two ymm chains, AMD Zen 4).
+// auto-vectorised loop ran one ymm chain at a time, latency-bound on short rows. (The
+// AVX-512 builds have their own 16-lane form, norm_avx512_impl.h.)
 typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x16 __attribute__((vector_size(64)));
-typedef int32_t i32x16 __attribute__((vector_size(64)));
 template <class F, class I>
 inline F exp2i(I n) {
   const I b = (n + 127) << 23;
@@ -180,22 +175,18 @@ inline F exp2i(I n) {
 }
 // a * b + c per lane, rounded once (fm::fma_ on vectors): the instruction where the build
 // has it, else fma_ lane by lane (the baseline build's calls to libm's fmaf).
-template <class F>
-inline F vfma(F a, F b, F c) {
-#if defined(__AVX512F__)
-  if constexpr (sizeof(F) == 64) return reinterpret_cast<F>(_mm512_fmadd_ps(reinterpret_cast<__m512>(a),
-      reinterpret_cast<__m512>(b), reinterpret_cast<__m512>(c)));
-#endif
+inline f32x8 vfma(f32x8 a, f32x8 b, f32x8 c) {
 #if defined(__FMA__)
-  if constexpr (sizeof(F) == 32) return reinterpret_cast<F>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a),
-      reinterpret_cast<__m256>(b), reinterpret_cast<__m256>(c)));
-#endif
-  F r;
-  for (int l = 0; l < int(sizeof(F) / sizeof(float)); ++l) r[l] = fm::fma_(a[l], b[l], c[l]);
+  return reinterpret_cast<f32x8>(_mm256_fmadd_ps(reinterpret_cast<__m256>(a), reinterpret_cast<__m256>(b),
+                                                 reinterpret_cast<__m256>(c)));
+#else
+  f32x8 r;
+  for (int l = 0; l < 8; ++l) r[l] = fm::fma_(a[l], b[l], c[l]);
   return r;
+#endif
 }
-template <class F, class I>
-inline F vexp_lanes(F x) {
+inline f32x8 vexp(f32x8 x) {
+  typedef f32x8 F;
   const F lo = F{} - 104.0f, hi = F{} + 89.0f;
   F xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
@@ -210,30 +201,17 @@ inline F vexp_lanes(F x) {
   p = vfma(p, r, F{} + 1.6666665459E-1f);
   p = vfma(p, r, F{} + 5.0000001201E-1f);
   p = vfma(p, z, r) + 1.0f;
-  F y;
-#if defined(__AVX512F__)
-  if constexpr (sizeof(F) == 64) {  // p 2^fn in one rounding, as the two halves below give it
-    y = reinterpret_cast<F>(_mm512_scalef_ps(reinterpret_cast<__m512>(p), reinterpret_cast<__m512>(fn)));
-    return x == x ? y : x;
-  }
-#endif
-  const I n = __builtin_convertvector(fn, I);
-  const I n1 = n >> 1, n2 = n - n1;
-  y = p * exp2i<F>(n1) * exp2i<F>(n2);
+  const i32x8 n = __builtin_convertvector(fn, i32x8);
+  const i32x8 n1 = n >> 1, n2 = n - n1;
+  const F y = p * exp2i<F>(n1) * exp2i<F>(n2);
   return x == x ? y : x;
 }
-inline f32x8 vexp(f32x8 x) { return vexp_lanes<f32x8, i32x8>(x); }
-// exp of two 8-lane vectors as one of 16 lanes.
+// exp of two 8-lane vectors: two ymm chains (GCC split a 16-lane form's FMAs through
+// memory in the AVX2 build: softmax rows [37824, 197] f32 16.0 ms that way, 3.5 ms so,
+// AMD Zen 4).
 inline void vexp2(f32x8 a, f32x8 b, f32x8& ea, f32x8& eb) {
-#if defined(__AVX512F__)
-  const f32x16 e = vexp_lanes<f32x16, i32x16>(
-      __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-  ea = __builtin_shufflevector(e, e, 0, 1, 2, 3, 4, 5, 6, 7);
-  eb = __builtin_shufflevector(e, e, 8, 9, 10, 11, 12, 13, 14, 15);
-#else  // two ymm: GCC split the 16-lane form's FMAs through memory
   ea = vexp(a);
   eb = vexp(b);
-#endif
 }
 
 // exp on the lane vectors: vexp for f32, the scalar exp per lane for f64.
