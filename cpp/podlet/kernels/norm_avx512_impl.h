@@ -87,8 +87,9 @@ inline float tree_max(__m512 v) { return nk::tree_max(half(v, 0), half(v, 1)); }
 // max(x, m) as the reference writes it, x > m ? x : m (vmaxps returns its second operand
 // for a NaN or two zeros: the same).
 inline __m512 vmax(__m512 x, __m512 m) { return _mm512_max_ps(x, m); }
-// nk::vexp_lanes on 16 lanes (the same operations, so the same bits) with the clamps as
-// vmaxps / vminps and the NaN lanes put back by one masked move: GCC wrote the reference's
+// nk::vexp (fm::exp) on 16 lanes, the same operations (so the same bits; 2^n by
+// vscalefps, one rounding as the two exact halves give it), with the clamps as vmaxps /
+// vminps and the NaN lanes put back by one masked move: GCC wrote the reference's
 // selects as compare-and-blend pairs, and on Zen 4 (zmm ops double-pumped) the softmax of
 // short rows is bound by the exp's instruction count. NONPOS: x is known <= 0 or NaN (a
 // softmax's x - max), so the upper clamp is moot.
