@@ -35,6 +35,7 @@
 #include <cstring>
 #include <new>
 #include "podlet/dtype.h"
+#include "podlet/kernels/bf16_lanes_avx512.h"
 #include "podlet/kernels/engine_common.h"
 #include "podlet/kernels/gemm.h"
 #include "podlet/parallel.h"
@@ -95,15 +96,7 @@ inline float widen1(bf16 v) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const bf16* p) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
-inline __m512 maskload16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 maskload16(const bf16* p, __mmask16 m) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
-inline __mmask16 tail16(int64_t n) { return __mmask16((1u << n) - 1u); }
+// load16 / maskload16 / tail16: bf16_lanes_avx512.h.
 inline __mmask32 tail32(int64_t n) { return n >= 32 ? __mmask32(0xffffffffu) : __mmask32((1u << n) - 1u); }
 
 // d[0:n] = s[0:n] as f32 (F32Kind rows).

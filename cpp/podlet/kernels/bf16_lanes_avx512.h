@@ -1,11 +1,26 @@
-// fastmath.h's f32_to_bf16_bits on 16 lanes (AVX-512 translation units only): round to
-// nearest even, a NaN to the canonical quiet NaN with its sign. Not vcvtneps2bf16, which
-// keeps a NaN's payload and flushes subnormals. Internal linkage, as fastmath.h.
+// 16 lanes of bf16 or f32 as f32 and back (AVX-512 translation units only): loads that
+// widen (bf16 -> f32 is a 16-bit left shift), the mask of a tail, and fastmath.h's
+// f32_to_bf16_bits on 16 lanes: round to nearest even, a NaN to the canonical quiet NaN
+// with its sign. Not vcvtneps2bf16, which keeps a NaN's payload and flushes subnormals.
+// Internal linkage, as fastmath.h.
 #pragma once
 #include <immintrin.h>
+#include <cstdint>
+#include "podlet/dtype.h"
 
 namespace podlet::kernels {
 namespace {
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const bf16* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+// The lanes of m (the others zero); never touches memory past them.
+inline __m512 maskload16(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 maskload16(const bf16* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+inline __mmask16 tail16(int64_t n) { return __mmask16((1u << n) - 1u); }  // the first n lanes, n <= 16
 
 // Each lane's bf16 bits in the low half of its 32-bit word.
 inline __m512i bf16_bits_epi32(__m512 v) {

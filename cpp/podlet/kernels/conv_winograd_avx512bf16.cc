@@ -145,7 +145,7 @@ inline std::pair<int64_t, int64_t> edge_range(int pos, const int64_t cnt[4]) {
 inline void input_tile(const bf16* const src[4][4], int64_t ch, __m512 u[16]) {
   __m512 d[4][4];
   for (int a = 0; a < 4; ++a)
-    for (int c = 0; c < 4; ++c) d[a][c] = avx512::load16(src[a][c] + ch);
+    for (int c = 0; c < 4; ++c) d[a][c] = load16(src[a][c] + ch);
   Four r[4];
   for (int c = 0; c < 4; ++c) r[c] = bt(d[0][c], d[1][c], d[2][c], d[3][c]);
   for (int a = 0; a < 4; ++a) {
@@ -158,7 +158,7 @@ inline void input_tile(const bf16* const src[4][4], int64_t ch, __m512 u[16]) {
 inline void filter_tile(const bf16* w, int64_t C, int64_t O, int64_t c, int64_t o, __m512 v[16]) {
   __m512 g[3][3];
   for (int i = 0; i < 3; ++i)
-    for (int j = 0; j < 3; ++j) g[i][j] = avx512::load16(w + ((i * 3 + j) * C + c) * O + o);
+    for (int j = 0; j < 3; ++j) g[i][j] = load16(w + ((i * 3 + j) * C + c) * O + o);
   Four t[3];
   for (int j = 0; j < 3; ++j) t[j] = gt(g[0][j], g[1][j], g[2][j]);
   for (int i = 0; i < 4; ++i) {
@@ -450,7 +450,7 @@ void bwd_filter(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void
   auto g_tile = [&](const Src& r, int64_t o, __m512 m[16]) {
     __m512 y[2][2];
     for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 2; ++j) y[i][j] = o < O ? avx512::load16(r.g[i][j] + o) : _mm512_setzero_ps();
+      for (int j = 0; j < 2; ++j) y[i][j] = o < O ? load16(r.g[i][j] + o) : _mm512_setzero_ps();
     const Four c0 = ay(y[0][0], y[1][0]), c1 = ay(y[0][1], y[1][1]);
     for (int a = 0; a < 4; ++a) {
       const Four v = ay(c0.v[a], c1.v[a]);

@@ -2,17 +2,9 @@
 #include "podlet/kernels/convert.h"
 #include <immintrin.h>
 #include <cstdint>
-#include "podlet/kernels/avx512_engine.h"
 #include "podlet/kernels/bf16_lanes_avx512.h"
 
 namespace podlet::kernels {
-namespace {
-
-using avx512::load16;
-using avx512::maskload16;
-using avx512::tail16;
-
-}  // namespace
 
 void convert_f32_bf16_avx512(const float* x, uint16_t* y, int64_t b, int64_t e) {
   int64_t i = b;

@@ -34,24 +34,11 @@ using nk::kChunkElems;
 using nk::kLanes;
 using nk::kSmBlockElems;
 
-inline __mmask16 first_lanes(int64_t n) { return __mmask16((1u << n) - 1u); }  // n in [0, 16]
-
-inline __m512 widen16(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-
-// 16 elements of a T row as f32.
-template <class T>
-inline __m512 load(const T* p) {
-  if constexpr (std::is_same_v<T, float>) return _mm512_loadu_ps(p);
-  else return widen16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-// The first lanes of m from p, the others pad; never touches memory past them.
+// 16 elements of a T row as f32: load16 (bf16_lanes_avx512.h). The lanes of m from p, the
+// others pad; never touches memory past them.
 template <class T>
 inline __m512 load_tail(const T* p, __mmask16 m, float pad) {
-  if constexpr (std::is_same_v<T, float>) {
-    return _mm512_mask_loadu_ps(_mm512_set1_ps(pad), m, p);
-  } else {
-    return _mm512_mask_blend_ps(m, _mm512_set1_ps(pad), widen16(_mm256_maskz_loadu_epi16(m, p)));
-  }
+  return _mm512_mask_blend_ps(m, _mm512_set1_ps(pad), maskload16(p, m));
 }
 
 // f32_to_bf16_bits on the lanes of m (the others are not stored, so not checked).
@@ -116,7 +103,7 @@ template <class T, class O, class A>
 void ln_fwd(const NormRows& p, const T* x, const float* scale, const float* bias, O* y, float* mean, float* rstd) {
   static_assert(std::is_same_v<A, float>);  // f32 statistics (f64 runs the reference)
   const int64_t C = p.C, Cf = C / kLanes * kLanes;
-  const __mmask16 mt = first_lanes(C - Cf);
+  const __mmask16 mt = tail16(C - Cf);
   const float n = float(C), eps = float(p.eps);
   // Without scale, rs * 1 is rs; without bias, + (-0) changes nothing (the reference's
   // separate loops give the same bits).
@@ -126,7 +113,7 @@ void ln_fwd(const NormRows& p, const T* x, const float* scale, const float* bias
       const T* xr = x + r * C;
       __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps();
       for (int64_t j = 0; j < Cf; j += kLanes) {
-        const __m512 v = load(xr + j);
+        const __m512 v = load16(xr + j);
         s1 = _mm512_add_ps(s1, v);
         s2 = _mm512_add_ps(s2, _mm512_mul_ps(v, v));
       }
@@ -153,7 +140,7 @@ void ln_fwd(const NormRows& p, const T* x, const float* scale, const float* bias
         return _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, muv), _mm512_mul_ps(rsv, s)), b);
       };
       for (int64_t j = 0; j < Cf; j += kLanes)
-        store(yr + j, out(load(xr + j), scale ? _mm512_loadu_ps(scale + j) : one,
+        store(yr + j, out(load16(xr + j), scale ? _mm512_loadu_ps(scale + j) : one,
                           bias ? _mm512_loadu_ps(bias + j) : nzero));
       if (Cf < C)
         store_tail(yr + Cf, mt, out(load_tail(xr + Cf, mt, 0.0f), scale ? _mm512_maskz_loadu_ps(mt, scale + Cf) : one,
@@ -166,7 +153,7 @@ void ln_fwd(const NormRows& p, const T* x, const float* scale, const float* bias
 // each column's running sum in row order; the last C % 16 columns masked.
 inline void add_columns(const float* const* dy, const float* xh, int64_t n, int64_t C, float* ps, float* pb) {
   for (int64_t j = 0; j < C; j += kLanes) {
-    const __mmask16 m = C - j >= kLanes ? __mmask16(0xffff) : first_lanes(C - j);
+    const __mmask16 m = C - j >= kLanes ? __mmask16(0xffff) : tail16(C - j);
     __m512 s = _mm512_maskz_loadu_ps(m, ps + j), b = _mm512_maskz_loadu_ps(m, pb + j);
     for (int64_t i = 0; i < n; ++i) {
       const __m512 d = _mm512_maskz_loadu_ps(m, dy[i] + j);
@@ -183,7 +170,7 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const float* mean, const
             T* dx, float* dscale, float* dbias) {
   static_assert(std::is_same_v<A, float>);
   const int64_t C = p.C, rows = p.rows, Cf = C / kLanes * kLanes;
-  const __mmask16 mt = first_lanes(C - Cf);
+  const __mmask16 mt = tail16(C - Cf);
   const float n = float(C);
   const int64_t nblocks = std::max<int64_t>(1, (rows + kBwdBlock - 1) / kBwdBlock);
   LocalVec<float> part(size_t(nblocks) * size_t(C) * 2, 0.0f);
@@ -207,8 +194,8 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const float* mean, const
         // the reference's pads add -0).
         auto first = [&](int64_t j, __mmask16 m) {
           const bool full = m == __mmask16(0xffff);
-          const __m512 h = _mm512_mul_ps(_mm512_sub_ps(full ? load(xr + j) : load_tail(xr + j, m, 0.0f), muv), rsv);
-          const __m512 d = full ? load(dyr + j) : load_tail(dyr + j, m, 0.0f);
+          const __m512 h = _mm512_mul_ps(_mm512_sub_ps(full ? load16(xr + j) : load_tail(xr + j, m, 0.0f), muv), rsv);
+          const __m512 d = full ? load16(dyr + j) : load_tail(dyr + j, m, 0.0f);
           _mm512_mask_storeu_ps(xh + j, m, h);
           if constexpr (!wide_dy) _mm512_mask_storeu_ps(dw + j, m, d);
           __m512 g = d;
@@ -239,26 +226,14 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const float* mean, const
       add_columns(dyp.data(), xhb.data(), r1 - r0, C, ps, ps + C);
     }
   });
-  parallel_for(C, 256, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      dscale[j] = 0.0f;
-      dbias[j] = 0.0f;
-    }
-    for (int64_t k = 0; k < nblocks; ++k) {
-      const float* ps = part.data() + size_t(k) * size_t(C) * 2;
-      for (int64_t j = j0; j < j1; ++j) {
-        dscale[j] = dscale[j] + ps[j];
-        dbias[j] = dbias[j] + ps[C + j];
-      }
-    }
-  });
+  nk::sum_partials(part.data(), nblocks, C, dscale, dbias);
 }
 
 // Blocks of rows in three passes (maxima; exps and sums; outputs), as nk::sm_fwd.
 template <class T, bool log>
 void sm_fwd_rows(int64_t rows, int64_t C, const T* x, T* y) {
   const int64_t Cf = C / kLanes * kLanes, Cp = Cf + (C > Cf ? kLanes : 0);
-  const __mmask16 mt = first_lanes(C - Cf);
+  const __mmask16 mt = tail16(C - Cf);
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t block = std::max<int64_t>(1, kSmBlockElems / std::max<int64_t>(Cp, 1));
   const int64_t grain = std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1));
@@ -270,7 +245,7 @@ void sm_fwd_rows(int64_t rows, int64_t C, const T* x, T* y) {
       for (int64_t i = 0; i < nr; ++i) {
         const T* xr = x + (b0 + i) * C;
         __m512 m = _mm512_set1_ps(ninf);
-        for (int64_t j = 0; j < Cf; j += kLanes) m = vmax(load(xr + j), m);
+        for (int64_t j = 0; j < Cf; j += kLanes) m = vmax(load16(xr + j), m);
         if (Cf < C) m = vmax(load_tail(xr + Cf, mt, ninf), m);
         mx[i] = tree_max(m);
       }
@@ -280,7 +255,7 @@ void sm_fwd_rows(int64_t rows, int64_t C, const T* x, T* y) {
         float* dr = db.data() + i * Cp;
         __m512 acc = _mm512_setzero_ps();
         for (int64_t j = 0; j < Cf; j += kLanes) {
-          const __m512 d = _mm512_sub_ps(load(xr + j), mv), e = vexp<true>(d);
+          const __m512 d = _mm512_sub_ps(load16(xr + j), mv), e = vexp<true>(d);
           acc = _mm512_add_ps(acc, e);
           _mm512_storeu_ps(dr + j, log ? d : e);
         }
@@ -321,29 +296,29 @@ template <class T, class A>
 void sm_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* dx) {
   static_assert(std::is_same_v<A, float>);
   const int64_t Cf = C / kLanes * kLanes;
-  const __mmask16 mt = first_lanes(C - Cf);
+  const __mmask16 mt = tail16(C - Cf);
   parallel_for(rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T *yr = y + r * C, *dyr = dy + r * C;
       T* dxr = dx + r * C;
       __m512 acc = _mm512_setzero_ps();
       if (log) {  // s = sum(dy); dx = dy - exp(y) * s
-        for (int64_t j = 0; j < Cf; j += kLanes) acc = _mm512_add_ps(acc, load(dyr + j));
+        for (int64_t j = 0; j < Cf; j += kLanes) acc = _mm512_add_ps(acc, load16(dyr + j));
         if (Cf < C) acc = _mm512_mask_add_ps(acc, mt, acc, load_tail(dyr + Cf, mt, 0.0f));
         const __m512 s = _mm512_set1_ps(tree(acc));
         for (int64_t j = 0; j < Cf; j += kLanes)
-          store(dxr + j, _mm512_sub_ps(load(dyr + j), _mm512_mul_ps(vexp(load(yr + j)), s)));
+          store(dxr + j, _mm512_sub_ps(load16(dyr + j), _mm512_mul_ps(vexp(load16(yr + j)), s)));
         if (Cf < C)
           store_tail(dxr + Cf, mt,
                      _mm512_sub_ps(load_tail(dyr + Cf, mt, 0.0f), _mm512_mul_ps(vexp(load_tail(yr + Cf, mt, 0.0f)), s)));
       } else {  // s = sum(dy * y); dx = y * (dy - s)
-        for (int64_t j = 0; j < Cf; j += kLanes) acc = _mm512_add_ps(acc, _mm512_mul_ps(load(dyr + j), load(yr + j)));
+        for (int64_t j = 0; j < Cf; j += kLanes) acc = _mm512_add_ps(acc, _mm512_mul_ps(load16(dyr + j), load16(yr + j)));
         if (Cf < C)
           acc = _mm512_mask_add_ps(acc, mt, acc,
                                    _mm512_mul_ps(load_tail(dyr + Cf, mt, 0.0f), load_tail(yr + Cf, mt, 0.0f)));
         const __m512 s = _mm512_set1_ps(tree(acc));
         for (int64_t j = 0; j < Cf; j += kLanes)
-          store(dxr + j, _mm512_mul_ps(load(yr + j), _mm512_sub_ps(load(dyr + j), s)));
+          store(dxr + j, _mm512_mul_ps(load16(yr + j), _mm512_sub_ps(load16(dyr + j), s)));
         if (Cf < C)
           store_tail(dxr + Cf, mt,
                      _mm512_mul_ps(load_tail(yr + Cf, mt, 0.0f), _mm512_sub_ps(load_tail(dyr + Cf, mt, 0.0f), s)));

@@ -206,15 +206,9 @@ inline f32x8 vexp(f32x8 x) {
   const F y = p * exp2i<F>(n1) * exp2i<F>(n2);
   return x == x ? y : x;
 }
-// exp of two 8-lane vectors: two ymm chains (GCC split a 16-lane form's FMAs through
-// memory in the AVX2 build: softmax rows [37824, 197] f32 16.0 ms that way, 3.5 ms so,
-// AMD Zen 4).
-inline void vexp2(f32x8 a, f32x8 b, f32x8& ea, f32x8& eb) {
-  ea = vexp(a);
-  eb = vexp(b);
-}
-
-// exp on the lane vectors: vexp for f32, the scalar exp per lane for f64.
+// exp on the lane vectors: vexp for f32 (8-lane chains: GCC split a 16-lane form's FMAs
+// through memory in the AVX2 build, softmax rows [37824, 197] f32 16.0 ms that way, 3.5 ms
+// as ymm chains, AMD Zen 4), the scalar exp per lane for f64.
 template <class V>
 inline V vexp_a(const V& v) {
   if constexpr (std::is_same_v<V, f32x8>) {
@@ -400,6 +394,25 @@ inline void add_columns(const A* const* dy, const A* xh, int64_t n, int64_t C, A
   }
 }
 
+// dscale / dbias from the blocks' partials (block k's dscale part at part + 2kC, its
+// dbias part C on): summed in block order, columns in parallel.
+template <class A>
+inline void sum_partials(const A* part, int64_t nblocks, int64_t C, A* dscale, A* dbias) {
+  parallel_for(C, 256, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      dscale[j] = A(0);
+      dbias[j] = A(0);
+    }
+    for (int64_t k = 0; k < nblocks; ++k) {
+      const A* ps = part + size_t(k) * size_t(C) * 2;
+      for (int64_t j = j0; j < j1; ++j) {
+        dscale[j] = dscale[j] + ps[j];
+        dbias[j] = dbias[j] + ps[C + j];
+      }
+    }
+  });
+}
+
 template <class T, class O, class A>
 void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* rstd, const A* scale, T* dx,
             A* dscale, A* dbias) {
@@ -445,20 +458,7 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const A* mean, const A* 
       add_columns(dyp.data(), xhb.data(), r1 - r0, C, ps, ps + C);
     }
   });
-  // The blocks' partials in block order, columns in parallel.
-  parallel_for(C, 256, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      dscale[j] = A(0);
-      dbias[j] = A(0);
-    }
-    for (int64_t k = 0; k < nblocks; ++k) {
-      const A* ps = part.data() + size_t(k) * size_t(C) * 2;
-      for (int64_t j = j0; j < j1; ++j) {
-        dscale[j] = dscale[j] + ps[j];
-        dbias[j] = dbias[j] + ps[C + j];
-      }
-    }
-  });
+  sum_partials(part.data(), nblocks, C, dscale, dbias);
 }
 
 // Softmax rows in blocks of about kSmBlockElems elements (one row from 1024 on), each block
@@ -496,13 +496,7 @@ void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
         for (; j0 + 2 * kLanes <= Cf; j0 += 2 * kLanes) {  // two chunks: four exp chains in flight
           const vec<A> d0 = vload(xr + j0) - mv, d1 = vload(xr + j0 + kHalf) - mv;
           const vec<A> d2 = vload(xr + j0 + kLanes) - mv, d3 = vload(xr + j0 + kLanes + kHalf) - mv;
-          vec<A> e0, e1, e2, e3;
-          if constexpr (std::is_same_v<A, float>) {
-            vexp2(d0, d1, e0, e1);
-            vexp2(d2, d3, e2, e3);
-          } else {
-            e0 = vexp_a(d0), e1 = vexp_a(d1), e2 = vexp_a(d2), e3 = vexp_a(d3);
-          }
+          const vec<A> e0 = vexp_a(d0), e1 = vexp_a(d1), e2 = vexp_a(d2), e3 = vexp_a(d3);
           lo = lo + e0;
           hi = hi + e1;
           lo = lo + e2;

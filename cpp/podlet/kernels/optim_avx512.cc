@@ -26,7 +26,7 @@ void run(const AdamWF32& a, int64_t b, int64_t e) {
   auto step = [&](int64_t i, __mmask16 k, bool nt) {
     const __m512 pi = _mm512_maskz_loadu_ps(k, a.p + i);
     __m512 g;
-    if constexpr (kG16) g = avx512::maskload16(reinterpret_cast<const bf16*>(a.g16 + i), k);
+    if constexpr (kG16) g = maskload16(reinterpret_cast<const bf16*>(a.g16 + i), k);
     else g = _mm512_maskz_loadu_ps(k, a.g + i);
     if constexpr (kClip) g = _mm512_mul_ps(_mm512_div_ps(g, gnorm), max_norm);
     const __m512 mu = add_first(_mm512_mul_ps(one_m_b1, g), _mm512_mul_ps(b1, _mm512_maskz_loadu_ps(k, a.m + i)));
