@@ -326,6 +326,63 @@ struct OutBlock {
   int rows, cols;
 };
 
+// ---- software prefetch of the next K block's operand rows ----
+// A K block's operands are packed from memory just before its microkernels run, so the
+// packing waits for every line of a long operand that is not cached: a weight
+// gradient's x and g (Swin-T's first stage: 19 + 77 MB per product) come from DRAM in
+// rows of a few lines each, which the hardware prefetchers follow poorly (pack_b_panel
+// spent 16-19% of a [96, 384]-over-100,352 product stalled on its loads, with one
+// thread as with two). The microkernels of a block therefore prefetch, into L2, the
+// rows the next block will pack, a few lines per call spread over its steps, where the
+// loads overlap the dot products.
+// A stream: `rows` rows of `lpr` lines each, the first line at p, rows `stride` bytes apart.
+struct PfStream {
+  const char* p = nullptr;
+  int64_t stride = 0, rows = 0;
+  int64_t lpr = 0;
+  int64_t lines() const { return rows * lpr; }
+};
+// Rows [0, rows) of `bytes` bytes each, from `first`, `stride` bytes apart.
+inline PfStream pf_stream(const void* first, int64_t stride, int64_t rows, int64_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(first);
+  if (rows <= 0 || bytes <= 0) return {};
+  return {reinterpret_cast<const char*>(a & ~uintptr_t(63)), stride, rows, cdiv(int64_t(a & 63) + bytes, 64)};
+}
+// The next block's A and B rows (either may be empty).
+struct PfStreams {
+  PfStream s[2];
+};
+// One microkernel call's share of a stream: `left` lines from line `line` of the row
+// at `row`, one every `every` steps.
+struct PfCursor {
+  const char* row = nullptr;
+  int64_t stride = 0, line = 0, lpr = 1, left = 0, every = 1;
+};
+// Lines [l0, l1) of stream st spread over kq steps.
+inline PfCursor pf_cursor(const PfStream& st, int64_t l0, int64_t l1, int64_t kq) {
+  PfCursor c;
+  if (l1 <= l0 || st.lpr <= 0) return c;
+  c.row = st.p + (l0 / st.lpr) * st.stride;
+  c.stride = st.stride;
+  c.line = l0 % st.lpr;
+  c.lpr = st.lpr;
+  c.left = l1 - l0;
+  c.every = imax(1, kq / c.left);
+  return c;
+}
+// The next prefetch of cursor c, if it is due at this step (cnt counts down the steps).
+inline void pf_step(PfCursor& c, int64_t& cnt) {
+  if (c.left > 0 && --cnt == 0) {
+    cnt = c.every;
+    _mm_prefetch(c.row + 64 * c.line, _MM_HINT_T1);
+    if (++c.line == c.lpr) {
+      c.line = 0;
+      c.row += c.stride;
+    }
+    --c.left;
+  }
+}
+
 // out rows [0, o.rows) x cols [0, o.cols) = (add ? C + : ) the accumulators: the same
 // additions as store_block and then store_out, without the C tile's round trip.
 template <int R, int NV = 2>
@@ -362,16 +419,20 @@ inline void store_block_out(const __m512 (&acc)[R][NV], const float* c, int64_t 
 // products were padding).
 template <class Kind, bool KMajor, int R = int(MR), int NV = 2>
 __attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_t lda, const uint32_t* b, float* c,
-                                           int64_t ldc, bool add, const OutBlock* out = nullptr) {
+                                           int64_t ldc, bool add, const OutBlock* out = nullptr,
+                                           const PfCursor* pf = nullptr) {
   static_assert(R == 12 || (KMajor && R == 8), "row-major A takes 12 rows");
   static_assert(NV == 1 || NV == 2, "a panel is two vectors wide");
   __m512 acc[R][NV];
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  PfCursor pc = pf ? *pf : PfCursor{};
+  int64_t pcnt = pc.every;
   if constexpr (KMajor) {
     const int64_t astep = lda ? lda : R;
     for (int64_t q = 0; q < kq; ++q) {
+      pf_step(pc, pcnt);
       __m512 bv[NV];
       for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16 * v);
       b += NR;
@@ -383,6 +444,7 @@ __attribute__((noinline)) void ukernel_x32(int64_t kq, const uint32_t* a, int64_
   } else {
     const uint32_t *a0 = a, *a3 = a + 3 * lda, *a6 = a + 6 * lda, *a9 = a + 9 * lda;
     for (int64_t q = 0; q < kq; ++q) {
+      pf_step(pc, pcnt);
       __m512 bv[NV];
       for (int v = 0; v < NV; ++v) bv[v] = _mm512_load_ps(reinterpret_cast<const float*>(b) + 16 * v);
       b += NR;
@@ -479,14 +541,21 @@ inline int64_t kmajor_rows(int64_t mb) { return mb % MR && mb % 8 == 0 ? 8 : MR;
 // With `out` (the output at the tile's first element, row stride out->ld) the last block
 // stores the finished sums there, rounded to its dtype, instead of in ct: the C tile is
 // then only the running sum of the earlier blocks (with one block, never touched).
+// With `next`, next(q0, nq, streams) names the rows that packing steps [q0, q0 + nq) of
+// this tile will read (past the operands' K it leaves the streams empty), and each
+// block's microkernels prefetch those of the block after it (see PfStream).
 struct OutTile {
   DType dtype;
   void* p;
   int64_t ld;
 };
-template <class Kind, bool KMajor, class GetB, class PackA>
+struct NoNext {
+  void operator()(int64_t, int64_t, PfStreams&) const {}
+};
+template <class Kind, bool KMajor, class GetB, class PackA, class Next = NoNext>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, int64_t qend, GetB&& get_b,
-                  PackA&& pack_a, Scratch& s, float* ct, int64_t ldc, const OutTile* out = nullptr) {
+                  PackA&& pack_a, Scratch& s, float* ct, int64_t ldc, const OutTile* out = nullptr,
+                  const Next& next = Next()) {
   const int64_t mr = KMajor ? kmajor_rows(mb) : MR, mp = round_up(mb, mr), np = round_up(nb, NR);
   if (qend == qbeg) {  // empty sum
     for (int64_t i = 0; i < mp; ++i) std::memset(ct + i * ldc, 0, size_t(np) * 4);
@@ -510,20 +579,29 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
     const BView bv = get_b(n0, nb, q0, nq, s);
     const bool last = out && q0 + nq == qend;
     const int64_t esize = out && out->dtype == DType::f32 ? 4 : 2;
+    // The next block's rows, each stream over its share of the block's calls.
+    PfStreams ps;
+    next(q0 + nq, bl, ps);
+    const int64_t calls = (np / NR) * (mp / mr), la = ps.s[0].lines(), lb = ps.s[1].lines();
+    const int64_t ca = la == 0 ? 0 : lb == 0 ? calls : imin(calls - 1, imax(1, calls * la / (la + lb)));
+    int64_t call = 0;
     for (int64_t j = 0; j < np; j += NR) {
       const uint32_t* bpan = bv.p + (j / NR) * bv.stride;
       const bool narrow = nb - j <= 16;
       auto kernel = narrow ? ukernel_x32<Kind, KMajor, int(MR), 1> : ukernel_x32<Kind, KMajor>;
       if constexpr (KMajor)
         if (mr == 8) kernel = narrow ? ukernel_x32<Kind, true, 8, 1> : ukernel_x32<Kind, true, 8>;
-      for (int64_t i = 0; i < mp; i += mr) {
+      for (int64_t i = 0; i < mp; i += mr, ++call) {
         const uint32_t* a = KMajor ? ab + i : ab + i * nq;
+        const PfCursor pc = call < ca ? pf_cursor(ps.s[0], la * call / ca, la * (call + 1) / ca, nq)
+                                      : pf_cursor(ps.s[1], lb * (call - ca) / (calls - ca),
+                                                  lb * (call - ca + 1) / (calls - ca), nq);
         if (last) {
           const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,
                             int(imin(mr, mb - i)), int(imin(NR, nb - j))};
-          kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, &ob);
+          kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, &ob, &pc);
         } else {
-          kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, nullptr);
+          kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, nullptr, &pc);
         }
       }
     }

@@ -23,6 +23,15 @@ struct Operands {
   bool a_k_unit, a_row_unit, b_col_unit, b_k_unit;
 };
 
+// Whether offsets v[0:n] step evenly (v[i] = v[0] + i * step): the operand's rows are
+// then one prefetch stream (see PfStream).
+inline bool even_step(const int64_t* v, int64_t n, int64_t& step) {
+  step = n > 1 ? v[1] - v[0] : 0;
+  for (int64_t i = 2; i < n; ++i)
+    if (v[i] - v[i - 1] != step) return false;
+  return true;
+}
+
 inline uint32_t pair_word(const bf16* p, int64_t o0, bool has1, int64_t o1) {
   return uint32_t(p[o0].bits) | (has1 ? uint32_t(p[o1].bits) << 16 : 0u);
 }
@@ -155,9 +164,38 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
               [&](int64_t u) { pack_b_panel<Kind, TB>(o, u / panels, u % panels, 0, Kq, bp.p + u * Kq * NR); });
 
   const bool kmajor = !o.a_k_unit && o.a_row_unit;
-  // C tile [m0, m0 + mb) x [n0, n0 + nb) of batch entry b over k steps [qb, qe) into ct.
+  // The rows the packers read for steps [q0, q0 + nq) of a tile, when they step evenly:
+  // A's (K rows of the block's columns when k-major, else its rows' K range) and, when B
+  // is packed per block (K chunks), B's.
+  int64_t a_ks, a_rs, b_ks, b_cs;
+  const bool a_ke = even_step(g.a_k.data(), g.K, a_ks), a_re = even_step(g.a_row.data(), g.M, a_rs);
+  const bool b_ke = even_step(g.b_k.data(), g.K, b_ks), b_ce = even_step(g.b_col.data(), g.N, b_cs);
+  auto next_rows = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t q0, int64_t nq,
+                       PfStreams& ps) {
+    if (q0 >= Kq) return;
+    const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, g.K - k0);
+    const TA* a = static_cast<const TA*>(g.a) + g.a_batch[b] + g.a_row[m0] + g.a_k[k0];
+    const int64_t ea = sizeof(TA), eb = sizeof(TB);
+    if (kmajor && a_ke) ps.s[0] = pf_stream(a, a_ks * ea, kb, mb * ea);
+    else if (o.a_k_unit && a_re) ps.s[0] = pf_stream(a, a_rs * ea, mb, kb * ea);
+    if (nch == 1) return;  // B packed up front or per task, not per block
+    const TB* bp_ = static_cast<const TB*>(g.b) + g.b_batch[b] + g.b_k[k0] + g.b_col[n0];
+    if (o.b_col_unit && b_ke) ps.s[1] = pf_stream(bp_, b_ks * eb, kb, nb * eb);
+    else if (o.b_k_unit && b_ce) ps.s[1] = pf_stream(bp_, b_cs * eb, nb, kb * eb);
+  };
+  // C tile [m0, m0 + mb) x [n0, n0 + nb) of batch entry b over k steps [qb, qe) into ct;
+  // `following` (or null) is the tile this thread will most likely do next, whose first
+  // block the last block's microkernels prefetch (its A rows, unless they are this tile's).
+  struct TileAt {
+    int64_t b, m0, mb, n0, nb;
+  };
   auto product = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qb, int64_t qe, Scratch& s,
-                     float* ct, int64_t ldc, const OutTile* out) {
+                     float* ct, int64_t ldc, const OutTile* out, const TileAt* following) {
+    auto next = [&](int64_t q0, int64_t nq, PfStreams& ps) {
+      if (q0 < Kq) return next_rows(b, m0, mb, n0, nb, q0, nq, ps);
+      const TileAt* f = following;
+      if (f && !(f->b == b && f->m0 == m0 && nq >= Kq)) next_rows(f->b, f->m0, f->mb, f->n0, f->nb, 0, nq, ps);
+    };
     auto pb = [&](int64_t n0_, int64_t nb_, int64_t q0, int64_t nq, Scratch& sc) -> BView {
       if (per_task_b) {  // the entry's panels [n0_, n0_ + nb_) over all of K, packed once
         const int64_t np = cdiv(nb_, NR), key = b * panels + n0_ / NR;
@@ -178,24 +216,29 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
       tile_product<Kind, true>(m0, mb, n0, nb, qb, qe, pb,
                                [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
                                  pack_a_kmajor<Kind, TA>(o, b, m, rows, q0, nq, dst);
-                               }, s, ct, ldc, out);
+                               }, s, ct, ldc, out, next);
     else
       tile_product<Kind, false>(m0, mb, n0, nb, qb, qe, pb,
                                 [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
                                   pack_a_rows<Kind, TA>(o, b, m, rows, q0, nq, dst);
-                                }, s, ct, ldc, out);
+                                }, s, ct, ldc, out, next);
   };
   const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
   const int64_t esize = g.c_dtype == DType::f32 ? 4 : 2;
   if (nch == 1) {
     const Tiling t = choose_tiling(g.B, g.M, g.N);
-    run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
+    const int64_t ntasks = g.B * t.mt * t.nt;
+    auto tile_at = [&](int64_t task) {
       const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
       const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
-      const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
+      return TileAt{b, m0, imin(t.mc, g.M - m0), n0, imin(t.nc, g.N - n0)};
+    };
+    run_tasks(ntasks, flops, [&](int64_t task, Scratch& s) {
+      const TileAt x = tile_at(task), f = tile_at(imin(task + 1, ntasks - 1));
       // The last K block's microkernels write the output (no pass over a C tile).
-      const OutTile out{g.c_dtype, static_cast<char*>(g.c) + ((b * g.M + m0) * g.N + n0) * esize, g.N};
-      product(b, m0, mb, n0, nb, 0, Kq, s, s.c.f(), ldc, &out);
+      const OutTile out{g.c_dtype, static_cast<char*>(g.c) + ((x.b * g.M + x.m0) * g.N + x.n0) * esize, g.N};
+      product(x.b, x.m0, x.mb, x.n0, x.nb, 0, Kq, s, s.c.f(), round_up(x.nb, NR), &out,
+              task + 1 < ntasks ? &f : nullptr);
     });
     return;
   }
@@ -210,7 +253,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
     const int64_t c = task / ntiles, tile = task % ntiles;
     const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
     const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc, mb = imin(mc, g.M - m0), nb = imin(nc, g.N - n0);
-    product(b, m0, mb, n0, nb, c * Kq / nch, (c + 1) * Kq / nch, s, part.f() + task * tile_size, nc, nullptr);
+    product(b, m0, mb, n0, nb, c * Kq / nch, (c + 1) * Kq / nch, s, part.f() + task * tile_size, nc, nullptr, nullptr);
   });
   run_units(ntiles, double(nch) * double(tile_size), [&](int64_t tile) {
     const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
