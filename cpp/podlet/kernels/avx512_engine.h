@@ -366,6 +366,7 @@ struct PfPlan {
   PfCursor cur[2];
   int64_t quota[2] = {0, 0}, ca = 0;
   PfPlan(const PfStreams& ps, int64_t calls, int64_t kq) {
+    if (calls <= 0) return;
     const int64_t la = ps.s[0].lines(), lb = ps.s[1].lines();
     ca = la == 0 ? 0 : lb == 0 ? calls : imin(calls - 1, imax(1, calls * la / (la + lb)));
     const int64_t n[2] = {ca, calls - ca};

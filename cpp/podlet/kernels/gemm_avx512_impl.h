@@ -172,7 +172,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   const bool b_ke = even_step(g.b_k.data(), g.K, b_ks), b_ce = even_step(g.b_col.data(), g.N, b_cs);
   auto next_rows = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t q0, int64_t nq,
                        PfStreams& ps) {
-    if (q0 >= Kq) return;
+    if (q0 >= Kq || mb <= 0 || nb <= 0) return;  // (an empty operand has no offsets to read)
     const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, g.K - k0);
     const TA* a = static_cast<const TA*>(g.a) + g.a_batch[b] + g.a_row[m0] + g.a_k[k0];
     const int64_t ea = sizeof(TA), eb = sizeof(TB);
