@@ -338,8 +338,7 @@ struct OutBlock {
 // A stream: `rows` rows of `lpr` lines each, the first line at p, rows `stride` bytes apart.
 struct PfStream {
   const char* p = nullptr;
-  int64_t stride = 0, rows = 0;
-  int64_t lpr = 0;
+  int64_t stride = 0, rows = 0, lpr = 0;
   int64_t lines() const { return rows * lpr; }
 };
 // Rows [0, rows) of `bytes` bytes each, from `first`, `stride` bytes apart.

@@ -99,11 +99,20 @@ template <class F> void run_units(int64_t n, bool parallel, F&& f) {
 #endif
 }
 
-// Whether offsets v are consecutive (v[i + 1] == v[i] + 1): that dim is contiguous.
-inline bool unit_stride(const int64_t* v, int64_t n) {
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] != v[i - 1] + 1) return false;
+// Whether offsets v[0:n] step evenly (v[i] = v[0] + i * step; step 0 when n < 2).
+inline bool even_step(const int64_t* v, int64_t n, int64_t& step) {
+  step = n > 1 ? v[1] - v[0] : 0;
+  for (int64_t i = 2; i < n; ++i)
+    if (v[i] - v[i - 1] != step) return false;
   return true;
+}
+// Whether n offsets found even (even_step) with that step are consecutive: the dim is
+// contiguous.
+inline bool unit_step(bool even, int64_t step, int64_t n) { return even && (n < 2 || step == 1); }
+inline bool unit_stride(const int64_t* v, int64_t n) {
+  int64_t step;
+  const bool even = even_step(v, n, step);
+  return unit_step(even, step, n);
 }
 
 // Calls f(TA(), TB()) with the storage types of two f32/bf16 dtypes.

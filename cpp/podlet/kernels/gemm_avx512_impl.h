@@ -16,21 +16,12 @@
 namespace podlet::kernels::avx512 {
 namespace {
 
-using engine::unit_stride;
+using engine::even_step, engine::unit_step;
 
 struct Operands {
   const GemmArgs& g;
   bool a_k_unit, a_row_unit, b_col_unit, b_k_unit;
 };
-
-// Whether offsets v[0:n] step evenly (v[i] = v[0] + i * step): the operand's rows are
-// then one prefetch stream (see PfStream).
-inline bool even_step(const int64_t* v, int64_t n, int64_t& step) {
-  step = n > 1 ? v[1] - v[0] : 0;
-  for (int64_t i = 2; i < n; ++i)
-    if (v[i] - v[i - 1] != step) return false;
-  return true;
-}
 
 inline uint32_t pair_word(const bf16* p, int64_t o0, bool has1, int64_t o1) {
   return uint32_t(p[o0].bits) | (has1 ? uint32_t(p[o1].bits) << 16 : 0u);
@@ -144,8 +135,13 @@ inline int64_t k_chunks(int64_t B, int64_t M, int64_t N, int64_t Kq) {
 }
 
 template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
-  const Operands o{g, unit_stride(g.a_k.data(), g.K), unit_stride(g.a_row.data(), g.M),
-                   unit_stride(g.b_col.data(), g.N), unit_stride(g.b_k.data(), g.K)};
+  // How each offset table steps: unit steps pick the packers' contiguous copies; even
+  // steps make an operand's rows one prefetch stream (next_rows below).
+  int64_t a_ks, a_rs, b_ks, b_cs;
+  const bool a_ke = even_step(g.a_k.data(), g.K, a_ks), a_re = even_step(g.a_row.data(), g.M, a_rs);
+  const bool b_ke = even_step(g.b_k.data(), g.K, b_ks), b_ce = even_step(g.b_col.data(), g.N, b_cs);
+  const Operands o{g, unit_step(a_ke, a_ks, g.K), unit_step(a_re, a_rs, g.M), unit_step(b_ce, b_cs, g.N),
+                   unit_step(b_ke, b_ks, g.K)};
   const int64_t Kq = cdiv(g.K, Kind::kstep);
   const int64_t panels = cdiv(g.N, NR);
   const int64_t bsize = Kq * panels * NR;  // one batch entry of packed B
@@ -167,9 +163,6 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   // The rows the packers read for steps [q0, q0 + nq) of a tile, when they step evenly:
   // A's (K rows of the block's columns when k-major, else its rows' K range) and, when B
   // is packed per block (K chunks), B's.
-  int64_t a_ks, a_rs, b_ks, b_cs;
-  const bool a_ke = even_step(g.a_k.data(), g.K, a_ks), a_re = even_step(g.a_row.data(), g.M, a_rs);
-  const bool b_ke = even_step(g.b_k.data(), g.K, b_ks), b_ce = even_step(g.b_col.data(), g.N, b_cs);
   auto next_rows = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t q0, int64_t nq,
                        PfStreams& ps) {
     if (q0 >= Kq || mb <= 0 || nb <= 0) return;  // (an empty operand has no offsets to read)
@@ -193,7 +186,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
                      float* ct, int64_t ldc, const OutTile* out, const TileAt* following) {
     auto next = [&](int64_t q0, int64_t nq, PfStreams& ps) {
       if (q0 < Kq) return next_rows(b, m0, mb, n0, nb, q0, nq, ps);
-      const TileAt* f = following;
+      const TileAt* f = following;  // the next task's first block, unless it reads these A rows again
       if (f && !(f->b == b && f->m0 == m0 && nq >= Kq)) next_rows(f->b, f->m0, f->mb, f->n0, f->nb, 0, nq, ps);
     };
     auto pb = [&](int64_t n0_, int64_t nb_, int64_t q0, int64_t nq, Scratch& sc) -> BView {
