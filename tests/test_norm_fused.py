@@ -413,6 +413,35 @@ def test_every_row_tail_gives_the_reference_bits_on_every_isa(dtype):
                 assert g == w, (C, isa, k)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("C", [16, 17, 31, 49, 64, 100, 128, 129])
+def test_softmax_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
+    # The AVX-512 softmax of rows of 16..128 takes 16 rows at a time: exps and outputs run
+    # over the rows' elements as one stream (a vector's lanes may belong to two rows) and
+    # the lane sums of 16 rows reduce together. Every count of rows in the last group
+    # (1..16), special rows at every position in a group, and chunks of the parallel loop
+    # (16384 / C rows, rounded up to 16) that end mid-stream.
+    specials = _special_rows(C, 7 * C)[:9]
+    rs = np.random.RandomState(C)
+    big = rs.normal(size=(2 * 16384 // C + 37, C)).astype(np.float32) * 4
+    for k, i in enumerate(range(0, 16 * 9, 17)):  # specials land in every lane group
+        big[i % big.shape[0]] = specials[k % 9]
+    cases = [big.astype(dtype)] + [big[:n].astype(dtype) for n in (1, 5, 15, 16, 17, 31, 33)]
+    for x in cases:
+        want = {}
+        _core.set_isa("ref")
+        for prim in ("softmax", "log_softmax"):
+            want[prim] = _nan_canonical(np.asarray(_core.apply(prim, [_core.Array.from_numpy(x)], {})[0]))
+        for isa in FAST_ISAS:
+            _core.set_isa(isa)
+            for threads in (1, 2):
+                podlet.config.update("num_threads", threads)
+                for prim in ("softmax", "log_softmax"):
+                    (y,) = _core.apply(prim, [_core.Array.from_numpy(x)], {})
+                    assert _core.norm_last_isa() == isa
+                    assert _nan_canonical(np.asarray(y)) == want[prim], (C, x.shape, isa, threads, prim)
+
+
 def test_dscale_sums_over_many_blocks_in_a_fixed_order():
     rs = np.random.RandomState(8)
     x, dy = rs.normal(size=(1000, 40)).astype(np.float32), rs.normal(size=(1000, 40)).astype(np.float32)
