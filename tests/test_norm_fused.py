@@ -420,13 +420,15 @@ def test_softmax_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
     # over the rows' elements as one stream (a vector's lanes may belong to two rows) and
     # the lane sums of 16 rows reduce together. Every count of rows in the last group
     # (1..16), special rows at every position in a group, and chunks of the parallel loop
-    # (16384 / C rows, rounded up to 16) that end mid-stream.
+    # (16384 / C rows, rounded up to 16) that end mid-stream; outputs of 4 MB and more go out
+    # with non-temporal stores (C = 17, 49: a y of 4 MB + 21 rows).
     specials = _special_rows(C, 7 * C)[:9]
     rs = np.random.RandomState(C)
-    big = rs.normal(size=(2 * 16384 // C + 37, C)).astype(np.float32) * 4
-    for k, i in enumerate(range(0, 16 * 9, 17)):  # specials land in every lane group
-        big[i % big.shape[0]] = specials[k % 9]
-    cases = [big.astype(dtype)] + [big[:n].astype(dtype) for n in (1, 5, 15, 16, 17, 31, 33)]
+    nbig = (4 << 20) // (C * dtype.itemsize) + 21 if C in (17, 49) else 2 * 16384 // C + 37
+    big = rs.normal(size=(nbig, C)).astype(np.float32) * 4
+    for k, i in enumerate(range(0, nbig, max(17, nbig // 40))):  # specials land in every lane group
+        big[i] = specials[k % 9]
+    cases = [big.astype(dtype)] + [big[:n].astype(dtype) for n in (1, 5, 15, 16, 17, 31, 33, 2 * 16384 // C + 37)]
     for x in cases:
         want = {}
         _core.set_isa("ref")

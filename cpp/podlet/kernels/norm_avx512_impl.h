@@ -60,6 +60,13 @@ inline void store(O* p, __m512 v) {
   if constexpr (std::is_same_v<O, float>) _mm512_storeu_ps(p, v);
   else _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), round16(v));
 }
+// store() bypassing the caches (p aligned to the vector: 64 bytes f32, 32 bf16). The task
+// fences (_mm_sfence) before it ends.
+template <class O>
+inline void store_stream(O* p, __m512 v) {
+  if constexpr (std::is_same_v<O, float>) _mm512_stream_ps(p, v);
+  else _mm256_stream_si256(reinterpret_cast<__m256i*>(p), round16(v));
+}
 template <class O>
 inline void store_tail(O* p, __mmask16 m, __m512 v) {
   if constexpr (std::is_same_v<O, float>) _mm512_mask_storeu_ps(p, m, v);
@@ -320,6 +327,12 @@ void sm_fwd_groups(int64_t rows, int64_t C, const T* x, T* y) {
   const __mmask16 mt = tail16(C - Cf);
   const float ninf = -std::numeric_limits<float>::infinity();
   const int64_t grain = (std::max<int64_t>(1, kChunkElems / C) + 15) / 16 * 16;
+  // A large y goes out with non-temporal stores, as the fused elementwise outputs do
+  // (kernels' kStreamOutBytes, 4 MB): written once, not read here, so not read for
+  // ownership first. A group starts at 16 C elements (32 C bytes, 64 C for f32), so every
+  // whole vector of it is aligned when y is.
+  const bool stream = rows * C * int64_t(sizeof(T)) >= (int64_t(4) << 20) &&
+                      !(reinterpret_cast<uintptr_t>(y) & (16 * sizeof(T) - 1));
   parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
     // The group's exps, row-major as x, in whole cache lines: on malloc's 16-byte alignment
     // every vector of them split a line, and rows of 64 ran 1.5x slower than before.
@@ -372,14 +385,16 @@ void sm_fwd_groups(int64_t rows, int64_t C, const T* x, T* y) {
         __m512 out;
         if constexpr (log) out = _mm512_sub_ps(_mm512_sub_ps(x_at(j), per_row(mx, r, left)), per_row(sm, r, left));
         else out = _mm512_div_ps(_mm512_loadu_ps(e + j), per_row(sm, r, left));
-        if (j + 16 <= n) store(yg + j, out);
-        else store_tail(yg + j, tail16(n - j), out);
+        if (j + 16 > n) store_tail(yg + j, tail16(n - j), out);
+        else if (stream) store_stream(yg + j, out);
+        else store(yg + j, out);
         left -= 16;
         const bool next = left <= 0;
         r += next;
         left += next ? C : 0;
       }
     }
+    if (stream) _mm_sfence();
   });
 }
 
