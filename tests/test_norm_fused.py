@@ -416,9 +416,9 @@ def test_every_row_tail_gives_the_reference_bits_on_every_isa(dtype):
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("C", [16, 17, 31, 49, 64, 100, 128, 129])
 def test_softmax_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
-    # The AVX-512 softmax of rows of 16..128 takes 16 rows at a time: exps and outputs run
-    # over the rows' elements as one stream (a vector's lanes may belong to two rows) and
-    # the lane sums of 16 rows reduce together. Every count of rows in the last group
+    # The AVX-512 softmax and its backward, on rows of 16..128, take 16 rows at a time:
+    # exps and outputs run over the rows' elements as one stream (a vector's lanes may
+    # belong to two rows) and the lane sums of 16 rows reduce together. Every count of rows in the last group
     # (1..16), special rows at every position in a group, and chunks of the parallel loop
     # (16384 / C rows, rounded up to 16) that end mid-stream; outputs of 4 MB and more go out
     # with non-temporal stores (C = 17, 49: a y of 4 MB + 21 rows).
@@ -429,19 +429,29 @@ def test_softmax_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
     for k, i in enumerate(range(0, nbig, max(17, nbig // 40))):  # specials land in every lane group
         big[i] = specials[k % 9]
     cases = [big.astype(dtype)] + [big[:n].astype(dtype) for n in (1, 5, 15, 16, 17, 31, 33, 2 * 16384 // C + 37)]
+    arr = _core.Array.from_numpy
+    dy_all = rs.normal(size=big.shape).astype(np.float32).astype(dtype)
+    dy_all[3, :] = np.nan
+    dy_all[5, 2] = np.inf
     for x in cases:
-        want = {}
+        dy = dy_all[:x.shape[0]]
+        want, ys = {}, {}
         _core.set_isa("ref")
         for prim in ("softmax", "log_softmax"):
-            want[prim] = _nan_canonical(np.asarray(_core.apply(prim, [_core.Array.from_numpy(x)], {})[0]))
+            (y,) = _core.apply(prim, [arr(x)], {})
+            ys[prim] = np.asarray(y)
+            want[prim] = _nan_canonical(ys[prim])
+            want[prim + "_bwd"] = _nan_canonical(np.asarray(_core.apply(prim + "_bwd", [y, arr(dy)], {})[0]))
         for isa in FAST_ISAS:
             _core.set_isa(isa)
             for threads in (1, 2):
                 podlet.config.update("num_threads", threads)
                 for prim in ("softmax", "log_softmax"):
-                    (y,) = _core.apply(prim, [_core.Array.from_numpy(x)], {})
+                    (y,) = _core.apply(prim, [arr(x)], {})
                     assert _core.norm_last_isa() == isa
                     assert _nan_canonical(np.asarray(y)) == want[prim], (C, x.shape, isa, threads, prim)
+                    (dx,) = _core.apply(prim + "_bwd", [arr(ys[prim]), arr(dy)], {})
+                    assert _nan_canonical(np.asarray(dx)) == want[prim + "_bwd"], (C, x.shape, isa, threads, prim)
 
 
 def test_dscale_sums_over_many_blocks_in_a_fixed_order():

@@ -19,10 +19,11 @@
 #include "podlet/kernels/bf16_lanes_avx512.h"
 #include "podlet/kernels/norm_impl.h"
 
-// GCC 12 reports the `__Y = __Y` idiom of the intrinsics' undefined vectors (the widening
-// and shift intrinsics, inlined into these lambdas) as maybe-uninitialized: no value of
-// ours is read uninitialized.
+// GCC 12 reports the `__Y = __Y` idiom of the intrinsics' undefined vectors (the widening,
+// shift and shuffle intrinsics, inlined into these lambdas) as maybe-uninitialized or
+// uninitialized: no value of ours is read uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 namespace podlet::kernels {
 namespace {
@@ -313,6 +314,54 @@ inline __m512 tree16(const float* lanes) {
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
 }
 
+// A walk over a group of rows' elements (rows of C >= 16, one after another) 16 at a time:
+// the vector at the walk's position has its first min(left, 16) lanes in row r, the rest
+// in row r + 1.
+struct RowWalk {
+  int64_t C, r = 0, left;
+  explicit RowWalk(int64_t c) : C(c), left(c) {}
+  // v[r] in the lanes of row r, v[r + 1] in the others.
+  __m512 lanes(const float* v) const {
+    return _mm512_mask_blend_ps(tail16(std::min<int64_t>(left, 16)), _mm512_set1_ps(v[r + 1]), _mm512_set1_ps(v[r]));
+  }
+  void next() {
+    left -= 16;
+    const bool wrap = left <= 0;
+    r += wrap;
+    left += wrap ? C : 0;
+  }
+};
+// 16 elements of a group of n from j; the lanes past n are 0 and read nothing.
+template <class T>
+inline __m512 group_at(const T* p, int64_t j, int64_t n) {
+  return j + 16 <= n ? load16(p + j) : maskload16(p + j, tail16(std::clamp<int64_t>(n - j, 0, 16)));
+}
+// out[j : j + 16] of a group of n (only its lanes below n): non-temporal when `stream`.
+template <class T>
+inline void group_store(T* p, int64_t j, int64_t n, __m512 v, bool stream) {
+  if (j + 16 > n) store_tail(p + j, tail16(n - j), v);
+  else if (stream) store_stream(p + j, v);
+  else store(p + j, v);
+}
+// A large output goes out with non-temporal stores, as the fused elementwise outputs do
+// (kernels' kStreamOutBytes, 4 MB): written once, not read here, so not read for
+// ownership first. A group starts at 16 C elements (32 C bytes, 64 C for f32), so every
+// whole vector of it is aligned when the output is.
+template <class T>
+inline bool stream_groups(int64_t rows, int64_t C, const T* out) {
+  return rows * C * int64_t(sizeof(T)) >= (int64_t(4) << 20) && !(reinterpret_cast<uintptr_t>(out) & (16 * sizeof(T) - 1));
+}
+// Parallel over groups of 16 rows: fn(first row, rows in the group) for each, in tasks of
+// about kChunkElems elements; the task fences its non-temporal stores.
+template <class F>
+inline void for_groups(int64_t rows, int64_t C, bool stream, F&& fn) {
+  const int64_t grain = (std::max<int64_t>(1, kChunkElems / C) + 15) / 16 * 16;
+  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t g0 = r0; g0 < r1; g0 += 16) fn(g0, std::min<int64_t>(16, r1 - g0));
+    if (stream) _mm_sfence();
+  });
+}
+
 // Softmax rows of 16 to 128 elements, 16 rows at a time: the maxima and the sums keep
 // each row's lanes (element j in lane j % 16, so nk's sums and bits), but the exps and the
 // outputs run over the 16 rows' elements as one contiguous stream, each vector's lanes
@@ -326,75 +375,99 @@ void sm_fwd_groups(int64_t rows, int64_t C, const T* x, T* y) {
   const int64_t Cf = C / kLanes * kLanes;
   const __mmask16 mt = tail16(C - Cf);
   const float ninf = -std::numeric_limits<float>::infinity();
-  const int64_t grain = (std::max<int64_t>(1, kChunkElems / C) + 15) / 16 * 16;
-  // A large y goes out with non-temporal stores, as the fused elementwise outputs do
-  // (kernels' kStreamOutBytes, 4 MB): written once, not read here, so not read for
-  // ownership first. A group starts at 16 C elements (32 C bytes, 64 C for f32), so every
-  // whole vector of it is aligned when y is.
-  const bool stream = rows * C * int64_t(sizeof(T)) >= (int64_t(4) << 20) &&
-                      !(reinterpret_cast<uintptr_t>(y) & (16 * sizeof(T) - 1));
-  parallel_for(rows, grain, [&](int64_t r0, int64_t r1) {
-    // The group's exps, row-major as x, in whole cache lines: on malloc's 16-byte alignment
-    // every vector of them split a line, and rows of 64 ran 1.5x slower than before.
+  const bool stream = stream_groups(rows, C, y);
+  // Per group: its exps, row-major as x, in whole cache lines (on malloc's 16-byte alignment
+  // every vector of them split a line, and rows of 64 ran 1.5x slower than before); row r's
+  // max and sum (log: the log of the sum), pads from [16] for the vectors past the group.
+  struct Scratch {
     alignas(64) float e[16 * kSmGroupMaxC + kLanes];
     alignas(64) float lanes[16 * 16];
-    alignas(64) float mx[32], sm[32];  // row r's max and sum (log: log of the sum); [16]: a pad row
-    mx[16] = 0.0f;
-    sm[16] = 1.0f;
-    for (int64_t g0 = r0; g0 < r1; g0 += 16) {
-      const int64_t nr = std::min<int64_t>(16, r1 - g0), n = nr * C;
-      const T* xg = x + g0 * C;
-      for (int64_t i = 0; i < 16; ++i) {
-        __m512 m = _mm512_set1_ps(ninf);
-        if (i < nr) {
-          const T* xr = xg + i * C;
-          for (int64_t j = 0; j < Cf; j += kLanes) m = vmax(load16(xr + j), m);
-          if (Cf < C) m = vmax(load_tail(xr + Cf, mt, ninf), m);
-        }
-        _mm512_store_ps(lanes + 16 * i, m);
+    alignas(64) float mx[32];
+    alignas(64) float sm[32];
+  };
+  for_groups(rows, C, stream, [&](int64_t g0, int64_t nr) {
+    Scratch sc;
+    float *e = sc.e, *lanes = sc.lanes, *mx = sc.mx, *sm = sc.sm;
+    std::fill(mx + 16, mx + 32, 0.0f);
+    std::fill(sm + 16, sm + 32, 1.0f);
+    const int64_t n = nr * C;
+    const T* xg = x + g0 * C;
+    for (int64_t i = 0; i < 16; ++i) {
+      __m512 m = _mm512_set1_ps(ninf);
+      if (i < nr) {
+        const T* xr = xg + i * C;
+        for (int64_t j = 0; j < Cf; j += kLanes) m = vmax(load16(xr + j), m);
+        if (Cf < C) m = vmax(load_tail(xr + Cf, mt, ninf), m);
       }
-      _mm512_store_ps(mx, tree16<true>(lanes));
-      // The vector at element j of the group: its first min(left, 16) lanes are row r's, the
-      // rest row r + 1's (C >= 16). Past the group's end the lanes are pads, never summed
-      // and never stored.
-      auto per_row = [&](const float* v, int64_t r, int64_t left) {
-        return _mm512_mask_blend_ps(tail16(std::min<int64_t>(left, 16)), _mm512_set1_ps(v[r + 1]), _mm512_set1_ps(v[r]));
-      };
-      auto x_at = [&](int64_t j) { return j + 16 <= n ? load16(xg + j) : maskload16(xg + j, tail16(n - j)); };
-      for (int64_t j = 0, r = 0, left = C; j < n; j += 16) {
-        _mm512_storeu_ps(e + j, vexp<true>(_mm512_sub_ps(x_at(j), per_row(mx, r, left))));
-        left -= 16;
-        const bool next = left <= 0;
-        r += next;
-        left += next ? C : 0;
-      }
-      for (int64_t i = 0; i < 16; ++i) {  // lane sums in the reference's order: acc = +0 + e_0 + e_16 ...
-        __m512 acc = _mm512_setzero_ps();
-        if (i < nr) {
-          const float* er = e + i * C;
-          for (int64_t j = 0; j < Cf; j += kLanes) acc = _mm512_add_ps(acc, _mm512_loadu_ps(er + j));
-          if (Cf < C) acc = _mm512_mask_add_ps(acc, mt, acc, _mm512_maskz_loadu_ps(mt, er + Cf));
-        }
-        _mm512_store_ps(lanes + 16 * i, acc);
-      }
-      _mm512_store_ps(sm, tree16<false>(lanes));
-      if constexpr (log)
-        for (int64_t i = 0; i < nr; ++i) sm[i] = nk::log_a(sm[i]);
-      T* yg = y + g0 * C;
-      for (int64_t j = 0, r = 0, left = C; j < n; j += 16) {
-        __m512 out;
-        if constexpr (log) out = _mm512_sub_ps(_mm512_sub_ps(x_at(j), per_row(mx, r, left)), per_row(sm, r, left));
-        else out = _mm512_div_ps(_mm512_loadu_ps(e + j), per_row(sm, r, left));
-        if (j + 16 > n) store_tail(yg + j, tail16(n - j), out);
-        else if (stream) store_stream(yg + j, out);
-        else store(yg + j, out);
-        left -= 16;
-        const bool next = left <= 0;
-        r += next;
-        left += next ? C : 0;
-      }
+      _mm512_store_ps(lanes + 16 * i, m);
     }
-    if (stream) _mm_sfence();
+    _mm512_store_ps(mx, tree16<true>(lanes));
+    RowWalk w(C);
+    for (int64_t j = 0; j < n; j += 16, w.next())
+      _mm512_store_ps(e + j, vexp<true>(_mm512_sub_ps(group_at(xg, j, n), w.lanes(mx))));
+    for (int64_t i = 0; i < 16; ++i) {  // lane sums in the reference's order: acc = +0 + e_0 + e_16 ...
+      __m512 acc = _mm512_setzero_ps();
+      if (i < nr) {
+        const float* er = e + i * C;
+        for (int64_t j = 0; j < Cf; j += kLanes) acc = _mm512_add_ps(acc, _mm512_loadu_ps(er + j));
+        if (Cf < C) acc = _mm512_mask_add_ps(acc, mt, acc, _mm512_maskz_loadu_ps(mt, er + Cf));
+      }
+      _mm512_store_ps(lanes + 16 * i, acc);
+    }
+    _mm512_store_ps(sm, tree16<false>(lanes));
+    if constexpr (log)
+      for (int64_t i = 0; i < nr; ++i) sm[i] = nk::log_a(sm[i]);
+    T* yg = y + g0 * C;
+    w = RowWalk(C);
+    for (int64_t j = 0; j < n; j += 16, w.next()) {
+      __m512 out;
+      if constexpr (log) out = _mm512_sub_ps(_mm512_sub_ps(group_at(xg, j, n), w.lanes(mx)), w.lanes(sm));
+      else out = _mm512_div_ps(_mm512_load_ps(e + j), w.lanes(sm));
+      group_store(yg, j, n, out, stream);
+    }
+  });
+}
+
+// The backward of rows of 16 to 128 elements in groups of 16 rows, as sm_fwd_groups: each
+// row's lane sums (of dy, or dy y) in its lanes and 16 rows' trees at once (tree16), the
+// outputs over the group's elements as one stream.
+template <class T, bool log>
+void sm_bwd_groups(int64_t rows, int64_t C, const T* y, const T* dy, T* dx) {
+  const int64_t Cf = C / kLanes * kLanes;
+  const __mmask16 mt = tail16(C - Cf);
+  const bool stream = stream_groups(rows, C, dx);
+  struct Scratch {
+    alignas(64) float lanes[16 * 16];
+    alignas(64) float sm[32];
+  };
+  for_groups(rows, C, stream, [&](int64_t g0, int64_t nr) {
+    Scratch sc;
+    float *lanes = sc.lanes, *sm = sc.sm;
+    std::fill(sm + 16, sm + 32, 0.0f);
+    const int64_t n = nr * C;
+    const T *yg = y + g0 * C, *dyg = dy + g0 * C;
+    for (int64_t i = 0; i < 16; ++i) {  // log: s = sum(dy); else s = sum(dy * y)
+      __m512 acc = _mm512_setzero_ps();
+      if (i < nr) {
+        const T *yr = yg + i * C, *dyr = dyg + i * C;
+        for (int64_t j = 0; j < Cf; j += kLanes)
+          acc = _mm512_add_ps(acc, log ? load16(dyr + j) : _mm512_mul_ps(load16(dyr + j), load16(yr + j)));
+        if (Cf < C)
+          acc = _mm512_mask_add_ps(acc, mt, acc,
+                                   log ? load_tail(dyr + Cf, mt, 0.0f)
+                                       : _mm512_mul_ps(load_tail(dyr + Cf, mt, 0.0f), load_tail(yr + Cf, mt, 0.0f)));
+      }
+      _mm512_store_ps(lanes + 16 * i, acc);
+    }
+    _mm512_store_ps(sm, tree16<false>(lanes));
+    T* dxg = dx + g0 * C;
+    RowWalk w(C);
+    for (int64_t j = 0; j < n; j += 16, w.next()) {
+      const __m512 yv = group_at(yg, j, n), dyv = group_at(dyg, j, n), s = w.lanes(sm);
+      // log: dx = dy - exp(y) s; else dx = y (dy - s)
+      const __m512 out = log ? _mm512_sub_ps(dyv, _mm512_mul_ps(vexp(yv), s)) : _mm512_mul_ps(yv, _mm512_sub_ps(dyv, s));
+      group_store(dxg, j, n, out, stream);
+    }
   });
 }
 
@@ -416,6 +489,11 @@ void sm_fwd(int64_t rows, int64_t C, bool log, const T* x, T* y) {
 template <class T, class A>
 void sm_bwd(int64_t rows, int64_t C, bool log, const T* y, const T* dy, T* dx) {
   static_assert(std::is_same_v<A, float>);
+  if (C >= kLanes && C <= kSmGroupMaxC) {
+    if (log) sm_bwd_groups<T, true>(rows, C, y, dy, dx);
+    else sm_bwd_groups<T, false>(rows, C, y, dy, dx);
+    return;
+  }
   const int64_t Cf = C / kLanes * kLanes;
   const __mmask16 mt = tail16(C - Cf);
   parallel_for(rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
