@@ -454,6 +454,38 @@ def test_softmax_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
                     assert _nan_canonical(np.asarray(dx)) == want[prim + "_bwd"], (C, x.shape, isa, threads, prim)
 
 
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("C", [7, 16, 49, 96, 384])
+def test_layer_norm_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
+    # The AVX-512 LayerNorm / RMSNorm forward reduces 16 rows' sums at once and computes
+    # their statistics as vectors: every fill of the last group, special rows (a NaN
+    # variance, infinities, -0 rows, subnormals, a negative rounded variance) at every
+    # position of a group, parallel chunks of 16384 / C rows rounded up to 16.
+    specials = _special_rows(C, 11 * C)[:9]
+    rs = np.random.RandomState(C)
+    big = (rs.normal(size=(max(2 * 16384 // C + 37, 160), C)) * 3 + 5).astype(np.float32)
+    big[10] = 1e4 + rs.normal(size=C).astype(np.float32) * 1e-3  # sum2 / n - mu mu may round below 0
+    for k, i in enumerate(range(0, 16 * 9, 17)):
+        big[i] = specials[k % 9]
+    s, b = rs.normal(size=C).astype(np.float32), rs.normal(size=C).astype(np.float32)
+    arr = _core.Array.from_numpy
+    for n in (1, 15, 16, 17, 33, big.shape[0]):
+        x = big[:n].astype(dtype)
+        for use_mean in (1, 0):
+            a = dict(epsilon=1e-6, use_mean=use_mean, feature_ndim=1, dtype=x.dtype.name, has_scale=1,
+                     has_bias=use_mean)
+            ins = [arr(x), arr(s)] + ([arr(b)] if use_mean else [])
+            _core.set_isa("ref")
+            want = [_nan_canonical(np.asarray(o)) for o in _core.apply("layer_norm", ins, a)]
+            for isa in FAST_ISAS:
+                _core.set_isa(isa)
+                for threads in (1, 2):
+                    podlet.config.update("num_threads", threads)
+                    got = [_nan_canonical(np.asarray(o)) for o in _core.apply("layer_norm", ins, a)]
+                    assert _core.norm_last_isa() == isa
+                    assert got == want, (C, n, use_mean, isa, threads)
+
+
 def test_dscale_sums_over_many_blocks_in_a_fixed_order():
     rs = np.random.RandomState(8)
     x, dy = rs.normal(size=(1000, 40)).astype(np.float32), rs.normal(size=(1000, 40)).astype(np.float32)

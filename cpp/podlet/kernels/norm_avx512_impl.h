@@ -107,52 +107,97 @@ inline __m512 vexp(__m512 x) {
   return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
+// The lane vectors of 16 rows (lanes[r * 16 + l]: row r's lane l) each combined by
+// nk::tree's pairs in its order (lane l with l + w for w = 8, 4, 2, 1, the lower lane
+// first; MAX: nk::tree_max's "hi > lo ? hi : lo", vmaxps(hi, lo)), all 16 at once: each
+// step shuffles two registers' lower and upper partners into two registers and combines
+// them in one instruction, 31 shuffles and 15 operations where a row at a time took ~9
+// dependent instructions per row. Row r's result lands in lane 4 (r % 4) + r / 4; one
+// permute puts it in lane r.
+template <bool MAX>
+inline __m512 tree16(const float* lanes) {
+  const auto op = [](__m512 lo, __m512 hi) { return MAX ? _mm512_max_ps(hi, lo) : _mm512_add_ps(lo, hi); };
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i) {  // w = 8: a[i] holds rows 2i, 2i + 1 (lanes 0-7, 8-15)
+    const __m512 u = _mm512_load_ps(lanes + 32 * i), v = _mm512_load_ps(lanes + 32 * i + 16);
+    a[i] = op(_mm512_shuffle_f32x4(u, v, 0x44), _mm512_shuffle_f32x4(u, v, 0xee));
+  }
+  for (int k = 0; k < 4; ++k)  // w = 4: b[k]'s 128-bit chunk q holds row 4k + q
+    b[k] = op(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88), _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xdd));
+  for (int m = 0; m < 2; ++m)  // w = 2: chunk q of c[m]: rows 8m + q, 8m + 4 + q, two lanes each
+    c[m] = op(_mm512_shuffle_ps(b[2 * m], b[2 * m + 1], 0x44), _mm512_shuffle_ps(b[2 * m], b[2 * m + 1], 0xee));
+  const __m512 s = op(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xdd));  // w = 1
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
+}
+
+// Rows in groups of 16: each row's two lane sums as before, then 16 rows' trees at once
+// (tree16) and their statistics as vectors (the same IEEE operations as the scalar
+// formulas, so the same bits), then the outputs row by row. One row at a time, each row
+// waited on a chain of ~100 cycles (its sums, two trees, a divide, a square root and
+// another divide) before its outputs could start, with the next row's ~150 instructions
+// too many for the out-of-order window to hide it.
 template <class T, class O, class A>
 void ln_fwd(const NormRows& p, const T* x, const float* scale, const float* bias, O* y, float* mean, float* rstd) {
   static_assert(std::is_same_v<A, float>);  // f32 statistics (f64 runs the reference)
   const int64_t C = p.C, Cf = C / kLanes * kLanes;
   const __mmask16 mt = tail16(C - Cf);
-  const float n = float(C), eps = float(p.eps);
   // Without scale, rs * 1 is rs; without bias, + (-0) changes nothing (the reference's
   // separate loops give the same bits).
   const __m512 one = _mm512_set1_ps(1.0f), nzero = _mm512_set1_ps(-0.0f);
-  parallel_for(p.rows, std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* xr = x + r * C;
-      __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps();
-      for (int64_t j = 0; j < Cf; j += kLanes) {
-        const __m512 v = load16(xr + j);
-        s1 = _mm512_add_ps(s1, v);
-        s2 = _mm512_add_ps(s2, _mm512_mul_ps(v, v));
+  const int64_t grain = (std::max<int64_t>(1, kChunkElems / std::max<int64_t>(C, 1)) + 15) / 16 * 16;
+  parallel_for(p.rows, grain, [&](int64_t r0, int64_t r1) {
+    alignas(64) float l1[16 * 16], l2[16 * 16], mus[16], rss[16];
+    for (int64_t g0 = r0; g0 < r1; g0 += 16) {
+      const int64_t nr = std::min<int64_t>(16, r1 - g0);
+      for (int64_t i = 0; i < 16; ++i) {
+        __m512 s1 = _mm512_setzero_ps(), s2 = _mm512_setzero_ps();
+        if (i < nr) {
+          const T* xr = x + (g0 + i) * C;
+          for (int64_t j = 0; j < Cf; j += kLanes) {
+            const __m512 v = load16(xr + j);
+            s1 = _mm512_add_ps(s1, v);
+            s2 = _mm512_add_ps(s2, _mm512_mul_ps(v, v));
+          }
+          if (Cf < C) {  // pad -0: adds nothing to the sum, +0 to the sum of squares
+            const __m512 v = load_tail(xr + Cf, mt, -0.0f);
+            s1 = _mm512_add_ps(s1, v);
+            s2 = _mm512_add_ps(s2, _mm512_mul_ps(v, v));
+          }
+        }
+        _mm512_store_ps(l1 + 16 * i, s1);
+        _mm512_store_ps(l2 + 16 * i, s2);
       }
-      if (Cf < C) {  // pad -0: adds nothing to the sum, +0 to the sum of squares
-        const __m512 v = load_tail(xr + Cf, mt, -0.0f);
-        s1 = _mm512_add_ps(s1, v);
-        s2 = _mm512_add_ps(s2, _mm512_mul_ps(v, v));
-      }
-      const float sum1 = tree(s1), sum2 = tree(s2);
-      float mu = 0.0f, var;
+      // mu = sum1 / n, var = max0(sum2 / n - mu mu) (LayerNorm); mu = 0, var = sum2 / n
+      // (RMSNorm); rs = 1 / sqrt(var + eps). max0 keeps a NaN, as the reference's
+      // `var < 0 ? 0 : var`.
+      const __m512 n = _mm512_set1_ps(float(C)), sum2 = tree16<false>(l2);
+      __m512 mu = _mm512_setzero_ps(), var;
       if (p.use_mean) {
-        mu = sum1 / n;
-        var = sum2 / n - mu * mu;
-        var = var < 0.0f ? 0.0f : var;
+        mu = _mm512_div_ps(tree16<false>(l1), n);
+        var = _mm512_sub_ps(_mm512_div_ps(sum2, n), _mm512_mul_ps(mu, mu));
+        var = _mm512_mask_mov_ps(var, _mm512_cmp_ps_mask(var, _mm512_setzero_ps(), _CMP_LT_OQ), _mm512_setzero_ps());
       } else {
-        var = sum2 / n;
+        var = _mm512_div_ps(sum2, n);
       }
-      const float rs = 1.0f / std::sqrt(var + eps);
-      mean[r] = mu;
-      rstd[r] = rs;
-      const __m512 muv = _mm512_set1_ps(mu), rsv = _mm512_set1_ps(rs);  // x - (+0) is x: RMSNorm too
-      O* yr = y + r * C;
-      auto out = [&](__m512 v, __m512 s, __m512 b) {
-        return _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, muv), _mm512_mul_ps(rsv, s)), b);
-      };
-      for (int64_t j = 0; j < Cf; j += kLanes)
-        store(yr + j, out(load16(xr + j), scale ? _mm512_loadu_ps(scale + j) : one,
-                          bias ? _mm512_loadu_ps(bias + j) : nzero));
-      if (Cf < C)
-        store_tail(yr + Cf, mt, out(load_tail(xr + Cf, mt, 0.0f), scale ? _mm512_maskz_loadu_ps(mt, scale + Cf) : one,
-                                    bias ? _mm512_maskz_loadu_ps(mt, bias + Cf) : nzero));
+      const __m512 rs = _mm512_div_ps(one, _mm512_sqrt_ps(_mm512_add_ps(var, _mm512_set1_ps(float(p.eps)))));
+      _mm512_store_ps(mus, mu);
+      _mm512_store_ps(rss, rs);
+      _mm512_mask_storeu_ps(mean + g0, tail16(nr), mu);
+      _mm512_mask_storeu_ps(rstd + g0, tail16(nr), rs);
+      for (int64_t i = 0; i < nr; ++i) {
+        const T* xr = x + (g0 + i) * C;
+        const __m512 muv = _mm512_set1_ps(mus[i]), rsv = _mm512_set1_ps(rss[i]);  // x - (+0) is x: RMSNorm too
+        O* yr = y + (g0 + i) * C;
+        auto out = [&](__m512 v, __m512 s, __m512 b) {
+          return _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, muv), _mm512_mul_ps(rsv, s)), b);
+        };
+        for (int64_t j = 0; j < Cf; j += kLanes)
+          store(yr + j, out(load16(xr + j), scale ? _mm512_loadu_ps(scale + j) : one,
+                            bias ? _mm512_loadu_ps(bias + j) : nzero));
+        if (Cf < C)
+          store_tail(yr + Cf, mt, out(load_tail(xr + Cf, mt, 0.0f), scale ? _mm512_maskz_loadu_ps(mt, scale + Cf) : one,
+                                      bias ? _mm512_maskz_loadu_ps(mt, bias + Cf) : nzero));
+      }
     }
   });
 }
@@ -291,29 +336,6 @@ void sm_fwd_rows(int64_t rows, int64_t C, const T* x, T* y) {
     }
   });
 }
-// The lane vectors of 16 rows (lanes[r * 16 + l]: row r's lane l) each combined by
-// nk::tree's pairs in its order (lane l with l + w for w = 8, 4, 2, 1, the lower lane
-// first; MAX: nk::tree_max's "hi > lo ? hi : lo", vmaxps(hi, lo)), all 16 at once: each
-// step shuffles two registers' lower and upper partners into two registers and combines
-// them in one instruction, 31 shuffles and 15 operations where a row at a time took ~9
-// dependent instructions per row. Row r's result lands in lane 4 (r % 4) + r / 4; one
-// permute puts it in lane r.
-template <bool MAX>
-inline __m512 tree16(const float* lanes) {
-  const auto op = [](__m512 lo, __m512 hi) { return MAX ? _mm512_max_ps(hi, lo) : _mm512_add_ps(lo, hi); };
-  __m512 a[8], b[4], c[2];
-  for (int i = 0; i < 8; ++i) {  // w = 8: a[i] holds rows 2i, 2i + 1 (lanes 0-7, 8-15)
-    const __m512 u = _mm512_load_ps(lanes + 32 * i), v = _mm512_load_ps(lanes + 32 * i + 16);
-    a[i] = op(_mm512_shuffle_f32x4(u, v, 0x44), _mm512_shuffle_f32x4(u, v, 0xee));
-  }
-  for (int k = 0; k < 4; ++k)  // w = 4: b[k]'s 128-bit chunk q holds row 4k + q
-    b[k] = op(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88), _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xdd));
-  for (int m = 0; m < 2; ++m)  // w = 2: chunk q of c[m]: rows 8m + q, 8m + 4 + q, two lanes each
-    c[m] = op(_mm512_shuffle_ps(b[2 * m], b[2 * m + 1], 0x44), _mm512_shuffle_ps(b[2 * m], b[2 * m + 1], 0xee));
-  const __m512 s = op(_mm512_shuffle_ps(c[0], c[1], 0x88), _mm512_shuffle_ps(c[0], c[1], 0xdd));  // w = 1
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), s);
-}
-
 // A walk over a group of rows' elements (rows of C >= 16, one after another) 16 at a time:
 // the vector at the walk's position has its first min(left, 16) lanes in row r, the rest
 // in row r + 1.
