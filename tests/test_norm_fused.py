@@ -458,7 +458,7 @@ def test_softmax_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
 @pytest.mark.parametrize("C", [7, 16, 49, 96, 384])
 def test_layer_norm_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
     # The AVX-512 LayerNorm / RMSNorm forward reduces 16 rows' sums at once and computes
-    # their statistics as vectors: every fill of the last group, special rows (a NaN
+    # their statistics as vectors (the backward, row by row, is checked beside it): every fill of the last group, special rows (a NaN
     # variance, infinities, -0 rows, subnormals, a negative rounded variance) at every
     # position of a group, parallel chunks of 16384 / C rows rounded up to 16.
     specials = _special_rows(C, 11 * C)[:9]
@@ -468,6 +468,8 @@ def test_layer_norm_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
     for k, i in enumerate(range(0, 16 * 9, 17)):
         big[i] = specials[k % 9]
     s, b = rs.normal(size=C).astype(np.float32), rs.normal(size=C).astype(np.float32)
+    dy_all = rs.normal(size=big.shape).astype(np.float32)
+    dy_all[20, 1] = np.inf
     arr = _core.Array.from_numpy
     for n in (1, 15, 16, 17, 33, big.shape[0]):
         x = big[:n].astype(dtype)
@@ -475,13 +477,19 @@ def test_layer_norm_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
             a = dict(epsilon=1e-6, use_mean=use_mean, feature_ndim=1, dtype=x.dtype.name, has_scale=1,
                      has_bias=use_mean)
             ins = [arr(x), arr(s)] + ([arr(b)] if use_mean else [])
+            dy = arr(dy_all[:n].astype(dtype))
+
+            def both():
+                y, mean, rstd = _core.apply("layer_norm", ins, a)
+                grads = _core.apply("layer_norm_bwd", [dy, ins[0], mean, rstd, ins[1]], a)
+                return [_nan_canonical(np.asarray(o)) for o in (y, mean, rstd, *grads)]
             _core.set_isa("ref")
-            want = [_nan_canonical(np.asarray(o)) for o in _core.apply("layer_norm", ins, a)]
+            want = both()
             for isa in FAST_ISAS:
                 _core.set_isa(isa)
                 for threads in (1, 2):
                     podlet.config.update("num_threads", threads)
-                    got = [_nan_canonical(np.asarray(o)) for o in _core.apply("layer_norm", ins, a)]
+                    got = both()
                     assert _core.norm_last_isa() == isa
                     assert got == want, (C, n, use_mean, isa, threads)
 
