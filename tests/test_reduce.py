@@ -326,23 +326,36 @@ def test_flops():
 
 
 # ---- the row sum's tree, bit for bit -------------------------------------------------
-def _tree_sum_bits(x):
-    """reduce_sum of a float32 row as reduce_ops.h defines it, in Python: chunks of 2^14
-    elements, each summed by NumPy's pairwise tree (8 interleaved accumulators over blocks
-    of <= 128, halves at multiples of 8 above), then the chunk sums by the same tree; every
-    addition keeps its first operand's NaN (quieted), else the second's."""
-    u = np.asarray(x, np.float32).view(np.uint32)
+def _sum_comb(a, b):
+    """SumOp::comb on f32 bits: the first NaN operand wins (quieted), else the f32 sum."""
+    for v in (a, b):
+        if (v & 0x7FFFFFFF) > 0x7F800000:
+            return v | 0x00400000
+    return int(np.array([a, b], np.uint32).view(np.float32).sum(dtype=np.float32).view(np.uint32))
 
+
+def _max_min_comb(is_max):
+    """MaxOp / MinOp::comb on f32 bits: a if NaN, else b if NaN (both as they are), else b
+    where strictly larger (smaller), a on ties (-0 / +0 keep the first)."""
     def comb(a, b):
         for v in (a, b):
             if (v & 0x7FFFFFFF) > 0x7F800000:
-                return v | 0x00400000
-        return int(np.array([a, b], np.uint32).view(np.float32).sum(dtype=np.float32).view(np.uint32))
+                return v
+        fa, fb = np.array([a, b], np.uint32).view(np.float32)
+        return b if (fb > fa if is_max else fb < fa) else a
+    return comb
+
+
+def _tree_bits(x, comb=_sum_comb, init=0):
+    """A float32 row reduced as reduce_ops.h defines it, in Python: chunks of 2^14
+    elements, each by NumPy's pairwise tree (8 interleaved accumulators over blocks of
+    <= 128, halves at multiples of 8 above), then the chunk results by the same tree."""
+    u = np.asarray(x, np.float32).view(np.uint32)
 
     def pairwise(p):
         n = len(p)
         if n < 8:
-            a = 0
+            a = init
             for v in p:
                 a = comb(a, int(v))
             return a
@@ -362,6 +375,10 @@ def _tree_sum_bits(x):
 
     parts = np.array([pairwise(u[s:s + (1 << 14)]) for s in range(0, len(u), 1 << 14)], np.uint32)
     return pairwise(parts) if len(parts) > 1 else int(parts[0])
+
+
+def _tree_sum_bits(x):
+    return _tree_bits(x)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
@@ -385,6 +402,39 @@ def test_row_sum_is_numpys_tree_bit_for_bit(dtype):
         u[pos[0]], u[pos[1]] = 0x7FC00123, 0xFFC00456
         got = np.asarray(bind("reduce_sum", prim_check.as_podlet(x), axes=[0]))
         assert got.view(np.uint32) == _tree_sum_bits(x), (n, pos)
+
+
+@pytest.mark.parametrize("prim", ["reduce_max", "reduce_min"])
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+def test_row_max_min_follow_the_tree_bit_for_bit(prim, dtype):
+    """Row maxima / minima run the 8 accumulators as two 4-lane vectors and combine them
+    without branches: the bits of the scalar rule in the tree's order, where order shows:
+    -0 / +0 ties keep the first, and the first NaN of the tree wins with its payload
+    (signalling NaNs not quieted). Rows of every length class, many rows (a last axis of
+    49, as Swin's)."""
+    is_max = prim == "reduce_max"
+    comb = _max_min_comb(is_max)
+    init = int(np.array([-np.inf if is_max else np.inf], np.float32).view(np.uint32)[0])
+    r = np.random.default_rng(23)
+    for n in [1, 7, 8, 9, 15, 16, 17, 49, 127, 128, 129, 136, 1000, 16391, 40000]:
+        x = r.standard_normal(n).astype(np.float32)
+        x[r.random(n) < 0.3] = 0.0
+        x = np.where(r.random(n) < 0.5, x, -x).astype(np.float32)  # -0 and +0 mixed
+        if n > 20:
+            u = x.view(np.uint32)
+            u[n // 3], u[n // 2] = 0x7FA00123, 0xFFC00456  # a signalling and a quiet NaN
+        with np.errstate(invalid="ignore"):  # bf16: the cast quiets the signalling NaN
+            x = x.astype(dtype)
+        got = np.asarray(bind(prim, prim_check.as_podlet(x), axes=[0]))
+        want = np.uint32(_tree_bits(x.astype(np.float32), comb, init)).view(np.float32).astype(dtype)
+        assert got.tobytes() == want.tobytes(), (n, got, want)
+    # many rows of 49 with zeros of both signs as the extreme: each row's own tree
+    x = np.where(r.random((300, 49)) < 0.5, 0.0, -0.0).astype(np.float32)
+    x[::7] = r.standard_normal((43, 49)).astype(np.float32)
+    x = x.astype(dtype)
+    got = np.asarray(bind(prim, prim_check.as_podlet(x), axes=[1]))
+    want = np.array([_tree_bits(row.astype(np.float32), comb, init) for row in x], np.uint32).view(np.float32)
+    assert got.tobytes() == want.astype(dtype).tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])

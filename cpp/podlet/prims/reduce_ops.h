@@ -42,6 +42,14 @@ template <class T> struct ProdOp {
     else return Acc(a * b);
   }
 };
+// MaxOp / MinOp's comb on 4 lanes, bit for bit: a if a is NaN, else b if b is NaN, else
+// b where it is strictly larger (smaller), a on ties (so the scalar rule's -0 / +0).
+template <bool kMax>
+inline __m128 max_min_keep_first_nan(__m128 a, __m128 b) {
+  const __m128 wins = kMax ? _mm_cmpgt_ps(b, a) : _mm_cmplt_ps(b, a);  // false where either is NaN
+  const __m128 take_b = _mm_or_ps(wins, _mm_and_ps(_mm_cmpunord_ps(b, b), _mm_cmpord_ps(a, a)));
+  return _mm_or_ps(_mm_and_ps(take_b, b), _mm_andnot_ps(take_b, a));
+}
 // max/min propagate NaN (any NaN in the input gives NaN), like jax.lax.max.
 template <class T> struct MaxOp {
   using Acc = acc_t<T>;
@@ -50,6 +58,9 @@ template <class T> struct MaxOp {
     else return std::numeric_limits<Acc>::lowest();
   }
   static Acc comb(Acc a, Acc b) {
+    // f32 without branches (on random data a branch per element mispredicted: a row max
+    // of 49 elements took longer than its 8-lane body)
+    if constexpr (std::is_same_v<Acc, float>) return _mm_cvtss_f32(max_min_keep_first_nan<true>(_mm_set_ss(a), _mm_set_ss(b)));
     if constexpr (std::is_floating_point_v<Acc>) { if (a != a) return a; if (b != b) return b; }
     return b > a ? b : a;
   }
@@ -61,6 +72,7 @@ template <class T> struct MinOp {
     else return std::numeric_limits<Acc>::max();
   }
   static Acc comb(Acc a, Acc b) {
+    if constexpr (std::is_same_v<Acc, float>) return _mm_cvtss_f32(max_min_keep_first_nan<false>(_mm_set_ss(a), _mm_set_ss(b)));
     if constexpr (std::is_floating_point_v<Acc>) { if (a != a) return a; if (b != b) return b; }
     return b < a ? b : a;
   }
@@ -100,6 +112,16 @@ inline __m128 load4(const bf16* p) {
   return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
+// Op::comb on 4 lanes of f32 accumulators, for the ops that have one.
+template <class Op, class T>
+constexpr bool kVecComb = (std::is_same_v<T, float> || std::is_same_v<T, bf16>) &&
+                          (std::is_same_v<Op, SumOp<T>> || std::is_same_v<Op, MaxOp<T>> || std::is_same_v<Op, MinOp<T>>);
+template <class Op, class T>
+inline __m128 vcomb(__m128 a, __m128 b) {
+  if constexpr (std::is_same_v<Op, SumOp<T>>) return kernels::add_keep_first_nan(a, b);
+  else return max_min_keep_first_nan<std::is_same_v<Op, MaxOp<T>>>(a, b);
+}
+
 // Pairwise reduction of p[0..n): 8 interleaved accumulators over blocks of <= kBase,
 // halves (at a multiple of 8) above that. Same tree as NumPy's pairwise sum.
 template <class Op, class T>
@@ -113,14 +135,15 @@ typename Op::Acc pairwise(const T* p, int64_t n) {
   if (n <= kBase) {
     Acc r[8];
     int64_t i = 8;
-    if constexpr (std::is_same_v<Op, SumOp<T>> && (std::is_same_v<T, float> || std::is_same_v<T, bf16>)) {
-      // The 8 accumulators as two vectors: the same adds lane by lane (full sums and
+    if constexpr (kVecComb<Op, T>) {
+      // The 8 accumulators as two vectors: the same combines lane by lane (full sums and
       // row sums ran at ~5 GB/s as scalar compares and selects; clip_by_global_norm's
-      // sum of 21M squares was ~17 ms of a ResNet-34 step).
+      // sum of 21M squares was ~17 ms of a ResNet-34 step; maxima of Swin's rows of 49,
+      // softmax's reduce_max in an unfused graph, at 1 GB/s).
       __m128 lo = load4(p), hi = load4(p + 4);
       for (; i + 8 <= n; i += 8) {
-        lo = kernels::add_keep_first_nan(lo, load4(p + i));
-        hi = kernels::add_keep_first_nan(hi, load4(p + i + 4));
+        lo = vcomb<Op, T>(lo, load4(p + i));
+        hi = vcomb<Op, T>(hi, load4(p + i + 4));
       }
       _mm_storeu_ps(r, lo);
       _mm_storeu_ps(r + 4, hi);
