@@ -411,7 +411,7 @@ def test_row_max_min_follow_the_tree_bit_for_bit(prim, dtype):
     without branches: the bits of the scalar rule in the tree's order, where order shows:
     -0 / +0 ties keep the first, and the first NaN of the tree wins with its payload
     (signalling NaNs not quieted). Rows of every length class, many rows (a last axis of
-    49, as Swin's)."""
+    49, as Swin's), and the same rows reduced down their columns."""
     is_max = prim == "reduce_max"
     comb = _max_min_comb(is_max)
     init = int(np.array([-np.inf if is_max else np.inf], np.float32).view(np.uint32)[0])
@@ -435,6 +435,23 @@ def test_row_max_min_follow_the_tree_bit_for_bit(prim, dtype):
     got = np.asarray(bind(prim, prim_check.as_podlet(x), axes=[1]))
     want = np.array([_tree_bits(row.astype(np.float32), comb, init) for row in x], np.uint32).view(np.float32)
     assert got.tobytes() == want.astype(dtype).tobytes()
+
+    # and down columns (4 at a time): pairwise_rows' tree over the 300 rows (one chunk)
+    def rows_tree(c):
+        if len(c) <= 16:
+            a = int(c[0])
+            for v in c[1:]:
+                a = comb(a, int(v))
+            return a
+        h = len(c) // 2
+        return comb(rows_tree(c[:h]), rows_tree(c[h:]))
+    xf = x.astype(np.float32)
+    u = xf.view(np.uint32)
+    u[5, 3], u[200, 3], u[17, 10] = 0x7FC00123, 0xFFC00456, 0xFFC00789
+    x = xf.astype(dtype)
+    got = np.asarray(bind(prim, prim_check.as_podlet(x), axes=[0]))
+    want = np.array([rows_tree(x[:, j].astype(np.float32).view(np.uint32)) for j in range(49)], np.uint32)
+    assert got.tobytes() == want.view(np.float32).astype(dtype).tobytes()
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16])

@@ -162,18 +162,27 @@ typename Op::Acc pairwise(const T* p, int64_t n) {
 
 // acc[0..w) = reduce over rows r < nrows of p[r*rs + j], pairwise over rows. `scratch`
 // holds w accumulators per recursion level.
+// acc[j] = Op::comb(acc[j], q[j]) for j < w (q: T or the f32 accumulators), 4 columns at a
+// time where Op has a vector comb: the same combine per column. Column maxima ran at
+// ~3 GB/s in scalar code, column sums at 50-60.
+template <class Op, class T, class Q>
+inline void comb_columns(typename Op::Acc* acc, const Q* q, int64_t w) {
+  int64_t j = 0;
+  if constexpr (kVecComb<Op, T> && !std::is_same_v<Op, SumOp<T>>)
+    for (; j + 4 <= w; j += 4) _mm_storeu_ps(acc + j, vcomb<Op, T>(_mm_loadu_ps(acc + j), load4(q + j)));
+  for (; j < w; ++j) acc[j] = Op::comb(acc[j], load<Op>(q[j]));
+}
 template <class Op, class T>
 void pairwise_rows(const T* p, int64_t nrows, int64_t rs, int64_t w, typename Op::Acc* acc, typename Op::Acc* scratch) {
   if (nrows <= 16) {
     for (int64_t j = 0; j < w; ++j) acc[j] = load<Op>(p[j]);
-    for (int64_t r = 1; r < nrows; ++r)
-      for (int64_t j = 0; j < w; ++j) acc[j] = Op::comb(acc[j], load<Op>(p[r * rs + j]));
+    for (int64_t r = 1; r < nrows; ++r) comb_columns<Op, T>(acc, p + r * rs, w);
     return;
   }
   const int64_t h = nrows / 2;
   pairwise_rows<Op>(p, h, rs, w, acc, scratch + w);
   pairwise_rows<Op>(p + h * rs, nrows - h, rs, w, scratch, scratch + w);
-  for (int64_t j = 0; j < w; ++j) acc[j] = Op::comb(acc[j], scratch[j]);
+  comb_columns<Op, T>(acc, scratch, w);
 }
 
 // Recursion levels of pairwise_rows over n rows (each needs w scratch accumulators).
