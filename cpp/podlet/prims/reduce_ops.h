@@ -160,11 +160,9 @@ typename Op::Acc pairwise(const T* p, int64_t n) {
   return Op::comb(pairwise<Op>(p, h), pairwise<Op>(p + h, n - h));
 }
 
-// acc[0..w) = reduce over rows r < nrows of p[r*rs + j], pairwise over rows. `scratch`
-// holds w accumulators per recursion level.
 // acc[j] = Op::comb(acc[j], q[j]) for j < w (q: T or the f32 accumulators), 4 columns at a
-// time where Op has a vector comb: the same combine per column. Column maxima ran at
-// ~3 GB/s in scalar code, column sums at 50-60.
+// time for max / min: the same combine per column. Column maxima ran at ~3 GB/s in scalar
+// code, column sums at 50-60 (col_sums_avx512; sums stay as they were here).
 template <class Op, class T, class Q>
 inline void comb_columns(typename Op::Acc* acc, const Q* q, int64_t w) {
   int64_t j = 0;
@@ -172,6 +170,8 @@ inline void comb_columns(typename Op::Acc* acc, const Q* q, int64_t w) {
     for (; j + 4 <= w; j += 4) _mm_storeu_ps(acc + j, vcomb<Op, T>(_mm_loadu_ps(acc + j), load4(q + j)));
   for (; j < w; ++j) acc[j] = Op::comb(acc[j], load<Op>(q[j]));
 }
+// acc[0..w) = reduce over rows r < nrows of p[r*rs + j], pairwise over rows. `scratch`
+// holds w accumulators per recursion level.
 template <class Op, class T>
 void pairwise_rows(const T* p, int64_t nrows, int64_t rs, int64_t w, typename Op::Acc* acc, typename Op::Acc* scratch) {
   if (nrows <= 16) {
