@@ -414,84 +414,39 @@ def test_every_row_tail_gives_the_reference_bits_on_every_isa(dtype):
 
 
 @pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("C", [16, 17, 31, 49, 64, 100, 128, 129])
-def test_softmax_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
-    # The AVX-512 softmax and its backward, on rows of 16..128, take 16 rows at a time:
-    # exps and outputs run over the rows' elements as one stream (a vector's lanes may
-    # belong to two rows) and the lane sums of 16 rows reduce together. Every count of rows in the last group
-    # (1..16), special rows at every position in a group, and chunks of the parallel loop
-    # (16384 / C rows, rounded up to 16) that end mid-stream; outputs of 4 MB and more go out
-    # with non-temporal stores (C = 17, 49: a y of 4 MB + 21 rows).
+@pytest.mark.parametrize("C", [7, 16, 17, 31, 49, 64, 96, 100, 128, 129, 384])
+def test_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
+    # The AVX-512 softmax and its backward on rows of 16..128, and the LayerNorm / RMSNorm
+    # forward on any rows, take 16 rows at a time: the softmax's exps and outputs run over
+    # the rows' elements as one stream (a vector's lanes may belong to two rows), and the
+    # lane sums of 16 rows reduce together, LayerNorm's statistics as vectors. Every count
+    # of rows in the last group, special rows (NaN, infinities, -0, subnormals) at every
+    # position of a group, a row whose rounded variance goes below 0, parallel chunks of
+    # 16384 / C rows (rounded up to 16) that end mid-stream, and outputs of 4 MB and more,
+    # which go out with non-temporal stores (C = 17, 49: 4 MB + 21 rows).
     specials = _special_rows(C, 7 * C)[:9]
     rs = np.random.RandomState(C)
-    nbig = (4 << 20) // (C * dtype.itemsize) + 21 if C in (17, 49) else 2 * 16384 // C + 37
-    big = rs.normal(size=(nbig, C)).astype(np.float32) * 4
+    chunks = 2 * 16384 // C + 37
+    nbig = (4 << 20) // (C * dtype.itemsize) + 21 if C in (17, 49) else max(chunks, 160)
+    big = (rs.normal(size=(nbig, C)) * 3 + 5).astype(np.float32)
+    big[10] = 1e4 + rs.normal(size=C).astype(np.float32) * 1e-3  # sum2 / n - mu mu may round below 0
     for k, i in enumerate(range(0, nbig, max(17, nbig // 40))):  # specials land in every lane group
         big[i] = specials[k % 9]
-    cases = [big.astype(dtype)] + [big[:n].astype(dtype) for n in (1, 5, 15, 16, 17, 31, 33, 2 * 16384 // C + 37)]
-    arr = _core.Array.from_numpy
-    dy_all = rs.normal(size=big.shape).astype(np.float32).astype(dtype)
-    dy_all[3, :] = np.nan
-    dy_all[5, 2] = np.inf
-    for x in cases:
-        dy = dy_all[:x.shape[0]]
-        want, ys = {}, {}
+    dy = rs.normal(size=big.shape).astype(np.float32)
+    dy[3, 0], dy[5, 2], dy[20, 1] = np.nan, np.inf, np.inf
+    s, b = rs.normal(size=C).astype(np.float32), rs.normal(size=C).astype(np.float32)
+    for n in (1, 5, 15, 16, 17, 31, 33, chunks, nbig):
+        x, d = big[:n].astype(dtype), dy[:n].astype(dtype)
         _core.set_isa("ref")
-        for prim in ("softmax", "log_softmax"):
-            (y,) = _core.apply(prim, [arr(x)], {})
-            ys[prim] = np.asarray(y)
-            want[prim] = _nan_canonical(ys[prim])
-            want[prim + "_bwd"] = _nan_canonical(np.asarray(_core.apply(prim + "_bwd", [y, arr(dy)], {})[0]))
+        want = _all_row_kernels(x, d, s, b)
         for isa in FAST_ISAS:
             _core.set_isa(isa)
             for threads in (1, 2):
                 podlet.config.update("num_threads", threads)
-                for prim in ("softmax", "log_softmax"):
-                    (y,) = _core.apply(prim, [arr(x)], {})
-                    assert _core.norm_last_isa() == isa
-                    assert _nan_canonical(np.asarray(y)) == want[prim], (C, x.shape, isa, threads, prim)
-                    (dx,) = _core.apply(prim + "_bwd", [arr(ys[prim]), arr(dy)], {})
-                    assert _nan_canonical(np.asarray(dx)) == want[prim + "_bwd"], (C, x.shape, isa, threads, prim)
-
-
-@pytest.mark.parametrize("dtype", [F32, BF16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("C", [7, 16, 49, 96, 384])
-def test_layer_norm_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
-    # The AVX-512 LayerNorm / RMSNorm forward reduces 16 rows' sums at once and computes
-    # their statistics as vectors (the backward, row by row, is checked beside it): every fill of the last group, special rows (a NaN
-    # variance, infinities, -0 rows, subnormals, a negative rounded variance) at every
-    # position of a group, parallel chunks of 16384 / C rows rounded up to 16.
-    specials = _special_rows(C, 11 * C)[:9]
-    rs = np.random.RandomState(C)
-    big = (rs.normal(size=(max(2 * 16384 // C + 37, 160), C)) * 3 + 5).astype(np.float32)
-    big[10] = 1e4 + rs.normal(size=C).astype(np.float32) * 1e-3  # sum2 / n - mu mu may round below 0
-    for k, i in enumerate(range(0, 16 * 9, 17)):
-        big[i] = specials[k % 9]
-    s, b = rs.normal(size=C).astype(np.float32), rs.normal(size=C).astype(np.float32)
-    dy_all = rs.normal(size=big.shape).astype(np.float32)
-    dy_all[20, 1] = np.inf
-    arr = _core.Array.from_numpy
-    for n in (1, 15, 16, 17, 33, big.shape[0]):
-        x = big[:n].astype(dtype)
-        for use_mean in (1, 0):
-            a = dict(epsilon=1e-6, use_mean=use_mean, feature_ndim=1, dtype=x.dtype.name, has_scale=1,
-                     has_bias=use_mean)
-            ins = [arr(x), arr(s)] + ([arr(b)] if use_mean else [])
-            dy = arr(dy_all[:n].astype(dtype))
-
-            def both():
-                y, mean, rstd = _core.apply("layer_norm", ins, a)
-                grads = _core.apply("layer_norm_bwd", [dy, ins[0], mean, rstd, ins[1]], a)
-                return [_nan_canonical(np.asarray(o)) for o in (y, mean, rstd, *grads)]
-            _core.set_isa("ref")
-            want = both()
-            for isa in FAST_ISAS:
-                _core.set_isa(isa)
-                for threads in (1, 2):
-                    podlet.config.update("num_threads", threads)
-                    got = both()
-                    assert _core.norm_last_isa() == isa
-                    assert got == want, (C, n, use_mean, isa, threads)
+                got = _all_row_kernels(x, d, s, b)
+                assert _core.norm_last_isa() == isa
+                for k, (g, w) in enumerate(zip(got, want)):
+                    assert g == w, (C, n, isa, threads, k)
 
 
 def test_dscale_sums_over_many_blocks_in_a_fixed_order():

@@ -282,6 +282,18 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const float* mean, const
   nk::sum_partials(part.data(), nblocks, C, dscale, dbias);
 }
 
+// The lane maxima of a row of C (element j in lane j % 16; lanes past the row -inf), the
+// reference's vmax order: its max is tree_max of them.
+template <class T>
+inline __m512 max_lanes(const T* xr, int64_t C) {
+  const int64_t Cf = C / kLanes * kLanes;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  __m512 m = _mm512_set1_ps(ninf);
+  for (int64_t j = 0; j < Cf; j += kLanes) m = vmax(load16(xr + j), m);
+  if (Cf < C) m = vmax(load_tail(xr + Cf, tail16(C - Cf), ninf), m);
+  return m;
+}
+
 // Blocks of rows in three passes (maxima; exps and sums; outputs), as nk::sm_fwd.
 template <class T, bool log>
 void sm_fwd_rows(int64_t rows, int64_t C, const T* x, T* y) {
@@ -296,11 +308,7 @@ void sm_fwd_rows(int64_t rows, int64_t C, const T* x, T* y) {
     for (int64_t b0 = r0; b0 < r1; b0 += block) {
       const int64_t nr = std::min(block, r1 - b0);
       for (int64_t i = 0; i < nr; ++i) {
-        const T* xr = x + (b0 + i) * C;
-        __m512 m = _mm512_set1_ps(ninf);
-        for (int64_t j = 0; j < Cf; j += kLanes) m = vmax(load16(xr + j), m);
-        if (Cf < C) m = vmax(load_tail(xr + Cf, mt, ninf), m);
-        mx[i] = tree_max(m);
+        mx[i] = tree_max(max_lanes(x + (b0 + i) * C, C));
       }
       for (int64_t i = 0; i < nr; ++i) {
         const T* xr = x + (b0 + i) * C;
@@ -414,15 +422,8 @@ void sm_fwd_groups(int64_t rows, int64_t C, const T* x, T* y) {
     std::fill(sm + 16, sm + 32, 1.0f);
     const int64_t n = nr * C;
     const T* xg = x + g0 * C;
-    for (int64_t i = 0; i < 16; ++i) {
-      __m512 m = _mm512_set1_ps(ninf);
-      if (i < nr) {
-        const T* xr = xg + i * C;
-        for (int64_t j = 0; j < Cf; j += kLanes) m = vmax(load16(xr + j), m);
-        if (Cf < C) m = vmax(load_tail(xr + Cf, mt, ninf), m);
-      }
-      _mm512_store_ps(lanes + 16 * i, m);
-    }
+    for (int64_t i = 0; i < 16; ++i)
+      _mm512_store_ps(lanes + 16 * i, i < nr ? max_lanes(xg + i * C, C) : _mm512_set1_ps(ninf));
     _mm512_store_ps(mx, tree16<true>(lanes));
     RowWalk w(C);
     for (int64_t j = 0; j < n; j += 16, w.next())
