@@ -432,6 +432,40 @@ def test_bf16_pair_kernel_same_bits_for_any_thread_count(pairs_emulation):
         assert all(a.tobytes() == b.tobytes() for a, b in zip(one, two)), emulated
 
 
+@pytest.mark.parametrize("S", [17, 49, 64, 70])
+def test_bf16_pair_tile_softmax_edges_same_bits(S, pairs_emulation):
+    """The key tile's logits-to-pairs pass (softmax_tile: one pass in registers on the
+    instruction, plain loops emulated) on its edges: a bias with -inf entries and a large
+    spread (probabilities below f32's normal range: the exact bf16 rounding), a query row
+    of zeros (a zero max: taken again in order), a fully masked row (uniform weights),
+    key counts of one partial vector, whole vectors and two key tiles (the running max
+    rescales the first tile's sums). Emulated and on the instruction: the same bits."""
+    B, T, N, H = 2, 49, 3, 32
+    rs, q, k, v = _data(B=B, T=T, S=S, N=N, K=N, H=H, seed=11)
+    q = q * np.float32(3.0)
+    q[0, 5] = 0.0
+    bias = (rs.normal(size=(1, N, T, S)) * 40).astype(np.float32)
+    bias[0, 1, 3, :: 7] = -np.inf
+    bias[0, :, 5] = 0.0
+    mask = rs.rand(B, 1, T, S) > 0.3
+    mask[1, 0, 7] = False
+    kw = {"bias": bias, "mask": mask}
+    args = tuple(x.astype(BF16) for x in (q, k, v))
+    _core.set_attention_pairs_emulation(True)
+    emu = _pair_run(*args, kw)
+    assert _core.attention_last_isa() == "pairs_ref"
+    assert all(np.isfinite(x).all() for x in emu)
+    out = emu[0]
+    np.testing.assert_allclose(out[1, 7], args[2].astype(np.float64)[1].mean(axis=0), rtol=2e-2, atol=2e-2)
+    if HAS_BF16_PAIRS:
+        _core.set_attention_pairs_emulation(False)
+        _core.set_isa("avx512bf16")
+        hw = _pair_run(*args, kw)
+        assert _core.attention_last_isa() == "avx512bf16"
+        for name, a, b in zip(["out", "dq", "dk", "dv", "dbias"], hw, emu):
+            assert a.tobytes() == b.tobytes(), (name, np.abs(a - b).max())
+
+
 @pytest.mark.parametrize("kernel", ["widening", "pairs"])
 def test_many_heads_same_bits_for_any_thread_count(kernel, pairs_emulation):
     # Swin's windows: thousands of (batch, head) tasks, run in chunks of many tasks (as many

@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include "podlet/kernels/attention_pairs_impl.h"
 #include "podlet/kernels/bf16_lanes_avx512.h"
+#include "podlet/kernels/fastmath_avx512.h"
 
 namespace podlet::kernels {
 namespace {
@@ -63,6 +64,58 @@ struct HwPairs {
         }
         transpose16(r);
         for (int j = 0; j < nj; ++j) _mm512_mask_storeu_epi32(out + (jb + j) * ldo + pb, pm, r[j]);
+      }
+    }
+    return true;
+  }
+  // softmax_tile with a row's (at most 4) vectors in registers from the products to the
+  // pair words: one pass where the plain form made six over the row (scale and bias, mask,
+  // max, exp, sums, rounding), each with a scalar tail at Swin's 49 keys. The same
+  // operations per element, the max as vmaxps with the element first (a NaN logit is
+  // skipped, as std::max skips it), the sums in lane_tree16's order: the same bits.
+  static bool softmax_tile(float* Sc, int64_t tq, int64_t sk, const TileLogits& g, float* m, float* l, float* alpha,
+                           uint32_t* Pb) {
+    const int nv = int((sk + 15) / 16);
+    __mmask16 mk[4];
+    for (int w = 0; w < 4; ++w) mk[w] = w < nv ? tail16(std::min<int64_t>(16, sk - 16 * w)) : __mmask16(0);
+    const __m512 scale = _mm512_set1_ps(g.scale), masked = _mm512_set1_ps(kMasked<float>);
+    for (int64_t i = 0; i < tq; ++i) {
+      float* row = Sc + i * kPk;
+      const float* bias = g.bias ? g.bias + i * g.bias_ld : nullptr;
+      const uint8_t* mask = g.mask ? g.mask + i * g.mask_ld : nullptr;
+      __m512 x[4], mxv = _mm512_set1_ps(m[i]);
+#pragma GCC unroll 4
+      for (int w = 0; w < 4; ++w) {
+        if (w >= nv) break;
+        x[w] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[w], row + 16 * w), scale);
+        if (bias) x[w] = _mm512_add_ps(x[w], _mm512_maskz_loadu_ps(mk[w], bias + 16 * w));
+        if (mask) {
+          const __m128i mb = _mm_maskz_loadu_epi8(mk[w], mask + 16 * w);
+          x[w] = _mm512_mask_mov_ps(masked, _mm_test_epi8_mask(mb, mb), x[w]);
+        }
+        mxv = _mm512_mask_max_ps(mxv, mk[w], x[w], mxv);
+      }
+      float mx = _mm512_reduce_max_ps(mxv);
+      if (mx == 0.0f) {  // +0 or -0: which one depends on the order; take it in row_max's
+        for (int w = 0; w < nv; ++w) _mm512_mask_storeu_ps(row + 16 * w, mk[w], x[w]);
+        mx = row_max(m[i], row, sk);
+      }
+      alpha[i] = m[i] == -std::numeric_limits<float>::infinity() ? 0.0f : exp_a<float>(m[i] - mx);
+      m[i] = mx;
+      const __m512 mv = _mm512_set1_ps(mx);
+      __m512 e[4], acc = _mm512_setzero_ps();
+#pragma GCC unroll 4
+      for (int w = 0; w < 4; ++w) {
+        if (w >= nv) break;
+        e[w] = _mm512_maskz_mov_ps(mk[w], vexp<true>(_mm512_sub_ps(x[w], mv)));
+        acc = w ? _mm512_add_ps(acc, e[w]) : e[w];
+      }
+      l[i] = l[i] * alpha[i] + lane_tree(acc);
+      uint32_t* pr = Pb + i * (kPk / 2);
+#pragma GCC unroll 4
+      for (int w = 0; w < 4; ++w) {
+        if (w >= nv) break;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 8 * w), round16(e[w]));
       }
     }
     return true;

@@ -26,6 +26,17 @@ namespace {
 constexpr int64_t kPk = 64;  // keys per tile: 4 vectors of 16 columns
 constexpr int64_t kPq = 64;  // query rows per tile, at most (an even number: pairs along t)
 
+// The logits of a key tile's rows: product * scale, + bias row i (bias + i * bias_ld,
+// unit stride along the keys), -> kMasked where mask row i (bytes) is 0. No bias or mask:
+// nullptr. (Other masks go through Ctx::post_logits first, then scale 1.)
+struct TileLogits {
+  float scale;
+  const float* bias;
+  int64_t bias_ld;
+  const uint8_t* mask;
+  int64_t mask_ld;
+};
+
 inline uint32_t pair_bits(uint16_t even, uint16_t odd) { return uint32_t(even) | (uint32_t(odd) << 16); }
 inline int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
 // dst[h] = bf16(src[h] * f), h < n (a loop GCC vectorises: the rounding without a branch).
@@ -51,6 +62,9 @@ struct EmuPairs {
   // No vector form of pack_pairs_across or pack_cols_f32: the plain loops (the same words).
   static bool pack_across(const bf16*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { return false; }
   static bool pack_cols(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
+  static bool softmax_tile(float*, int64_t, int64_t, const TileLogits&, float*, float*, float*, uint32_t*) {
+    return false;
+  }
   static P bcast(uint32_t a) {
     P v;
     for (int l = 0; l < 16; ++l) { v.x[2 * l] = uint16_t(a & 0xffffu); v.x[2 * l + 1] = uint16_t(a >> 16); }
@@ -201,6 +215,48 @@ inline void pack_cols(const float* X, int64_t ldx, int64_t rows, int64_t cols, u
   if (!Be::pack_cols(X, ldx, rows, cols, out, ldo)) pack_cols_f32(X, ldx, rows, cols, out, ldo);
 }
 
+// x[0..16) summed by nk::tree's halving tree (lane l with l + w for w = 8, 4, 2, 1, the
+// lower lane first): a vector build's lane_tree.
+inline float lane_tree16(const float* x) {
+  float v[8], a[4];
+  for (int i = 0; i < 8; ++i) v[i] = x[i] + x[i + 8];
+  for (int i = 0; i < 4; ++i) a[i] = v[i] + v[i + 4];
+  return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
+// One key tile of the forward's online softmax, rows [0, tq) of Sc (the products Q . K^T
+// over sk <= kPk keys, kPk apart): each row's logits (TileLogits), its running max m and
+// sum l updated, alpha[i] the factor its accumulator is rescaled by, and its
+// probabilities exp(logit - max) rounded to bf16 pair rows in Pb (kPk / 2 words apart, an
+// odd sk's last word paired with zero). A row's exps are summed in 16 lanes (element j in
+// lane j % 16, in order of j) combined by lane_tree16: the order a 16-lane build keeps in
+// registers, where one sum per row in order of j ran at the add latency.
+template <class Be>
+void softmax_tile(float* Sc, int64_t tq, int64_t sk, const TileLogits& g, float* m, float* l, float* alpha,
+                  uint32_t* Pb) {
+  if (Be::softmax_tile(Sc, tq, sk, g, m, l, alpha, Pb)) return;
+  for (int64_t i = 0; i < tq; ++i) {
+    float* row = Sc + i * kPk;
+    for (int64_t j = 0; j < sk; ++j) {
+      float x = row[j] * g.scale;
+      if (g.bias) x += g.bias[i * g.bias_ld + j];
+      if (g.mask && !g.mask[i * g.mask_ld + j]) x = kMasked<float>;
+      row[j] = x;
+    }
+    const float mx = row_max(m[i], row, sk);
+    alpha[i] = m[i] == -std::numeric_limits<float>::infinity() ? 0.0f : exp_a<float>(m[i] - mx);
+    m[i] = mx;
+    float lanes[16] = {};
+    for (int64_t j = 0; j < sk; ++j) {
+      const float e = exp_a<float>(row[j] - mx);
+      lanes[j % 16] = j < 16 ? e : lanes[j % 16] + e;
+      row[j] = e;
+    }
+    l[i] = l[i] * alpha[i] + lane_tree16(lanes);
+  }
+  pack_rows_f32(Sc, kPk, tq, sk, Pb, kPk / 2);
+}
+
 template <class Be>
 void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse) {
   Ctx<bf16, float> c(p, q, k, v);
@@ -209,11 +265,14 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
   // arithmetic depends on the key tiles only.
   const int64_t nt = (p.T + kPq - 1) / kPq, tqn = (p.T + nt - 1) / nt;
   const int64_t grain = p.B * p.N >= 16 * num_threads() ? task_grain(p.B * p.N, nt) : 1;
+  // Logits softmax_tile forms itself: no mask but Swin's rows of booleans, a bias (if any)
+  // contiguous along the keys.
+  const bool simple = (!c.masked || c.mask_rows) && (!p.bias || p.bias_st[3] == 1);
   parallel_for(p.B * p.N * nt, grain, [&](int64_t lo, int64_t hi) {
     LocalVec<uint32_t> Kp(nst * HP * kPk), Vp(nst * (kPk / 2) * HC);
     LocalVec<uint32_t> Qb(tqn * HP), Pb(tqn * kPk / 2);
     // Sc has whole blocks of 8 rows: row_sums reads them.
-    LocalVec<float> Sc((tqn + 7) / 8 * 8 * kPk), O(tqn * HC), m(tqn), l(tqn), alpha(tqn), sums(tqn);
+    LocalVec<float> Sc(tqn * kPk), O(tqn * HC), m(tqn), l(tqn), alpha(tqn);
     int64_t cached = -1;
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / (p.N * nt), n = task / nt % p.N, t0 = task % nt * tqn;
@@ -237,9 +296,21 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
       for (int64_t s0 = 0; s0 < send; s0 += kPk) {
         const int64_t sk = std::min(kPk, send - s0), st = s0 / kPk;
         pair_rows<Be, 0>(tq, up16(sk), Qb.data(), HP, HP, Kp.data() + st * HP * kPk, kPk, Sc.data(), kPk);
-        c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
-        Ctx<bf16, float>::online_softmax(Sc.data(), tq, sk, m.data(), l.data(), alpha.data(), sums.data());
-        pack_rows_f32(Sc.data(), kPk, tq, sk, Pb.data(), kPk / 2);
+        TileLogits g{1.0f, nullptr, 0, nullptr, 0};
+        if (simple) {  // the scale, a unit-stride bias and Swin's row mask in the tile's one pass
+          g.scale = c.scale;
+          if (p.bias) {
+            g.bias = static_cast<const float*>(p.bias) + b * p.bias_st[0] + n * p.bias_st[1] + t0 * p.bias_st[2] + s0;
+            g.bias_ld = p.bias_st[2];
+          }
+          if (p.mask) {
+            g.mask = reinterpret_cast<const uint8_t*>(c.mask_row(b, n, t0, s0));
+            g.mask_ld = p.mask_st[2];
+          }
+        } else {
+          c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
+        }
+        softmax_tile<Be>(Sc.data(), tq, sk, g, m.data(), l.data(), alpha.data(), Pb.data());
         if (s0 == 0)  // the first tile starts the sums (the rescaled zeros they replace)
           pair_rows<Be, 0>(tq, HC, Pb.data(), kPk / 2, (sk + 1) / 2, Vp.data(), HC, O.data(), HC);
         else

@@ -36,5 +36,19 @@ inline __m512i bf16_bits_epi32(__m512 v) {
 // The 16 bf16 words packed.
 inline __m256i bf16_words(__m512 v) { return _mm512_cvtepi32_epi16(bf16_bits_epi32(v)); }
 
+// f32_to_bf16_bits on the lanes of m (the others are not stored, so not checked).
+inline __m256i round16(__m512 v, __mmask16 m = 0xffff) {
+#if defined(__AVX512BF16__)
+  // vcvtneps2bf16 rounds to nearest even like f32_to_bf16_bits for every f32 but NaNs (it
+  // keeps their payload) and subnormals (it flushes them): those vectors take the integer
+  // sequence.
+  if (__builtin_expect(_mm512_mask_fpclass_ps_mask(m, v, 0xa1) == 0, 1))  // QNaN | SNaN | subnormal
+    return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
+#else
+  (void)m;
+#endif
+  return bf16_words(v);
+}
+
 }  // namespace
 }  // namespace podlet::kernels

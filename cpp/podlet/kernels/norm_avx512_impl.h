@@ -17,6 +17,7 @@
 #pragma once
 #include <immintrin.h>
 #include "podlet/kernels/bf16_lanes_avx512.h"
+#include "podlet/kernels/fastmath_avx512.h"
 #include "podlet/kernels/norm_impl.h"
 
 // GCC 12 reports the `__Y = __Y` idiom of the intrinsics' undefined vectors (the widening,
@@ -40,20 +41,6 @@ using nk::kSmBlockElems;
 template <class T>
 inline __m512 load_tail(const T* p, __mmask16 m, float pad) {
   return _mm512_mask_blend_ps(m, _mm512_set1_ps(pad), maskload16(p, m));
-}
-
-// f32_to_bf16_bits on the lanes of m (the others are not stored, so not checked).
-inline __m256i round16(__m512 v, __mmask16 m = 0xffff) {
-#if defined(__AVX512BF16__)
-  // vcvtneps2bf16 rounds to nearest even like f32_to_bf16_bits for every f32 but NaNs (it
-  // keeps their payload) and subnormals (it flushes them): those vectors take the integer
-  // sequence.
-  if (__builtin_expect(_mm512_mask_fpclass_ps_mask(m, v, 0xa1) == 0, 1))  // QNaN | SNaN | subnormal
-    return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v));
-#else
-  (void)m;
-#endif
-  return bf16_words(v);
 }
 
 template <class O>
@@ -82,31 +69,6 @@ inline float tree_max(__m512 v) { return nk::tree_max(half(v, 0), half(v, 1)); }
 // max(x, m) as the reference writes it, x > m ? x : m (vmaxps returns its second operand
 // for a NaN or two zeros: the same).
 inline __m512 vmax(__m512 x, __m512 m) { return _mm512_max_ps(x, m); }
-// nk::vexp (fm::exp) on 16 lanes, the same operations (so the same bits; 2^n by
-// vscalefps, one rounding as the two exact halves give it), with the clamps as vmaxps /
-// vminps and the NaN lanes put back by one masked move: GCC wrote the reference's
-// selects as compare-and-blend pairs, and on Zen 4 (zmm ops double-pumped) the softmax of
-// short rows is bound by the exp's instruction count. NONPOS: x is known <= 0 or NaN (a
-// softmax's x - max), so the upper clamp is moot.
-template <bool NONPOS = false>
-inline __m512 vexp(__m512 x) {
-  __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // x > lo ? x : lo: a NaN becomes lo
-  if constexpr (!NONPOS) xc = _mm512_min_ps(xc, _mm512_set1_ps(89.0f));
-  const __m512 fn = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f)),
-                                  _mm512_set1_ps(12582912.0f));
-  __m512 r = _mm512_fmadd_ps(fn, _mm512_set1_ps(-0.693359375f), xc);
-  r = _mm512_fmadd_ps(fn, _mm512_set1_ps(2.12194440e-4f), r);
-  const __m512 z = _mm512_mul_ps(r, r);
-  __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500E-4f), r, _mm512_set1_ps(1.3981999507E-3f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073E-3f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894E-2f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459E-1f));
-  q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201E-1f));
-  q = _mm512_add_ps(_mm512_fmadd_ps(q, z, r), _mm512_set1_ps(1.0f));
-  const __m512 y = _mm512_scalef_ps(q, fn);
-  return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
-}
-
 // The lane vectors of 16 rows (lanes[r * 16 + l]: row r's lane l) each combined by
 // nk::tree's pairs in its order (lane l with l + w for w = 8, 4, 2, 1, the lower lane
 // first; MAX: nk::tree_max's "hi > lo ? hi : lo", vmaxps(hi, lo)), all 16 at once: each
