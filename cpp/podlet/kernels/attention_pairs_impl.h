@@ -61,6 +61,7 @@ struct EmuPairs {
   static P loadp(const uint32_t* p) { P v; std::memcpy(v.x, p, sizeof v.x); return v; }
   // No vector form of pack_pairs_across or pack_cols_f32: the plain loops (the same words).
   static bool pack_across(const bf16*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { return false; }
+  static bool pack_rows(const bf16*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
   static bool pack_cols(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
   static bool softmax_tile(float*, int64_t, int64_t, const TileLogits&, float*, float*, float*, uint32_t*) {
     return false;
@@ -144,13 +145,18 @@ void pair_rows(int64_t rows, int64_t ncol, const uint32_t* A, int64_t lda, int64
 // operand is [pairs][cols][2]: pair row i holds (X[2i][c], X[2i+1][c]) per column c.
 // The loops are plain stores of words (or GCC-vectorised ones): scalar element-by-element
 // packing cost more than the products at Swin's 49-token windows.
-inline void pack_rows(const bf16* X, int64_t ldx, int64_t rows, int64_t n, uint32_t* out, int64_t ldo) {
+inline void pack_rows_plain(const bf16* X, int64_t ldx, int64_t rows, int64_t n, uint32_t* out, int64_t ldo) {
   for (int64_t i = 0; i < rows; ++i) {
     const uint16_t* __restrict x = &X[i * ldx].bits;
     uint16_t* __restrict o = reinterpret_cast<uint16_t*>(out + i * ldo);  // a word's low half is the even element
     for (int64_t j = 0; j < n; ++j) o[j] = x[j];
     if (n % 2) o[n] = 0;
   }
+}
+// pack_rows_plain through the backend's vector form when it has one (the same words).
+template <class Be>
+inline void pack_rows(const bf16* X, int64_t ldx, int64_t rows, int64_t n, uint32_t* out, int64_t ldo) {
+  if (!Be::pack_rows(X, ldx, rows, n, out, ldo)) pack_rows_plain(X, ldx, rows, n, out, ldo);
 }
 // f32 rows rounded to bf16 pairs.
 inline void pack_rows_f32(const float* X, int64_t ldx, int64_t rows, int64_t n, uint32_t* out, int64_t ldo) {
@@ -288,7 +294,7 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
         }
         cached = b * p.K + kh;
       }
-      pack_rows(q + ((b * p.T + t0) * p.N + n) * H, p.N * H, tq, H, Qb.data(), HP);
+      pack_rows<Be>(q + ((b * p.T + t0) * p.N + n) * H, p.N * H, tq, H, Qb.data(), HP);
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.end(), 0.0f);
       const int64_t send = c.key_end(t0, tq);
@@ -325,8 +331,9 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
           narrow_row(O.data() + i * HC, H, 1.0f / l[i], dst);
         else
           std::fill(dst, dst + H, bf16(0.0f));
-        lse[(b * p.N + n) * p.T + t] = m[i] + log_a<float>(l[i]);
       }
+      float* lr = lse + (b * p.N + n) * p.T + t0;  // a loop of its own: GCC vectorises fm::log
+      for (int64_t i = 0; i < tq; ++i) lr[i] = m[i] + log_a<float>(l[i]);
     }
   });
 }
@@ -380,8 +387,8 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
           for (int64_t h = 0; h < H; ++h) d = fmadd(float(dOh[t * ldd + h]), float(o_row(t)[h]), d);
           D[g * T_ + t] = d;
         }
-        pack_rows(qh, p.N * H, T_, H, Qr.data() + g * T_ * HP, HP);
-        pack_rows(dOh, ldd, T_, H, dOr.data() + g * T_ * HP, HP);
+        pack_rows<Be>(qh, p.N * H, T_, H, Qr.data() + g * T_ * HP, HP);
+        pack_rows<Be>(dOh, ldd, T_, H, dOr.data() + g * T_ * HP, HP);
         pack_pairs_down(qh, p.N * H, T_, H, HC, Qv.data() + g * TP * HC);
         pack_pairs_down(dOh, ldd, T_, H, HC, dOv.data() + g * TP * HC);
       }
