@@ -135,6 +135,63 @@ struct HwPairs {
     }
     return true;
   }
+  // row_dots_plain's lanes as one register per row (masked loads widen bf16: the lanes
+  // past n add fma(0, 0, acc) = acc, acc never -0 from its +0 start).
+  static bool row_dots(const bf16* X, int64_t ldx, const bf16* Y, int64_t ldy, int64_t rows, int64_t n, float* D) {
+    for (int64_t t = 0; t < rows; ++t) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t h = 0; h < n; h += 16) {
+        const __mmask16 m = tail16(std::min<int64_t>(16, n - h));
+        acc = _mm512_fmadd_ps(maskload16(X + t * ldx + h, m), maskload16(Y + t * ldy + h, m), acc);
+      }
+      D[t] = lane_tree(acc);
+    }
+    return true;
+  }
+  // The backward's tile from the products to the score gradient's pair rows, a row's
+  // vectors in registers: the logits as softmax_tile forms them, P = exp(logit - L[i])
+  // (1/S on a fully masked row, as Ctx::score_grad_row) into Sc, dS = P (dP - D[i]) (0
+  // where masked) into dbias's row if set, dS * scale into dS and rounded into dSb. The
+  // same operations per element as post_logits + score_grad_row + pack_rows_f32: the same
+  // bits.
+  static bool grad_tile(float* Sc, float* dS, int64_t tq, int64_t sk, const TileLogits& g, const float* L,
+                        const float* D, float uniform, float* dbias, int64_t dbias_ld, float scale, uint32_t* dSb) {
+    const int nv = int((sk + 15) / 16);
+    __mmask16 mk[4];
+    for (int w = 0; w < 4; ++w) mk[w] = w < nv ? tail16(std::min<int64_t>(16, sk - 16 * w)) : __mmask16(0);
+    const __m512 lscale = _mm512_set1_ps(g.scale), dscale = _mm512_set1_ps(scale);
+    const __m512 masked = _mm512_set1_ps(kMasked<float>);
+    for (int64_t i = 0; i < tq; ++i) {
+      float* prow = Sc + i * kPk;
+      float* drow = dS + i * kPk;
+      const float* bias = g.bias ? g.bias + i * g.bias_ld : nullptr;
+      const uint8_t* mask = g.mask ? g.mask + i * g.mask_ld : nullptr;
+      const bool flat = L[i] <= kMasked<float> * 0.5f;
+      const __m512 lv = _mm512_set1_ps(L[i]), dv = _mm512_set1_ps(D[i]);
+      uint32_t* pr = dSb + i * (kPk / 2);
+#pragma GCC unroll 4
+      for (int w = 0; w < 4; ++w) {
+        if (w >= nv) break;
+        const __mmask16 m = mk[w];
+        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, prow + 16 * w), lscale);
+        if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias + 16 * w));
+        __mmask16 ok = m;
+        if (mask) {
+          const __m128i mb = _mm_maskz_loadu_epi8(m, mask + 16 * w);
+          ok = _mm_test_epi8_mask(mb, mb);
+          x = _mm512_mask_mov_ps(masked, ok, x);
+        }
+        const __m512 pv = flat ? _mm512_set1_ps(uniform) : vexp(_mm512_sub_ps(x, lv));
+        _mm512_mask_storeu_ps(prow + 16 * w, m, pv);
+        const __m512 gr = _mm512_maskz_mov_ps(ok, _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(drow + 16 * w), dv)));
+        if (dbias) _mm512_mask_storeu_ps(dbias + i * dbias_ld + 16 * w, m, gr);
+        const __m512 ds = _mm512_mul_ps(gr, dscale);
+        _mm512_mask_storeu_ps(drow + 16 * w, m, ds);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 8 * w), round16(_mm512_maskz_mov_ps(m, ds)));
+      }
+    }
+    return true;
+  }
   // 16 x 16 transpose of 32-bit words (rows r[0..15] become columns).
   static void transpose16(__m512i r[16]) {
     __m512i t[16];

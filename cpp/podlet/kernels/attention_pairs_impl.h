@@ -62,6 +62,11 @@ struct EmuPairs {
   // No vector form of pack_pairs_across or pack_cols_f32: the plain loops (the same words).
   static bool pack_across(const bf16*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { return false; }
   static bool pack_rows(const bf16*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
+  static bool row_dots(const bf16*, int64_t, const bf16*, int64_t, int64_t, int64_t, float*) { return false; }
+  static bool grad_tile(float*, float*, int64_t, int64_t, const TileLogits&, const float*, const float*, float, float*,
+                        int64_t, float, uint32_t*) {
+    return false;
+  }
   static bool pack_cols(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
   static bool softmax_tile(float*, int64_t, int64_t, const TileLogits&, float*, float*, float*, uint32_t*) {
     return false;
@@ -230,6 +235,42 @@ inline float lane_tree16(const float* x) {
   return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
+// Whether a tile's logits are a TileLogits (the scale, a bias contiguous along the keys,
+// Swin's rows of booleans; no other mask), and that of rows t0.. of head n from key s0.
+inline bool simple_logits(const Ctx<bf16, float>& c) {
+  return (!c.masked || c.mask_rows) && (!c.p.bias || c.p.bias_st[3] == 1);
+}
+inline TileLogits tile_logits(const Ctx<bf16, float>& c, int64_t b, int64_t n, int64_t t0, int64_t s0) {
+  const Attn& p = c.p;
+  TileLogits g{float(c.scale), nullptr, 0, nullptr, 0};
+  if (p.bias) {
+    g.bias = static_cast<const float*>(p.bias) + b * p.bias_st[0] + n * p.bias_st[1] + t0 * p.bias_st[2] + s0;
+    g.bias_ld = p.bias_st[2];
+  }
+  if (p.mask) {
+    g.mask = reinterpret_cast<const uint8_t*>(c.mask_row(b, n, t0, s0));
+    g.mask_ld = p.mask_st[2];
+  }
+  return g;
+}
+
+// D[t] = sum_h X[t][h] Y[t][h] for t < rows (bf16 rows ldx / ldy apart, n elements):
+// fused multiply-adds into 16 lanes (element h in lane h % 16, in order of h, from +0)
+// combined by lane_tree16, the order a 16-lane build keeps in registers (one chain per
+// row in order of h ran scalar, ~5% of the backward at Swin's windows).
+inline void row_dots_plain(const bf16* X, int64_t ldx, const bf16* Y, int64_t ldy, int64_t rows, int64_t n, float* D) {
+  for (int64_t t = 0; t < rows; ++t) {
+    float lanes[16] = {};
+    for (int64_t h = 0; h < n; ++h)
+      lanes[h % 16] = fmadd(float(X[t * ldx + h]), float(Y[t * ldy + h]), lanes[h % 16]);
+    D[t] = lane_tree16(lanes);
+  }
+}
+template <class Be>
+inline void row_dots(const bf16* X, int64_t ldx, const bf16* Y, int64_t ldy, int64_t rows, int64_t n, float* D) {
+  if (!Be::row_dots(X, ldx, Y, ldy, rows, n, D)) row_dots_plain(X, ldx, Y, ldy, rows, n, D);
+}
+
 // One key tile of the forward's online softmax, rows [0, tq) of Sc (the products Q . K^T
 // over sk <= kPk keys, kPk apart): each row's logits (TileLogits), its running max m and
 // sum l updated, alpha[i] the factor its accumulator is rescaled by, and its
@@ -271,9 +312,7 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
   // arithmetic depends on the key tiles only.
   const int64_t nt = (p.T + kPq - 1) / kPq, tqn = (p.T + nt - 1) / nt;
   const int64_t grain = p.B * p.N >= 16 * num_threads() ? task_grain(p.B * p.N, nt) : 1;
-  // Logits softmax_tile forms itself: no mask but Swin's rows of booleans, a bias (if any)
-  // contiguous along the keys.
-  const bool simple = (!c.masked || c.mask_rows) && (!p.bias || p.bias_st[3] == 1);
+  const bool simple = simple_logits(c);
   parallel_for(p.B * p.N * nt, grain, [&](int64_t lo, int64_t hi) {
     LocalVec<uint32_t> Kp(nst * HP * kPk), Vp(nst * (kPk / 2) * HC);
     LocalVec<uint32_t> Qb(tqn * HP), Pb(tqn * kPk / 2);
@@ -303,19 +342,8 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
         const int64_t sk = std::min(kPk, send - s0), st = s0 / kPk;
         pair_rows<Be, 0>(tq, up16(sk), Qb.data(), HP, HP, Kp.data() + st * HP * kPk, kPk, Sc.data(), kPk);
         TileLogits g{1.0f, nullptr, 0, nullptr, 0};
-        if (simple) {  // the scale, a unit-stride bias and Swin's row mask in the tile's one pass
-          g.scale = c.scale;
-          if (p.bias) {
-            g.bias = static_cast<const float*>(p.bias) + b * p.bias_st[0] + n * p.bias_st[1] + t0 * p.bias_st[2] + s0;
-            g.bias_ld = p.bias_st[2];
-          }
-          if (p.mask) {
-            g.mask = reinterpret_cast<const uint8_t*>(c.mask_row(b, n, t0, s0));
-            g.mask_ld = p.mask_st[2];
-          }
-        } else {
-          c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
-        }
+        if (simple) g = tile_logits(c, b, n, t0, s0);
+        else c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
         softmax_tile<Be>(Sc.data(), tq, sk, g, m.data(), l.data(), alpha.data(), Pb.data());
         if (s0 == 0)  // the first tile starts the sums (the rescaled zeros they replace)
           pair_rows<Be, 0>(tq, HC, Pb.data(), kPk / 2, (sk + 1) / 2, Vp.data(), HC, O.data(), HC);
@@ -343,6 +371,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
                const bf16* dout, bf16* dq, bf16* dk, bf16* dv, float* dbias) {
   Ctx<bf16, float> c(p, q, k, v);
   const int64_t H = p.H, HP = (H + 1) / 2, HC = up16(H), G = c.G, T_ = p.T, TP = (T_ + 1) / 2;
+  const bool simple = simple_logits(c);
   // One task per (batch, kv head), as the widening kernel: key tiles outer, the G heads'
   // query tiles inner, each probability recomputed once.
   parallel_for(p.B * p.K, task_grain(p.B * p.K, 1), [&](int64_t lo, int64_t hi) {
@@ -369,24 +398,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
           ldd = H;
         }
         for (int64_t t = 0; t < T_; ++t) L[g * T_ + t] = lse[(b * p.N + n) * T_ + t];
-        // D[t] = sum_h dO[t][h] O[t][h], one fused multiply-add chain per row in h order;
-        // eight rows' chains interleaved (one at a time ran at the FMA latency).
-        auto o_row = [&](int64_t t) { return out + ((b * T_ + t) * p.N + n) * H; };
-        int64_t t = 0;
-        for (; t + 8 <= T_; t += 8) {
-          float d8[8] = {};
-          const bf16 *gr[8], *orr[8];
-          for (int r = 0; r < 8; ++r) { gr[r] = dOh + (t + r) * ldd; orr[r] = o_row(t + r); }
-          for (int64_t h = 0; h < H; ++h)
-#pragma GCC unroll 8
-            for (int r = 0; r < 8; ++r) d8[r] = fmadd(float(gr[r][h]), float(orr[r][h]), d8[r]);
-          for (int r = 0; r < 8; ++r) D[g * T_ + t + r] = d8[r];
-        }
-        for (; t < T_; ++t) {
-          float d = 0.0f;
-          for (int64_t h = 0; h < H; ++h) d = fmadd(float(dOh[t * ldd + h]), float(o_row(t)[h]), d);
-          D[g * T_ + t] = d;
-        }
+        row_dots<Be>(dOh, ldd, out + (b * T_ * p.N + n) * H, p.N * H, T_, H, D.data() + g * T_);
         pack_rows<Be>(qh, p.N * H, T_, H, Qr.data() + g * T_ * HP, HP);
         pack_rows<Be>(dOh, ldd, T_, H, dOr.data() + g * T_ * HP, HP);
         pack_pairs_down(qh, p.N * H, T_, H, HC, Qv.data() + g * TP * HC);
@@ -411,19 +423,25 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
           for (int64_t t0 = tstart; t0 < T_; t0 += kPq) {
             const int64_t tq = std::min(kPq, T_ - t0), tqp = (tq + 1) / 2;
             pair_rows<Be, 0>(tq, nc, Qr.data() + (g * T_ + t0) * HP, HP, HP, Kp.data(), kPk, Sc.data(), kPk);
-            c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
             pair_rows<Be, 0>(tq, nc, dOr.data() + (g * T_ + t0) * HP, HP, HP, Vh.data(), kPk, dS.data(), kPk);
-            for (int64_t i = 0; i < tq; ++i) {
-              const int64_t t = t0 + i;
-              float* prow = Sc.data() + i * kPk;
-              float* drow = dS.data() + i * kPk;
-              c.score_grad_row(b, n, t, s0, sk, L[g * T_ + t], D[g * T_ + t], prow, drow, dbias);
-              for (int64_t j = 0; j < sk; ++j) drow[j] *= c.scale;
+            // Sc: the probabilities, dS: the score gradient times the scale, dSb: dS's pair rows.
+            if (!simple || !Be::grad_tile(Sc.data(), dS.data(), tq, sk, tile_logits(c, b, n, t0, s0), L.data() + g * T_ + t0,
+                                          D.data() + g * T_ + t0, 1.0f / float(p.S),
+                                          dbias ? dbias + ((b * p.N + n) * T_ + t0) * p.S + s0 : nullptr, p.S, c.scale,
+                                          dSb.data())) {
+              c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
+              for (int64_t i = 0; i < tq; ++i) {
+                const int64_t t = t0 + i;
+                float* prow = Sc.data() + i * kPk;
+                float* drow = dS.data() + i * kPk;
+                c.score_grad_row(b, n, t, s0, sk, L[g * T_ + t], D[g * T_ + t], prow, drow, dbias);
+                for (int64_t j = 0; j < sk; ++j) drow[j] *= c.scale;
+              }
+              pack_rows_f32(dS.data(), kPk, tq, sk, dSb.data(), kPk / 2);
             }
             // dV += P^T . dO and dK += dS^T . Q (pairs along t), dQ += dS . K (pairs along s).
             pack_cols<Be>(Sc.data(), kPk, tq, sk, PT.data(), kPq / 2);
             pack_cols<Be>(dS.data(), kPk, tq, sk, dST.data(), kPq / 2);
-            pack_rows_f32(dS.data(), kPk, tq, sk, dSb.data(), kPk / 2);
             const uint32_t* dOt = dOv.data() + (g * TP + t0 / 2) * HC;
             const uint32_t* Qt = Qv.data() + (g * TP + t0 / 2) * HC;
             if (kv_started) {
