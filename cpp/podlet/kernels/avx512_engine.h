@@ -38,6 +38,7 @@
 #include "podlet/kernels/bf16_lanes_avx512.h"
 #include "podlet/kernels/engine_common.h"
 #include "podlet/kernels/gemm.h"
+#include "podlet/kernels/stream_out.h"
 #include "podlet/parallel.h"
 
 namespace podlet {  // array.h's pooled raw buffers, declared here so no template of array.h is instantiated
@@ -254,13 +255,12 @@ inline void store_out16(DType d, void* out, int64_t off, __m512 v, bool stream) 
     else _mm256_storeu_si256(p, bf16_round16(v));
   }
 }
-// store_out for large outputs written once (at least kStreamOutBytes): non-temporal
-// stores for the whole 16-element groups of an aligned row (32 bytes for bf16, 64 for
+// store_out for large outputs written once (at least kStreamOutBytes, stream_out.h):
+// non-temporal stores for the whole 16-element groups of an aligned row (32 bytes for bf16, 64 for
 // f32), so the lines are not read for ownership first (stride-2 56->128 backward-data:
 // dx rows were ~5% of its time; the 1-channel stem's forward is store-bound) and do not
 // evict the operands; plain stores elsewhere.
 // Same values. The caller fences (_mm_sfence) before its task ends.
-constexpr int64_t kStreamOutBytes = int64_t(4) << 20;
 inline void store_out_stream(DType d, void* out, int64_t off, const float* s, int64_t n) {
   const int64_t full = n & ~int64_t(15);
   if (d == DType::f32) {

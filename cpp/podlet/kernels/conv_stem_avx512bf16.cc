@@ -124,7 +124,7 @@ void fwd(const ConvGeom& q, const uint16_t* x, const uint16_t* w, DType yd, void
   // [0, wp): pixel ow's pair j reads columns ow * sw + 2j, + 1.
   const int64_t wp = (q.Wo - 1) * q.sw + 2 * kwp;
   const int64_t rows_out = q.N * q.Ho, ntask = cdiv(rows_out, kFwdRows);
-  const bool stream = q.N * q.Ho * q.Wo * O * (yd == DType::f32 ? 4 : 2) >= avx512::kStreamOutBytes;
+  const bool stream = q.N * q.Ho * q.Wo * O * (yd == DType::f32 ? 4 : 2) >= kStreamOutBytes;
   const double flops = 2.0 * double(rows_out) * double(q.Wo) * double(O) * double(KH * KW);
   engine::run_tasks<FwdScratch>(ntask, flops >= 4e6, [&](int64_t task, FwdScratch& s) {
     const int64_t r0 = task * kFwdRows, r1 = imin(rows_out, r0 + kFwdRows);

@@ -19,6 +19,7 @@
 #include "podlet/kernels/bf16_lanes_avx512.h"
 #include "podlet/kernels/fastmath_avx512.h"
 #include "podlet/kernels/norm_impl.h"
+#include "podlet/kernels/stream_out.h"
 
 // GCC 12 reports the `__Y = __Y` idiom of the intrinsics' undefined vectors (the widening,
 // shift and shuffle intrinsics, inlined into these lambdas) as maybe-uninitialized or
@@ -336,12 +337,12 @@ inline void group_store(T* p, int64_t j, int64_t n, __m512 v, bool stream) {
   else store(p + j, v);
 }
 // A large output goes out with non-temporal stores, as the fused elementwise outputs do
-// (kernels' kStreamOutBytes, 4 MB): written once, not read here, so not read for
+// (kStreamOutBytes, stream_out.h): written once, not read here, so not read for
 // ownership first. A group starts at 16 C elements (32 C bytes, 64 C for f32), so every
 // whole vector of it is aligned when the output is.
 template <class T>
 inline bool stream_groups(int64_t rows, int64_t C, const T* out) {
-  return rows * C * int64_t(sizeof(T)) >= (int64_t(4) << 20) && !(reinterpret_cast<uintptr_t>(out) & (16 * sizeof(T) - 1));
+  return rows * C * int64_t(sizeof(T)) >= kStreamOutBytes && !(reinterpret_cast<uintptr_t>(out) & (16 * sizeof(T) - 1));
 }
 // Parallel over groups of 16 rows: fn(first row, rows in the group) for each, in tasks of
 // about kChunkElems elements; the task fences its non-temporal stores.

@@ -20,6 +20,7 @@
 #include "podlet/prims/fused_ops.h"
 #include "podlet/prims/reduce_ops.h"
 #include "podlet/cpu/isa.h"
+#include "podlet/kernels/stream_out.h"
 #include <memory>
 #include <immintrin.h>
 
@@ -194,15 +195,13 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
   std::vector<std::vector<int>> stores(S);  // outputs to store from this slot
   std::vector<std::vector<int>> sums(S);  // reduced outputs summing this slot
   std::vector<int> reduced_outs;
-  // Outputs of at least kStreamMin bytes are written with non-temporal stores (through a
-  // tile in storage layout, so not straight from the instruction): they leave the cache
-  // before anyone reads them anyway, and skipping the write-allocate read saved ~1-2% of
-  // a ResNet-34 bf16 step (paired runs; 1 and 16 MB thresholds measured no better).
-  constexpr int64_t kStreamMin = int64_t(4) << 20;
+  // Outputs of at least kStreamOutBytes (kernels/stream_out.h) are written with
+  // non-temporal stores, through a tile in storage layout (not straight from the
+  // instruction).
   std::vector<char> stream(p.outs.size(), 0);
   bool any_stream = false;
   for (size_t o = 0; o < p.outs.size(); ++o) {
-    stream[o] = !p.reduced[o] && int64_t(out[o].nbytes()) >= kStreamMin;
+    stream[o] = !p.reduced[o] && int64_t(out[o].nbytes()) >= kernels::kStreamOutBytes;
     any_stream |= bool(stream[o]);
   }
   for (size_t o = 0; o < p.outs.size(); ++o) {
