@@ -15,8 +15,10 @@ first-stage MLP, [96, 384] summed over 50,176 positions), and every distinct con
 ResNet-34 at 224x224x1 input (stem 7x7/2 1->64, the 3x3 layers at 56/28/14/7 including
 the stride-2 ones, the 1x1/2 projections) at --batch (default 32), in forward,
 backward-data and backward-filter; the fused attention primitive forward and backward at
-ViT's L = 197 and Swin's window L = 49, head dims 32 and 64. The machine is shared: each figure is the best of
---reps runs. Results also go to bench/results/kernels.json. A figure for notes, not a test.
+ViT's L = 197 and Swin's window L = 49, head dims 32 and 64, and Swin's shifted windows
+(L = 49, H = 32, with the relative position bias and the shift's mask). The machine is
+shared: each figure is the best of --reps runs. Results also go to
+bench/results/kernels.json. A figure for notes, not a test.
 """
 import argparse
 import os
@@ -117,7 +119,7 @@ def conv_cases(rng, batch, dtype):
 def attention_cases(rng, batch, dtype):
     """The fused attention primitive forward and backward (prims/attention.cc): ViT's
     global attention (L = 197) and Swin's 7x7 windows (L = 49, batch x 64 windows), head
-    dims 32 and 64, 3 heads. FLOPs are the four (forward) and ten (backward) T x S x H
+    dims 32 and 64, 3 heads; and Swin's shifted windows with their bias and mask. FLOPs are the four (forward) and ten (backward) T x S x H
     products a plain attention does, whatever the kernel recomputes."""
     out = []
     for label, B, L in (("ViT L=197", batch, 197), ("Swin win L=49", batch * 64 // 8, 49)):
@@ -130,6 +132,20 @@ def attention_cases(rng, batch, dtype):
             out.append((f"attention fwd {label} H={H} B={B}", ("dot_product_attention", [q, k, v], attrs), f))
             out.append((f"attention bwd {label} H={H} B={B}",
                         ("dot_product_attention_bwd", [q, k, v, o, lse, g], attrs), 2.5 * f))
+    # Swin's shifted windows as models/swin.py calls them: the relative position bias
+    # [1, heads, 49, 49] and the shift's boolean mask per window (the backward also
+    # writes the bias gradient [B, heads, 49, 49]).
+    B, L, H = batch * 64 // 8, 49, 32
+    q, k, v, g = (arr(rng.standard_normal((B, L, 3, H)).astype(dtype)) for _ in range(4))
+    bias = arr(rng.standard_normal((1, 3, L, L)).astype(np.float32))
+    mask = arr(rng.random((B, 1, L, L)) > 0.3)
+    attrs = {"scale": 1.0 / np.sqrt(H), "causal": 0, "has_bias": 1, "has_mask": 1}
+    o, lse = _core.apply("dot_product_attention", [q, k, v, bias, mask], attrs)
+    f = 4.0 * B * 3 * L * L * H
+    label = f"Swin shifted L=49 H={H} B={B}"
+    out.append((f"attention fwd {label}", ("dot_product_attention", [q, k, v, bias, mask], attrs), f))
+    out.append((f"attention bwd {label}",
+                ("dot_product_attention_bwd", [q, k, v, bias, mask, o, lse, g], attrs), 2.5 * f))
     return out
 
 

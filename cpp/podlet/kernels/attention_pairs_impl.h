@@ -59,7 +59,8 @@ struct EmuPairs {
   static void store(float* p, const V& v) { std::memcpy(p, v.x, sizeof v.x); }
   static V scale(V v, float a) { for (float& f : v.x) f *= a; return v; }
   static P loadp(const uint32_t* p) { P v; std::memcpy(v.x, p, sizeof v.x); return v; }
-  // No vector form of pack_pairs_across or pack_cols_f32: the plain loops (the same words).
+  // No vector forms: the plain loops of pack_across, pack_rows, row_dots, grad_tile,
+  // pack_cols and softmax_tile run, and define the words and bits the vector forms give.
   static bool pack_across(const bf16*, int64_t, int64_t, int64_t, int64_t, uint32_t*) { return false; }
   static bool pack_rows(const bf16*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
   static bool row_dots(const bf16*, int64_t, const bf16*, int64_t, int64_t, int64_t, float*) { return false; }
@@ -316,7 +317,6 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
   parallel_for(p.B * p.N * nt, grain, [&](int64_t lo, int64_t hi) {
     LocalVec<uint32_t> Kp(nst * HP * kPk), Vp(nst * (kPk / 2) * HC);
     LocalVec<uint32_t> Qb(tqn * HP), Pb(tqn * kPk / 2);
-    // Sc has whole blocks of 8 rows: row_sums reads them.
     LocalVec<float> Sc(tqn * kPk), O(tqn * HC), m(tqn), l(tqn), alpha(tqn);
     int64_t cached = -1;
     for (int64_t task = lo; task < hi; ++task) {
@@ -425,10 +425,10 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
             pair_rows<Be, 0>(tq, nc, Qr.data() + (g * T_ + t0) * HP, HP, HP, Kp.data(), kPk, Sc.data(), kPk);
             pair_rows<Be, 0>(tq, nc, dOr.data() + (g * T_ + t0) * HP, HP, HP, Vh.data(), kPk, dS.data(), kPk);
             // Sc: the probabilities, dS: the score gradient times the scale, dSb: dS's pair rows.
-            if (!simple || !Be::grad_tile(Sc.data(), dS.data(), tq, sk, tile_logits(c, b, n, t0, s0), L.data() + g * T_ + t0,
-                                          D.data() + g * T_ + t0, 1.0f / float(p.S),
-                                          dbias ? dbias + ((b * p.N + n) * T_ + t0) * p.S + s0 : nullptr, p.S, c.scale,
-                                          dSb.data())) {
+            float* dbias_rows = dbias ? dbias + ((b * p.N + n) * T_ + t0) * p.S + s0 : nullptr;
+            if (!simple || !Be::grad_tile(Sc.data(), dS.data(), tq, sk, tile_logits(c, b, n, t0, s0),
+                                          L.data() + g * T_ + t0, D.data() + g * T_ + t0, 1.0f / float(p.S),
+                                          dbias_rows, p.S, c.scale, dSb.data())) {
               c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
               for (int64_t i = 0; i < tq; ++i) {
                 const int64_t t = t0 + i;
