@@ -65,7 +65,7 @@ inline void store_tail(O* p, __mmask16 m, __m512 v) {
 inline nk::f32x8 half(__m512 v, int h) {
   return reinterpret_cast<nk::f32x8>(h ? _mm512_extractf32x8_ps(v, 1) : _mm512_castps512_ps256(v));
 }
-inline float tree(__m512 v) { return nk::tree(half(v, 0), half(v, 1)); }
+inline float tree(__m512 v) { return lane_tree(v); }  // nk::tree on a zmm (fastmath_avx512.h)
 inline float tree_max(__m512 v) { return nk::tree_max(half(v, 0), half(v, 1)); }
 // max(x, m) as the reference writes it, x > m ? x : m (vmaxps returns its second operand
 // for a NaN or two zeros: the same).
