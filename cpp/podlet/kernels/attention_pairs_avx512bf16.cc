@@ -83,6 +83,27 @@ struct HwPairs {
     }
     return true;
   }
+  // The lanes of a tile's key vectors (mk[w] for w < 4: the first sk keys); returns how
+  // many vectors hold keys.
+  static int key_masks(int64_t sk, __mmask16 mk[4]) {
+    const int nv = int((sk + 15) / 16);
+    for (int w = 0; w < 4; ++w) mk[w] = w < nv ? tail16(std::min<int64_t>(16, sk - 16 * w)) : __mmask16(0);
+    return nv;
+  }
+  // The logits of row i's key vector w (lanes m) from its products in row (TileLogits:
+  // times the scale, plus the bias, kMasked where the mask is 0); ok: the lanes of m the
+  // mask allows.
+  static __m512 logits16(const float* row, int64_t i, int w, __mmask16 m, const TileLogits& g, __mmask16& ok) {
+    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, row + 16 * w), _mm512_set1_ps(g.scale));
+    if (g.bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, g.bias + i * g.bias_ld + 16 * w));
+    ok = m;
+    if (g.mask) {
+      const __m128i mb = _mm_maskz_loadu_epi8(m, g.mask + i * g.mask_ld + 16 * w);
+      ok = _mm_test_epi8_mask(mb, mb);
+      x = _mm512_mask_mov_ps(_mm512_set1_ps(kMasked<float>), ok, x);
+    }
+    return x;
+  }
   // softmax_tile with a row's (at most 4) vectors in registers from the products to the
   // pair words: one pass where the plain form made six over the row (scale and bias, mask,
   // max, exp, sums, rounding), each with a scalar tail at Swin's 49 keys. The same
@@ -90,24 +111,16 @@ struct HwPairs {
   // skipped, as std::max skips it), the sums in lane_tree16's order: the same bits.
   static bool softmax_tile(float* Sc, int64_t tq, int64_t sk, const TileLogits& g, float* m, float* l, float* alpha,
                            uint32_t* Pb) {
-    const int nv = int((sk + 15) / 16);
     __mmask16 mk[4];
-    for (int w = 0; w < 4; ++w) mk[w] = w < nv ? tail16(std::min<int64_t>(16, sk - 16 * w)) : __mmask16(0);
-    const __m512 scale = _mm512_set1_ps(g.scale), masked = _mm512_set1_ps(kMasked<float>);
+    const int nv = key_masks(sk, mk);
     for (int64_t i = 0; i < tq; ++i) {
       float* row = Sc + i * kPk;
-      const float* bias = g.bias ? g.bias + i * g.bias_ld : nullptr;
-      const uint8_t* mask = g.mask ? g.mask + i * g.mask_ld : nullptr;
       __m512 x[4], mxv = _mm512_set1_ps(m[i]);
 #pragma GCC unroll 4
       for (int w = 0; w < 4; ++w) {
         if (w >= nv) break;
-        x[w] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[w], row + 16 * w), scale);
-        if (bias) x[w] = _mm512_add_ps(x[w], _mm512_maskz_loadu_ps(mk[w], bias + 16 * w));
-        if (mask) {
-          const __m128i mb = _mm_maskz_loadu_epi8(mk[w], mask + 16 * w);
-          x[w] = _mm512_mask_mov_ps(masked, _mm_test_epi8_mask(mb, mb), x[w]);
-        }
+        __mmask16 ok;
+        x[w] = logits16(row, i, w, mk[w], g, ok);
         mxv = _mm512_mask_max_ps(mxv, mk[w], x[w], mxv);
       }
       float mx = _mm512_reduce_max_ps(mxv);
@@ -156,16 +169,12 @@ struct HwPairs {
   // bits.
   static bool grad_tile(float* Sc, float* dS, int64_t tq, int64_t sk, const TileLogits& g, const float* L,
                         const float* D, float uniform, float* dbias, int64_t dbias_ld, float scale, uint32_t* dSb) {
-    const int nv = int((sk + 15) / 16);
     __mmask16 mk[4];
-    for (int w = 0; w < 4; ++w) mk[w] = w < nv ? tail16(std::min<int64_t>(16, sk - 16 * w)) : __mmask16(0);
-    const __m512 lscale = _mm512_set1_ps(g.scale), dscale = _mm512_set1_ps(scale);
-    const __m512 masked = _mm512_set1_ps(kMasked<float>);
+    const int nv = key_masks(sk, mk);
+    const __m512 dscale = _mm512_set1_ps(scale);
     for (int64_t i = 0; i < tq; ++i) {
       float* prow = Sc + i * kPk;
       float* drow = dS + i * kPk;
-      const float* bias = g.bias ? g.bias + i * g.bias_ld : nullptr;
-      const uint8_t* mask = g.mask ? g.mask + i * g.mask_ld : nullptr;
       const bool flat = L[i] <= kMasked<float> * 0.5f;
       const __m512 lv = _mm512_set1_ps(L[i]), dv = _mm512_set1_ps(D[i]);
       uint32_t* pr = dSb + i * (kPk / 2);
@@ -173,14 +182,8 @@ struct HwPairs {
       for (int w = 0; w < 4; ++w) {
         if (w >= nv) break;
         const __mmask16 m = mk[w];
-        __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, prow + 16 * w), lscale);
-        if (bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, bias + 16 * w));
-        __mmask16 ok = m;
-        if (mask) {
-          const __m128i mb = _mm_maskz_loadu_epi8(m, mask + 16 * w);
-          ok = _mm_test_epi8_mask(mb, mb);
-          x = _mm512_mask_mov_ps(masked, ok, x);
-        }
+        __mmask16 ok;
+        const __m512 x = logits16(prow, i, w, m, g, ok);
         const __m512 pv = flat ? _mm512_set1_ps(uniform) : vexp(_mm512_sub_ps(x, lv));
         _mm512_mask_storeu_ps(prow + 16 * w, m, pv);
         const __m512 gr = _mm512_maskz_mov_ps(ok, _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(drow + 16 * w), dv)));
