@@ -9,6 +9,7 @@
 #include "podlet/ir/memory_plan.h"
 #include "podlet/ir/optim_fusion.h"
 #include "podlet/ir/pool_fusion.h"
+#include "podlet/ir/copy_fusion.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/convert.h"
@@ -127,6 +128,16 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     fuse_pool_selection(g, &pools);
     return pools;
   }, py::arg("graph"), "How many max-pools fuse_pool_selection rewrites in the graph.");
+  m.def("fuse_copies", [](const Graph& g) { return fuse_copies(g); }, py::arg("graph"),
+        "A copy of the graph whose chains of slices, concatenations, transposes, reversals and reshapes that keep "
+        "the last dimension whole run as one gather_rows copy (bit-identical results).");
+  m.def("copy_fusion_stats", [](const Graph& g) {
+    CopyFusionStats s;
+    fuse_copies(g, &s);
+    py::dict d;
+    d["chains"] = s.chains; d["copies_removed"] = s.copies_removed;
+    return d;
+  }, py::arg("graph"), "How many chain ends fuse_copies rewrites and how many copying nodes it removes.");
   m.def("maxpool_select_fast_calls", &kernels::maxpool_select_fast_calls,
         "reduce_window_argmax / scatter_add_at_argmax calls run by the AVX-512 kernels since start (kernels/pool.h).");
   m.def("optimizer_fusion_stats", [](const Graph& g) {

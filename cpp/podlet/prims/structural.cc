@@ -647,6 +647,61 @@ static Register reg_iota("iota", PrimDef{
     },
     .zero_grad = true});
 
+// ---- gather_rows (ir/copy_fusion.h) ---------------------------------------------------
+// gather_rows(x, rows; shape) -> out of `shape`: out viewed as [R, C] (C = the last dim of
+// shape and of x) takes its row r from row rows[r] of x viewed as [numel(x) / C, C]
+// (rows: int32 [R]). The copy-fusion pass writes it for a chain of slices,
+// concatenations, transposes, reversals and reshapes that all keep the last dim whole
+// (Swin's cyclic shift and window partition): one pass over the data instead of one per
+// op. Only executable graphs hold it (no VJP, no batching rule).
+
+std::vector<AVal> gather_rows_shape(const std::vector<AVal>& in, const Attrs& a) {
+  check_arity(in, 2);
+  const Shape s = a.ints("shape");
+  for (auto d : s) if (d < 0) throw ShapeError(fmt("shape ", shape_str(s), " has a negative dimension"));
+  if (s.empty() || in[0].shape.empty()) throw ShapeError("gather_rows needs arrays of rank >= 1");
+  const int64_t C = s.back();
+  if (in[0].shape.back() != C)
+    throw ShapeError(fmt("gather_rows: operand shape ", shape_str(in[0].shape), " and output shape ", shape_str(s),
+                         " must have the same last dimension"));
+  if (in[1].dtype != DType::i32 || in[1].shape.size() != 1)
+    throw DTypeError(fmt("gather_rows: rows must be a 1-d int32 array, got ", dtype_name(in[1].dtype),
+                         shape_str(in[1].shape)));
+  const int64_t R = C ? numel(s) / C : 0;
+  if (in[1].shape[0] != R)
+    throw ShapeError(fmt("gather_rows: rows has ", in[1].shape[0], " entries, expected ", R, " (one per row of ",
+                         shape_str(s), ")"));
+  return {AVal{in[0].dtype, s}};
+}
+
+void gather_rows_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs&) {
+  const int64_t C = out[0].shape().back(), R = C ? out[0].size() / C : 0;
+  const int64_t src_rows = C ? in[0].size() / C : 0;
+  const int32_t* rows = in[1].data<int32_t>();
+  for (int64_t r = 0; r < R; ++r)
+    if (rows[r] < 0 || rows[r] >= src_rows)
+      throw ValueError(fmt("gather_rows: rows[", r, "] = ", rows[r], " is outside the operand's ", src_rows, " rows"));
+  const size_t row_bytes = size_t(C) * itemsize(in[0].dtype());
+  const char* src = static_cast<const char*>(in[0].raw());
+  char* dst = static_cast<char*>(out[0].raw());
+  // Runs of consecutive source rows (a window's row of tokens) go as one memcpy.
+  parallel_for(R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e;) {
+      int64_t n = 1;
+      while (r + n < e && rows[r + n] == rows[r] + n) ++n;
+      std::memcpy(dst + size_t(r) * row_bytes, src + size_t(rows[r]) * row_bytes, size_t(n) * row_bytes);
+      r += n;
+    }
+  });
+}
+
+static Register reg_gather_rows("gather_rows", PrimDef{
+    .shape = gather_rows_shape,
+    .kernel = gather_rows_kernel,
+    .vjp = nullptr,  // written by ir/copy_fusion.cc into graphs about to run, after autodiff
+    .flops = nullptr,
+    .no_batch_reason = "gather_rows exists only in executable graphs (ir/copy_fusion.cc), which vmap never sees"});
+
 // ---- stop_gradient / copy -------------------------------------------------------------
 
 static Register reg_stop_gradient("stop_gradient", PrimDef{

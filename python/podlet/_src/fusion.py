@@ -1,7 +1,9 @@
 """The graph jit executes: the traced graph with the optimizer's follow-up ops folded
 into the fused AdamW primitive (cpp/podlet/ir/optim_fusion.h: apply_updates' add and an
 EMA of the new params), max-pool gradients reading the selection their forward pass made
-(cpp/podlet/ir/pool_fusion.h) and then elementwise chains fused (cpp/podlet/ir/fusion.h), built
+(cpp/podlet/ir/pool_fusion.h), chains of row-moving copies (a roll, a window partition)
+made one gather (cpp/podlet/ir/copy_fusion.h) and then elementwise chains fused
+(cpp/podlet/ir/fusion.h), built
 once per cache entry. Only concrete execution uses it: a graph inlined into an outer
 trace (grad of a jit'd function, nested jit) stays unfused, so autodiff never sees a
 fused node. pmap runs the same passes; its executor runs a fused node over every
@@ -11,7 +13,8 @@ Values the backward pass reads are recomputed there from the forward pass's
 inputs before fusion (cpp/podlet/ir/remat.h), so fusion folds the recomputation into
 the backward pass's own passes; PODLET_REMAT=0 keeps them instead.
 
-PODLET_FUSION=0 in the environment turns every pass off (read at each call, so tests
+PODLET_COPY_FUSION=0 turns the copy fusion alone off (for A/B runs); PODLET_FUSION=0 in
+the environment turns every pass off (read at each call, so tests
 can flip it). config.allow_excess_precision (part of jit's cache key) marks the fused
 nodes to keep bf16 intermediates in f32.
 """
@@ -33,6 +36,12 @@ def _fuse_pools(graph):
     return _core.fuse_pool_selection(graph) if hasattr(_core, "fuse_pool_selection") else graph
 
 
+def _fuse_copies(graph):
+    if not hasattr(_core, "fuse_copies") or os.environ.get("PODLET_COPY_FUSION", "1").lower() in ("0", "false", "no", "off"):
+        return graph
+    return _core.fuse_copies(graph)
+
+
 def remat_enabled():
     return os.environ.get("PODLET_REMAT", "1").lower() not in ("0", "false", "no", "off")
 
@@ -41,7 +50,7 @@ def _passes(graph):
     g = _fuse_pools(_fuse_optimizer(graph))
     if remat_enabled():
         g = _core.rematerialize(g)
-    return _core.fuse_elementwise(g, excess_precision=bool(flags["allow_excess_precision"]))
+    return _core.fuse_elementwise(_fuse_copies(g), excess_precision=bool(flags["allow_excess_precision"]))
 
 
 def executable_graph(entry):
