@@ -10,6 +10,7 @@
 #include "podlet/ir/optim_fusion.h"
 #include "podlet/ir/pool_fusion.h"
 #include "podlet/ir/copy_fusion.h"
+#include "podlet/ir/attention_views.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
 #include "podlet/kernels/convert.h"
@@ -138,6 +139,16 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     d["chains"] = s.chains; d["copies_removed"] = s.copies_removed;
     return d;
   }, py::arg("graph"), "How many chain ends fuse_copies rewrites and how many copying nodes it removes.");
+  m.def("fuse_attention_views", [](const Graph& g) { return fuse_attention_views(g); }, py::arg("graph"),
+        "A copy of the graph whose fused attention nodes read q, k, v sliced from one projection in place and write "
+        "dq, dk, dv into the concatenation of their gradients (bit-identical results).");
+  m.def("attention_view_stats", [](const Graph& g) {
+    AttentionViewStats s;
+    fuse_attention_views(g, &s);
+    py::dict d;
+    d["views"] = s.views; d["packed"] = s.packed;
+    return d;
+  }, py::arg("graph"), "How many attention inputs fuse_attention_views reads in place and how many gradients it packs.");
   m.def("maxpool_select_fast_calls", &kernels::maxpool_select_fast_calls,
         "reduce_window_argmax / scatter_add_at_argmax calls run by the AVX-512 kernels since start (kernels/pool.h).");
   m.def("optimizer_fusion_stats", [](const Graph& g) {

@@ -135,26 +135,13 @@ Graph fuse_copies(const Graph& g, CopyFusionStats* stats) {
     ++st.chains;
   }
   if (st.chains) {
-    // Drop the row moves nothing reads any more (latest first, so a chain goes whole).
-    std::vector<int> nread(out.num_values(), 0);
-    for (auto& n : out.nodes)
-      for (int u : n.in) ++nread[u];
-    for (int v : out.outputs) ++nread[v];
-    std::vector<char> drop(N, 0);
-    for (int i = N - 1; i >= 0; --i) {
-      const Node& n = out.nodes[i];
-      if (n.prim->name == "gather_rows" || move[i] == Move::none || nread[n.out[0]]) continue;
-      drop[i] = 1;
-      if (move[i] == Move::copy) ++st.copies_removed;
-      for (int u : n.in) --nread[u];
-    }
-    std::vector<Node> kept;
-    for (int i = 0; i < N; ++i)
-      if (!drop[i]) kept.push_back(std::move(out.nodes[i]));
-    out.nodes = std::move(kept);
-    std::fill(out.producer.begin(), out.producer.end(), -1);
-    for (size_t i = 0; i < out.nodes.size(); ++i)
-      for (int u : out.nodes[i].out) out.producer[u] = int(i);
+    out.dce();  // the chains' nodes nothing else reads
+    auto copies = [](const Graph& x) {
+      int c = 0;
+      for (auto& n : x.nodes) c += row_move(n, x) == Move::copy;
+      return c;
+    };
+    st.copies_removed = copies(g) - copies(out);
   }
   if (stats) *stats = st;
   return out;

@@ -25,7 +25,7 @@ constexpr int64_t kMinRowBytes = 64;
 
 struct CopyFusionStats {
   int chains = 0;        // chain ends rewritten as gather_rows
-  int copies_removed = 0;  // copying nodes the rewritten chains held (before dead-node removal)
+  int copies_removed = 0;  // copying nodes gone from the graph (those read by others stay)
 };
 
 // A copy of g with the rewrite above; g is unchanged.

@@ -45,6 +45,17 @@ struct Attn {
   int64_t mask_st[4] = {0, 0, 0, 0};
   const int32_t* qlen = nullptr;
   const int32_t* kvlen = nullptr;
+  // Elements between consecutive tokens' rows of q, k, v and of dq, dk, dv (0: packed,
+  // N * H or K * H). Larger when they are views of one [B, T, 3, N, H] projection and
+  // parts of its gradient (ir/attention_views.h); batch b's rows start at b * T * ld
+  // (b * S * ld). out and dout are always packed.
+  int64_t q_ld = 0, k_ld = 0, v_ld = 0, dq_ld = 0, dk_ld = 0, dv_ld = 0;
+  int64_t ldq() const { return q_ld ? q_ld : N * H; }
+  int64_t ldk() const { return k_ld ? k_ld : K * H; }
+  int64_t ldv() const { return v_ld ? v_ld : K * H; }
+  int64_t lddq() const { return dq_ld ? dq_ld : N * H; }
+  int64_t lddk() const { return dk_ld ? dk_ld : K * H; }
+  int64_t lddv() const { return dv_ld ? dv_ld : K * H; }
 };
 
 // out [B, T, N, H] (T), lse [B, N, T] (A).

@@ -280,16 +280,16 @@ struct Ctx {
   void load_q(int64_t b, int64_t n, int64_t t0, int64_t tq, A* Q) const {
     const int64_t H = p.H;
     for (int64_t i = 0; i < tq; ++i) {
-      const T* src = q + ((b * p.T + t0 + i) * p.N + n) * H;
+      const T* src = q + (b * p.T + t0 + i) * p.ldq() + n * H;
       for (int64_t h = 0; h < H; ++h) Q[i * H + h] = A(widen(src[h]));
     }
   }
 
   // key rows [s0, s0+sk) of kv head kh: transposed Kt [H][kSk], and row-major Kr [sk][H]
-  void load_kv(const T* x, int64_t b, int64_t kh, int64_t s0, int64_t sk, A* rows) const {
+  void load_kv(const T* x, int64_t ld, int64_t b, int64_t kh, int64_t s0, int64_t sk, A* rows) const {
     const int64_t H = p.H;
     for (int64_t j = 0; j < sk; ++j) {
-      const T* src = x + ((b * p.S + s0 + j) * p.K + kh) * H;
+      const T* src = x + (b * p.S + s0 + j) * ld + kh * H;
       for (int64_t h = 0; h < H; ++h) rows[j * H + h] = A(widen(src[h]));
     }
   }
@@ -375,18 +375,18 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
       if (b * p.K + kh != cached) {
         for (int64_t st = 0; st < nst; ++st) {
           const int64_t s0 = st * kSk, sk = std::min(kSk, p.S - s0);
-          c.load_kv(k, b, kh, s0, sk, Kr.data());
+          c.load_kv(k, p.ldk(), b, kh, s0, sk, Kr.data());
           Ctx<T, A>::transpose(Kr.data(), sk, H, Kt.data() + st * H * kSk);
-          if (!kInPlace) c.load_kv(v, b, kh, s0, sk, V.data() + st * kSk * H);
+          if (!kInPlace) c.load_kv(v, p.ldv(), b, kh, s0, sk, V.data() + st * kSk * H);
         }
         cached = b * p.K + kh;
       }
-      // f32 query and value rows are read in place (rows N * H and K * H apart).
+      // f32 query and value rows are read in place (rows ldq() and ldv() apart).
       const A* Qp = Q.data();
       int64_t ldq = H;
       if constexpr (kInPlace) {
-        Qp = reinterpret_cast<const A*>(q) + ((b * p.T + t0) * p.N + n) * H;
-        ldq = p.N * H;
+        Qp = reinterpret_cast<const A*>(q) + (b * p.T + t0) * p.ldq() + n * H;
+        ldq = p.ldq();
       } else {
         c.load_q(b, n, t0, tq, Q.data());
       }
@@ -397,9 +397,9 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
       for (int64_t s0 = 0; s0 < send; s0 += kSk) {
         const int64_t sk = std::min(kSk, send - s0);
         const A* Ktile = Kt.data() + s0 / kSk * H * kSk;
-        const A* Vtile = kInPlace ? reinterpret_cast<const A*>(v) + ((b * p.S + s0) * p.K + kh) * H
+        const A* Vtile = kInPlace ? reinterpret_cast<const A*>(v) + (b * p.S + s0) * p.ldv() + kh * H
                                   : V.data() + s0 / kSk * kSk * H;
-        const int64_t ldv = kInPlace ? p.K * H : H;
+        const int64_t ldv = kInPlace ? p.ldv() : H;
         c.logits(b, n, t0, tq, s0, sk, Qp, Ktile, Sc.data(), ldq);
         A sums[kTq];
         Ctx<T, A>::online_softmax(Sc.data(), tq, sk, m.data(), l.data(), alpha.data(), sums);
@@ -464,9 +464,9 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
       std::fill(dQ.begin(), dQ.end(), A(0));
       for (int64_t s0 = 0; s0 < p.S; s0 += kSk) {
         const int64_t sk = std::min(kSk, p.S - s0);
-        c.load_kv(k, b, kh, s0, sk, Kr.data());
+        c.load_kv(k, p.ldk(), b, kh, s0, sk, Kr.data());
         Ctx<T, A>::transpose(Kr.data(), sk, H, Kt.data());
-        c.load_kv(v, b, kh, s0, sk, Vr.data());
+        c.load_kv(v, p.ldv(), b, kh, s0, sk, Vr.data());
         Ctx<T, A>::transpose(Vr.data(), sk, H, Vt.data());
         std::fill(dK.begin(), dK.end(), A(0));
         std::fill(dV.begin(), dV.end(), A(0));
@@ -533,15 +533,15 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
             }
         }
         for (int64_t j = 0; j < sk; ++j) {
-          T* dks = dk + ((b * p.S + s0 + j) * p.K + kh) * H;
-          T* dvs = dv + ((b * p.S + s0 + j) * p.K + kh) * H;
+          T* dks = dk + (b * p.S + s0 + j) * p.lddk() + kh * H;
+          T* dvs = dv + (b * p.S + s0 + j) * p.lddv() + kh * H;
           for (int64_t h = 0; h < H; ++h) { dks[h] = narrow<T, A>(dK[j * H + h]); dvs[h] = narrow<T, A>(dV[j * H + h]); }
         }
       }
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = kh * G + g;
         for (int64_t t = 0; t < T_; ++t) {
-          T* dst = dq + ((b * T_ + t) * p.N + n) * H;
+          T* dst = dq + (b * T_ + t) * p.lddq() + n * H;
           const A* src = dQ.data() + (g * T_ + t) * H;
           for (int64_t h = 0; h < H; ++h) dst[h] = narrow<T, A>(src[h]);
         }

@@ -325,15 +325,14 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
       if (b * p.K + kh != cached) {  // K and V of this (batch, kv head), packed once per chunk
         for (int64_t st = 0; st < nst; ++st) {
           const int64_t s0 = st * kPk, sk = std::min(kPk, p.S - s0);
-          const bf16* kr = k + ((b * p.S + s0) * p.K + kh) * H;
-          const bf16* vr = v + ((b * p.S + s0) * p.K + kh) * H;
-          const int64_t ld = p.K * H;
-          pack_across<Be>(kr, ld, sk, H, kPk, Kp.data() + st * HP * kPk);
-          pack_pairs_down(vr, ld, sk, H, HC, Vp.data() + st * (kPk / 2) * HC);
+          const bf16* kr = k + (b * p.S + s0) * p.ldk() + kh * H;
+          const bf16* vr = v + (b * p.S + s0) * p.ldv() + kh * H;
+          pack_across<Be>(kr, p.ldk(), sk, H, kPk, Kp.data() + st * HP * kPk);
+          pack_pairs_down(vr, p.ldv(), sk, H, HC, Vp.data() + st * (kPk / 2) * HC);
         }
         cached = b * p.K + kh;
       }
-      pack_rows<Be>(q + ((b * p.T + t0) * p.N + n) * H, p.N * H, tq, H, Qb.data(), HP);
+      pack_rows<Be>(q + (b * p.T + t0) * p.ldq() + n * H, p.ldq(), tq, H, Qb.data(), HP);
       std::fill(m.begin(), m.end(), -std::numeric_limits<float>::infinity());
       std::fill(l.begin(), l.end(), 0.0f);
       const int64_t send = c.key_end(t0, tq);
@@ -383,7 +382,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
       const int64_t b = task / p.K, kh = task % p.K;
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = kh * G + g;
-        const bf16* qh = q + (b * T_ * p.N + n) * H;
+        const bf16* qh = q + b * T_ * p.ldq() + n * H;
         // dO's rows read in place, or copied with the rows past the query length zeroed
         // (zero output rows: nothing flows back).
         const bf16* dOh = dout + (b * T_ * p.N + n) * H;
@@ -399,9 +398,9 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
         }
         for (int64_t t = 0; t < T_; ++t) L[g * T_ + t] = lse[(b * p.N + n) * T_ + t];
         row_dots<Be>(dOh, ldd, out + (b * T_ * p.N + n) * H, p.N * H, T_, H, D.data() + g * T_);
-        pack_rows<Be>(qh, p.N * H, T_, H, Qr.data() + g * T_ * HP, HP);
+        pack_rows<Be>(qh, p.ldq(), T_, H, Qr.data() + g * T_ * HP, HP);
         pack_rows<Be>(dOh, ldd, T_, H, dOr.data() + g * T_ * HP, HP);
-        pack_pairs_down(qh, p.N * H, T_, H, HC, Qv.data() + g * TP * HC);
+        pack_pairs_down(qh, p.ldq(), T_, H, HC, Qv.data() + g * TP * HC);
         pack_pairs_down(dOh, ldd, T_, H, HC, dOv.data() + g * TP * HC);
       }
       // The first key tile's products start dQ (every row is visited there: no causal skip
@@ -410,12 +409,11 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
       if (p.S == 0) std::fill(dQ.begin(), dQ.end(), 0.0f);
       for (int64_t s0 = 0; s0 < p.S; s0 += kPk) {
         const int64_t sk = std::min(kPk, p.S - s0), nc = up16(sk), skp = (sk + 1) / 2;
-        const bf16* kr = k + ((b * p.S + s0) * p.K + kh) * H;
-        const bf16* vr = v + ((b * p.S + s0) * p.K + kh) * H;
-        const int64_t ld = p.K * H;
-        pack_across<Be>(kr, ld, sk, H, kPk, Kp.data());
-        pack_across<Be>(vr, ld, sk, H, kPk, Vh.data());
-        pack_pairs_down(kr, ld, sk, H, HC, Kv.data());
+        const bf16* kr = k + (b * p.S + s0) * p.ldk() + kh * H;
+        const bf16* vr = v + (b * p.S + s0) * p.ldv() + kh * H;
+        pack_across<Be>(kr, p.ldk(), sk, H, kPk, Kp.data());
+        pack_across<Be>(vr, p.ldv(), sk, H, kPk, Vh.data());
+        pack_pairs_down(kr, p.ldk(), sk, H, HC, Kv.data());
         bool kv_started = false;
         const int64_t tstart = c.skip_causal ? s0 / kPq * kPq : 0;  // rows t < s0 see none of this tile
         for (int64_t g = 0; g < G; ++g) {
@@ -467,8 +465,8 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
           std::fill(dV.begin(), dV.end(), 0.0f);
         }
         for (int64_t j = 0; j < sk; ++j) {
-          bf16* dks = dk + ((b * p.S + s0 + j) * p.K + kh) * H;
-          bf16* dvs = dv + ((b * p.S + s0 + j) * p.K + kh) * H;
+          bf16* dks = dk + (b * p.S + s0 + j) * p.lddk() + kh * H;
+          bf16* dvs = dv + (b * p.S + s0 + j) * p.lddv() + kh * H;
           narrow_row(dK.data() + j * HC, H, 1.0f, dks);
           narrow_row(dV.data() + j * HC, H, 1.0f, dvs);
         }
@@ -476,7 +474,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = kh * G + g;
         for (int64_t t = 0; t < T_; ++t) {
-          bf16* dst = dq + ((b * T_ + t) * p.N + n) * H;
+          bf16* dst = dq + (b * T_ + t) * p.lddq() + n * H;
           const float* src = dQ.data() + (g * T_ + t) * HC;
           narrow_row(src, H, 1.0f, dst);
         }

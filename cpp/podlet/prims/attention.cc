@@ -15,9 +15,19 @@
 // recomputes the probabilities from (it carries no gradient, as jax's return_residual
 // is stop_gradient'ed). dlogits [B, N, T, S] (accumulation type) only with a bias: the
 // VJP sums it down to the bias's shape.
+//
+// Executable graphs may read q, k and v as views and write dq, dk and dv into one array
+// (ir/attention_views.h: Swin's qkv projection split into three and its gradient
+// concatenated back). Attrs then: qkv_views = [q_off, q_ld, k_off, k_ld, v_off, v_ld]
+// with q_shape and kv_shape: the first three inputs are the arrays the views read (row
+// (b, t) of q at q_off + (b * T + t) * q_ld, N * H elements); and, on the backward node,
+// dqkv = [dq_off, dk_off, dv_off, ld] with dqkv_shape: its first output is that one array
+// (rows of ld elements holding dq, dk and dv side by side) instead of dq, dk, dv.
 #include "podlet/prims/common.h"
 #include "podlet/ir/batch_ops.h"
 #include "podlet/kernels/attention.h"
+#include <algorithm>
+#include <array>
 #include <cfloat>
 
 namespace podlet {
@@ -31,7 +41,29 @@ struct Layout {
   size_t n_opt = 0;
 };
 
-Layout layout(const std::vector<AVal>& in, const Attrs& a, size_t trailing) {
+// One view of qkv_views: the array it reads must hold rows x len elements at off + r * ld.
+void check_view(const AVal& src, int64_t off, int64_t ld, int64_t rows, int64_t len, const char* name) {
+  if (off < 0 || ld < len || (rows > 0 && off + (rows - 1) * ld + len > src.size()))
+    throw ShapeError(fmt("dot_product_attention: the ", name, " view (offset ", off, ", ", rows, " rows of ", len,
+                         " elements ", ld, " apart) does not fit its array ", shape_str(src.shape)));
+}
+
+// q, k, v as the kernel sees them: the inputs, or the shapes the views give.
+std::vector<AVal> logical_qkv(const std::vector<AVal>& in, const Attrs& a) {
+  if (in.size() < 3) throw ValueError(fmt("dot_product_attention: expected query, key and value, got ", in.size(),
+                                          " inputs"));
+  if (!a.has("qkv_views")) return {in[0], in[1], in[2]};
+  const auto vw = a.ints("qkv_views");
+  const Shape qs = a.ints("q_shape"), ks = a.ints("kv_shape");
+  if (vw.size() != 6 || qs.size() != 4 || ks.size() != 4)
+    throw ShapeError("dot_product_attention: qkv_views needs 6 entries, q_shape and kv_shape 4");
+  check_view(in[0], vw[0], vw[1], qs[0] * qs[1], qs[2] * qs[3], "query");
+  check_view(in[1], vw[2], vw[3], ks[0] * ks[1], ks[2] * ks[3], "key");
+  check_view(in[2], vw[4], vw[5], ks[0] * ks[1], ks[2] * ks[3], "value");
+  return {AVal{in[0].dtype, qs}, AVal{in[1].dtype, ks}, AVal{in[2].dtype, ks}};
+}
+
+Layout layout(const std::vector<AVal>& in_, const Attrs& a, size_t trailing) {
   const char* what = "dot_product_attention";
   Layout L{};
   int pos = 3;
@@ -40,7 +72,10 @@ Layout layout(const std::vector<AVal>& in, const Attrs& a, size_t trailing) {
   if (a.i("has_qlen", 0)) L.qlen = pos++;
   if (a.i("has_kvlen", 0)) L.kvlen = pos++;
   L.n_opt = size_t(pos - 3);
-  check_arity(in, size_t(pos) + trailing);
+  check_arity(in_, size_t(pos) + trailing);
+  std::vector<AVal> in = in_;
+  const auto qkv = logical_qkv(in_, a);
+  std::copy(qkv.begin(), qkv.end(), in.begin());
   const AVal &q = in[0], &k = in[1], &v = in[2];
   if (q.shape.size() != 4 || k.shape.size() != 4)
     throw ShapeError(fmt(what, ": query and key must be 4-D [B, T, N, H] / [B, S, K, H], got ", shape_str(q.shape),
@@ -116,13 +151,52 @@ kernels::Attn params(const Layout& L, const std::vector<Array>& in, const Attrs&
   }
   if (L.qlen >= 0) p.qlen = in[L.qlen].data<int32_t>();
   if (L.kvlen >= 0) p.kvlen = in[L.kvlen].data<int32_t>();
+  if (a.has("qkv_views")) {
+    const auto vw = a.ints("qkv_views");
+    p.q_ld = vw[1], p.k_ld = vw[3], p.v_ld = vw[5];
+  }
   return p;
+}
+
+// The first elements of q, k and v (views start at their offsets).
+template <class T>
+std::array<const T*, 3> qkv_ptrs(const std::vector<Array>& in, const Attrs& a) {
+  std::array<const T*, 3> r{in[0].data<T>(), in[1].data<T>(), in[2].data<T>()};
+  if (a.has("qkv_views")) {
+    const auto vw = a.ints("qkv_views");
+    for (int i = 0; i < 3; ++i) r[i] += vw[2 * i];
+  }
+  return r;
+}
+
+// dq, dk, dv: the backward node's first three outputs, or parts of its packed first one.
+void check_dqkv(const Attrs& a, const Layout& L) {
+  const auto d = a.ints("dqkv");
+  const Shape ds = a.ints("dqkv_shape");
+  const int64_t nq = L.N * L.H, nk = L.K * L.H;
+  bool ok = d.size() == 4 && L.B * L.T == L.B * L.S && d[3] > 0 && numel(ds) == L.B * L.T * d[3];
+  if (ok) {  // the three row parts tile each row of ld elements exactly
+    std::vector<std::pair<int64_t, int64_t>> parts = {{d[0], nq}, {d[1], nk}, {d[2], nk}};
+    std::sort(parts.begin(), parts.end());
+    int64_t at = 0;
+    for (auto [off, len] : parts) { ok &= off == at; at += len; }
+    ok &= at == d[3];
+  }
+  if (!ok)
+    throw ShapeError(fmt("dot_product_attention_bwd: dqkv must place dq (", nq, " elements a row), dk and dv (", nk,
+                         ") side by side in rows of ld elements filling dqkv_shape ", shape_str(ds)));
 }
 
 std::vector<AVal> fwd_shape(const std::vector<AVal>& in, const Attrs& a) {
   Layout L = layout(in, a, 0);
   if (!(a.f("scale") == a.f("scale"))) throw ValueError("dot_product_attention: scale is NaN");
-  return {in[0], AVal{acc_dtype(in[0].dtype), {L.B, L.N, L.T}}};
+  return {logical_qkv(in, a)[0], AVal{acc_dtype(in[0].dtype), {L.B, L.N, L.T}}};
+}
+
+template <class T, class A>
+void fwd_typed(const kernels::Attn& p, const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
+  const auto [q, k, v] = qkv_ptrs<T>(in, a);
+  kernels::attention_fwd<T, A>(p, q, k, v, out[0].data<T>(), out[1].data<A>());
 }
 
 void fwd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
@@ -132,34 +206,51 @@ void fwd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Att
   Array bias_acc;
   kernels::Attn p = params(L, in, a, bias_acc);
   switch (in[0].dtype()) {
-    case DType::f32:
-      kernels::attention_fwd<float, float>(p, in[0].data<float>(), in[1].data<float>(), in[2].data<float>(),
-                                           out[0].data<float>(), out[1].data<float>());
-      break;
-    case DType::bf16:
-      kernels::attention_fwd<bf16, float>(p, in[0].data<bf16>(), in[1].data<bf16>(), in[2].data<bf16>(),
-                                          out[0].data<bf16>(), out[1].data<float>());
-      break;
-    case DType::f64:
-      kernels::attention_fwd<double, double>(p, in[0].data<double>(), in[1].data<double>(), in[2].data<double>(),
-                                             out[0].data<double>(), out[1].data<double>());
-      break;
+    case DType::f32: fwd_typed<float, float>(p, in, out, a); break;
+    case DType::bf16: fwd_typed<bf16, float>(p, in, out, a); break;
+    case DType::f64: fwd_typed<double, double>(p, in, out, a); break;
     default: throw DTypeError(fmt("dot_product_attention: unsupported dtype ", dtype_name(in[0].dtype())));
   }
 }
 
 std::vector<AVal> bwd_shape(const std::vector<AVal>& in, const Attrs& a) {
   Layout L = layout(std::vector<AVal>(in.begin(), in.end() - 3), a, 0);
+  const auto qkv = logical_qkv(in, a);
   const AVal &o = in[in.size() - 3], &lse = in[in.size() - 2], &g = in[in.size() - 1];
-  if (!(o == in[0]) || !(g == in[0]))
-    throw ShapeError(fmt("dot_product_attention_bwd: out and dout must match the query ", dtype_name(in[0].dtype),
-                         shape_str(in[0].shape)));
+  if (!(o == qkv[0]) || !(g == qkv[0]))
+    throw ShapeError(fmt("dot_product_attention_bwd: out and dout must match the query ", dtype_name(qkv[0].dtype),
+                         shape_str(qkv[0].shape)));
   if (!(lse == AVal{acc_dtype(in[0].dtype), {L.B, L.N, L.T}}))
     throw ShapeError(fmt("dot_product_attention_bwd: lse must be ", dtype_name(acc_dtype(in[0].dtype)), "[", L.B,
                          ", ", L.N, ", ", L.T, "], got ", dtype_name(lse.dtype), shape_str(lse.shape)));
-  std::vector<AVal> r = {in[0], in[1], in[2]};
+  std::vector<AVal> r = {qkv[0], qkv[1], qkv[2]};
+  if (a.has("dqkv")) {
+    check_dqkv(a, L);
+    r = {AVal{in[0].dtype, a.ints("dqkv_shape")}};
+  }
   if (L.bias >= 0) r.push_back(AVal{acc_dtype(in[0].dtype), {L.B, L.N, L.T, L.S}});
   return r;
+}
+
+template <class T, class A>
+void bwd_typed(const kernels::Attn& p0, const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a,
+               bool db) {
+  kernels::Attn p = p0;
+  const auto [q, k, v] = qkv_ptrs<T>(in, a);
+  const Array &o = in[in.size() - 3], &lse = in[in.size() - 2], &g = in[in.size() - 1];
+  T *dq, *dk, *dv;
+  A* dbias;
+  if (a.has("dqkv")) {
+    const auto d = a.ints("dqkv");
+    T* x = out[0].data<T>();
+    dq = x + d[0], dk = x + d[1], dv = x + d[2];
+    p.dq_ld = p.dk_ld = p.dv_ld = d[3];
+    dbias = db ? out[1].data<A>() : nullptr;
+  } else {
+    dq = out[0].data<T>(), dk = out[1].data<T>(), dv = out[2].data<T>();
+    dbias = db ? out[3].data<A>() : nullptr;
+  }
+  kernels::attention_bwd<T, A>(p, q, k, v, o.data<T>(), lse.data<A>(), g.data<T>(), dq, dk, dv, dbias);
 }
 
 void bwd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
@@ -168,27 +259,11 @@ void bwd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Att
   Layout L = layout(av, a, 0);
   Array bias_acc;
   kernels::Attn p = params(L, in, a, bias_acc);
-  const Array &o = in[in.size() - 3], &lse = in[in.size() - 2], &g = in[in.size() - 1];
   const bool db = L.bias >= 0;
   switch (in[0].dtype()) {
-    case DType::f32:
-      kernels::attention_bwd<float, float>(p, in[0].data<float>(), in[1].data<float>(), in[2].data<float>(),
-                                           o.data<float>(), lse.data<float>(), g.data<float>(), out[0].data<float>(),
-                                           out[1].data<float>(), out[2].data<float>(),
-                                           db ? out[3].data<float>() : nullptr);
-      break;
-    case DType::bf16:
-      kernels::attention_bwd<bf16, float>(p, in[0].data<bf16>(), in[1].data<bf16>(), in[2].data<bf16>(),
-                                          o.data<bf16>(), lse.data<float>(), g.data<bf16>(), out[0].data<bf16>(),
-                                          out[1].data<bf16>(), out[2].data<bf16>(),
-                                          db ? out[3].data<float>() : nullptr);
-      break;
-    case DType::f64:
-      kernels::attention_bwd<double, double>(p, in[0].data<double>(), in[1].data<double>(), in[2].data<double>(),
-                                             o.data<double>(), lse.data<double>(), g.data<double>(),
-                                             out[0].data<double>(), out[1].data<double>(), out[2].data<double>(),
-                                             db ? out[3].data<double>() : nullptr);
-      break;
+    case DType::f32: bwd_typed<float, float>(p, in, out, a, db); break;
+    case DType::bf16: bwd_typed<bf16, float>(p, in, out, a, db); break;
+    case DType::f64: bwd_typed<double, double>(p, in, out, a, db); break;
     default: throw DTypeError(fmt("dot_product_attention_bwd: unsupported dtype ", dtype_name(in[0].dtype())));
   }
 }
@@ -336,8 +411,9 @@ std::vector<int> bwd_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
   return r;
 }
 
-double fwd_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs&) {
-  const Shape &q = in[0].shape, &k = in[1].shape;
+double fwd_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
+  const Shape q = a.has("qkv_views") ? a.ints("q_shape") : in[0].shape;
+  const Shape k = a.has("qkv_views") ? a.ints("kv_shape") : in[1].shape;
   return 4.0 * double(q[0]) * double(q[2]) * double(q[1]) * double(k[1]) * double(q[3]);
 }
 
