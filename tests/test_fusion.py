@@ -123,6 +123,29 @@ def test_f32_results_cast_to_bf16_round_in_their_own_op():
         assert_same_bits(ref, o)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+def test_division_by_a_power_of_two_constant_is_a_multiply(dtype):
+    # x / c == x * (1 / c) exactly when c is a power of two (one rounding of the same
+    # exact value): NaN, infinities and results that underflow to subnormals included.
+    rng = np.random.default_rng(11)
+    x = _special(rng, (64, 33)).astype(dtype)
+    x.reshape(-1)[:6] = np.array([1.2e-38, -3e-38, 2.3509887e-38, 3e38, 6e-39, 1e-45], np.float32).astype(dtype)
+    c4 = np.full((64, 33), 4.0, dtype)
+
+    def f(x):
+        d = jnp.asarray(np.array(2.0, dtype))
+        return (x / d, (x * 3.0) / jnp.asarray(np.array(0.125, dtype)), x / jnp.asarray(c4), x / 3.0,
+                x / jnp.asarray(np.where(np.arange(33) % 2, 2.0, 4.0).astype(dtype)))
+
+    g, fg, ref, outs = _run_both(f, jnp.asarray(x))
+    for o in outs:
+        assert_same_bits(ref, o)
+    # Three divisions by one power of two become multiplies; by 3 and by a mixed
+    # array they stay divisions.
+    fused_prims = ",".join(l.split("prims=")[1].rstrip("}") for l in str(fg).splitlines() if "prims=" in l)
+    assert g.prim_counts()["div"] == 5 and fused_prims.split(",").count("div") == 2, fused_prims
+
+
 def test_large_array_many_chunks():
     # More than one parallel chunk (8192 elements) so the 2-thread run really splits.
     rng = np.random.default_rng(7)

@@ -118,6 +118,31 @@ def test_a_value_shared_by_two_recomputed_values_is_cloned_once(approximate):
     assert_same_bits(g.run(_args(x)), r.run(_args(x)))
 
 
+def test_a_cheap_input_of_a_value_kept_for_the_backward_pass_anyway():
+    # Flax's exact GELU: its VJP reads x (kept for x * dy) and x * c (the erf's argument).
+    # x * c is recomputed in the backward pass from x, which that pass reads anyway
+    # (after the heavy dot, before the next one): the forward pass writes two arrays, not
+    # three. The rule looked only at values read at or after the clone's first reader.
+    rng = np.random.default_rng(5)
+    x = jnp.asarray(rng.standard_normal((64, 32)).astype(np.float32)).astype(jnp.bfloat16)
+    w1 = jnp.asarray(rng.standard_normal((32, 96)).astype(np.float32)).astype(jnp.bfloat16)
+    w2 = jnp.asarray(rng.standard_normal((96, 32)).astype(np.float32)).astype(jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((96,)).astype(np.float32)).astype(jnp.bfloat16)
+
+    def f(x):
+        h = podlet.nn.gelu(x @ w1 + b, approximate=False)
+        return (h @ w2).astype(jnp.float32).sum()
+
+    g = podlet.make_graph(podlet.value_and_grad(f), x)
+    r = _core.rematerialize(g, min_elements=1024)
+    fused = _core.fuse_elementwise(r)
+    fwd = [l for l in str(fused).splitlines() if "fused_elementwise" in l and "erf" in l][0]
+    assert "exp" not in fwd.split("prims=")[1], fwd
+    assert fwd.split(" = ")[0].count("bfloat16(64, 96)") == 2, fwd  # x and the GELU, not x * c too
+    assert_same_bits(g.run(_args(x)), r.run(_args(x)))
+    assert_same_bits(g.run(_args(x)), fused.run(_args(x)))
+
+
 def test_values_that_must_stay():
     x, w = _data()
 

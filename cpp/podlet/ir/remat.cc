@@ -43,6 +43,18 @@ Graph rematerialize(const Graph& g, RematStats* stats, int64_t min_elements) {
   for (int v : g.outputs) { pinned[v] = 1; last[v] = N; }
   auto bytes = [&](int v) { return double(g.aval(v).size()) * double(itemsize(g.aval(v).dtype)); };
 
+  // Whether u is kept past the heavy node h anyway: read at or after `at`, or by a node
+  // after h from which no heavy node separates `at` (the same fused pass). Keeping it
+  // until the clone's readers then costs nothing: Flax's exact GELU keeps x for its VJP,
+  // so x * c (the erf's argument) is recomputed there instead of written and read back.
+  auto alive_past = [&](int u, int h, int at) {
+    if (last[u] >= at) return true;
+    if (last[u] <= h) return false;
+    for (int k = last[u]; k < at; ++k)
+      if (heavy_kind[k]) return false;
+    return true;
+  };
+
   RematStats st;
   std::vector<Decision> decisions;
   for (int i = 0; i < N; ++i) {
@@ -72,14 +84,14 @@ Graph rematerialize(const Graph& g, RematStats* stats, int64_t min_elements) {
       if (int(cone_nodes.size()) > kMaxCone) { ok = false; break; }
       for (int u : g.nodes[k].in) {
         const int p = g.producer[u];
-        if (pinned[u] || p < 0 || !cheap[p] || last[u] >= at) leaves.insert(u);
+        if (pinned[u] || p < 0 || !cheap[p] || alive_past(u, h, at)) leaves.insert(u);
         else stack.push_back(p);
       }
     }
     if (!ok) continue;
     double extra = 0;
     for (int u : leaves) {
-      if (pinned[u] || last[u] >= at) continue;
+      if (pinned[u] || alive_past(u, h, at)) continue;
       const int p = g.producer[u];
       if (p >= 0 && g.nodes[p].prim->name == "broadcast_in_dim") {  // fusion reads its operand
         const int w = g.nodes[p].in[0];
