@@ -74,10 +74,13 @@ def _run(monkeypatch, on, layout, dims, dtype, masked, args):
 
 
 def _kernels(dtype):
-    """(isa, pair emulation) runs the host has for this dtype."""
+    """(isa, pair emulation) runs the host has for this dtype: the widening kernel on every
+    ISA (bf16 below AVX512_BF16 widens too), and for bf16 the pair kernel, emulated and on
+    the instruction."""
+    runs = [(isa, False) for isa in ["ref"] + FAST_ISAS]
     if dtype == jnp.bfloat16:
-        return [(None, True)] + ([("avx512bf16", False)] if HAS_BF16_PAIRS else [])
-    return [(isa, False) for isa in ["ref"] + FAST_ISAS]
+        runs += [(None, True)] + ([("avx512bf16", False)] if HAS_BF16_PAIRS else [])
+    return runs
 
 
 LAYOUTS = {"swin": (2, 49, 3, 3, 32), "swin_permuted": (2, 17, 2, 2, 16), "split": (2, 21, 4, 2, 8),
@@ -96,6 +99,7 @@ def test_views_give_the_bits_of_the_sliced_arrays(monkeypatch, layout, dtype):
                 _core.set_isa(isa)
             podlet.config.update("num_threads", threads)
             g1, on = _run(monkeypatch, True, layout, dims, dtype, True, args)
+            assert _core.attention_last_isa() == ("pairs_ref" if emulated else isa)
             g0, off = _run(monkeypatch, False, layout, dims, dtype, True, args)
             assert on == off, (layout, isa, emulated, threads)
     text = g1.dump()
