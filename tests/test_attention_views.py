@@ -159,6 +159,9 @@ def test_views_that_do_not_fit_are_errors():
         _core.apply("dot_product_attention", [x, x, x], dict(attrs, qkv_views=[0, 24, 8, 24, 17, 24]))
     with pytest.raises(ValueError, match="the query view"):
         _core.apply("dot_product_attention", [x, x, x], dict(attrs, qkv_views=[0, 4, 8, 24, 16, 24]))
+    with pytest.raises(ValueError, match="sizes >= 0"):
+        _core.apply("dot_product_attention", [x, x, x],
+                    dict(attrs, q_shape=[2, -5, 2, 4], qkv_views=[0, 24, 8, 24, 16, 24]))
     lse = jnp.zeros((2, 2, 5), jnp.float32)
     bwd = dict(attrs, qkv_views=[0, 24, 8, 24, 16, 24], dqkv_shape=[2, 5, 3, 2, 4])
     d = _core.apply("dot_product_attention_bwd", [x, x, x, o, lse, o], dict(bwd, dqkv=[8, 0, 16, 24]))

@@ -89,10 +89,9 @@ Graph fuse_attention_views(const Graph& g, AttentionViewStats* stats) {
       m.attrs.set("kv_shape", k.shape);
       changed = true;
     }
-    if (!bwd || B * T != B * S) continue;
+    if (!bwd || T != S) continue;
     // The writing side: concatenate(reshape*(dq), reshape*(dk), reshape*(dv)).
     int cat = -1;
-    std::vector<int> order;  // concat operand k -> which gradient (0 dq, 1 dk, 2 dv)
     bool ok = true;
     for (int d = 0; d < 3 && ok; ++d) {
       int u = n.out[d];

@@ -55,8 +55,11 @@ std::vector<AVal> logical_qkv(const std::vector<AVal>& in, const Attrs& a) {
   if (!a.has("qkv_views")) return {in[0], in[1], in[2]};
   const auto vw = a.ints("qkv_views");
   const Shape qs = a.ints("q_shape"), ks = a.ints("kv_shape");
-  if (vw.size() != 6 || qs.size() != 4 || ks.size() != 4)
-    throw ShapeError("dot_product_attention: qkv_views needs 6 entries, q_shape and kv_shape 4");
+  bool ok = vw.size() == 6 && qs.size() == 4 && ks.size() == 4;
+  for (size_t d = 0; ok && d < 4; ++d) ok = qs[d] >= 0 && ks[d] >= 0;
+  if (!ok)
+    throw ShapeError(fmt("dot_product_attention: qkv_views needs 6 entries, q_shape and kv_shape 4 sizes >= 0, got ",
+                         shape_str(vw), ", ", shape_str(qs), ", ", shape_str(ks)));
   check_view(in[0], vw[0], vw[1], qs[0] * qs[1], qs[2] * qs[3], "query");
   check_view(in[1], vw[2], vw[3], ks[0] * ks[1], ks[2] * ks[3], "key");
   check_view(in[2], vw[4], vw[5], ks[0] * ks[1], ks[2] * ks[3], "value");
@@ -174,7 +177,7 @@ void check_dqkv(const Attrs& a, const Layout& L) {
   const auto d = a.ints("dqkv");
   const Shape ds = a.ints("dqkv_shape");
   const int64_t nq = L.N * L.H, nk = L.K * L.H;
-  bool ok = d.size() == 4 && L.B * L.T == L.B * L.S && d[3] > 0 && numel(ds) == L.B * L.T * d[3];
+  bool ok = d.size() == 4 && L.T == L.S && d[3] > 0 && numel(ds) == L.B * L.T * d[3];
   if (ok) {  // the three row parts tile each row of ld elements exactly
     std::vector<std::pair<int64_t, int64_t>> parts = {{d[0], nq}, {d[1], nk}, {d[2], nk}};
     std::sort(parts.begin(), parts.end());
