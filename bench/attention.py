@@ -10,7 +10,6 @@ Prints the best of --reps times and the speedup; "auto" (the default) fuses wher
 speedup measured here is above 1 (_src/attention.py, AUTO_MAX_SCORES).
 """
 import argparse
-import time
 
 import ml_dtypes
 import numpy as np
@@ -19,15 +18,8 @@ import podlet
 import podlet.numpy as jnp
 from podlet import nn
 
+from _timing import best  # bench/_timing.py: the shared best-of-n
 
-def best(fn, args, reps):
-    podlet.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        podlet.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
 
 
 def main():

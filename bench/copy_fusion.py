@@ -18,22 +18,14 @@ import argparse
 import json
 import os
 import pathlib
-import time
 
 import numpy as np
 
 import podlet
 import podlet.numpy as jnp
 
+from _timing import best  # bench/_timing.py: the shared best-of-n
 
-def best(fn, args, reps):
-    podlet.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        podlet.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
 
 
 def shift_case():

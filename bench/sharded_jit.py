@@ -10,7 +10,6 @@ gradients. Prints the best of --reps wall times and each one's ratio to the whol
 plus the partition report (primitives left unsplit, FLOPs per device vs global).
 """
 import argparse
-import time
 
 import numpy as np
 
@@ -18,6 +17,8 @@ import podlet
 import podlet.optim as optax
 from podlet import lax, nn
 from podlet.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from _timing import best  # bench/_timing.py: the shared best-of-n
 
 
 class CNN(nn.Module):
@@ -27,15 +28,6 @@ class CNN(nn.Module):
             x = nn.relu(nn.BatchNorm(use_running_average=False)(nn.Conv(c, (3, 3), strides=2)(x)))
         return nn.Dense(5)(x.mean((1, 2)))
 
-
-def best(f, args, reps):
-    podlet.block_until_ready(f(*args))
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        podlet.block_until_ready(f(*args))
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
 
 
 def main():

@@ -134,8 +134,8 @@ Graph fuse_copies(const Graph& g, CopyFusionStats* stats) {
     m.attrs = Attrs{{"shape", va.shape}};
     ++st.chains;
   }
-  if (st.chains) {
-    out.dce();  // the chains' nodes nothing else reads
+  if (st.chains) out.dce();  // the chains' nodes nothing else reads
+  if (stats && st.chains) {  // a count for the stats only: not on jit's path
     auto copies = [](const Graph& x) {
       int c = 0;
       for (auto& n : x.nodes) c += row_move(n, x) == Move::copy;
