@@ -236,6 +236,20 @@ inline float lane_tree16(const float* x) {
   return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
+// The lines of n rows of `bytes` bytes each, `ld` bytes apart, from p: prefetched (into
+// L2) for the next task. At Swin's windows each head's q, k and v row is one line of a
+// wide projection, strides apart, whose first touch is in the packing loops: they waited
+// on memory there, not the hardware prefetchers, which the strides and the jumps from one
+// window to the next defeat. A task ahead is microseconds ahead: far enough.
+inline void prefetch_rows(const void* p, int64_t n, int64_t ld, int64_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (int64_t i = 0; i < n; ++i) {
+    const uintptr_t r = a + uintptr_t(i * ld);
+    for (uintptr_t l = r & ~uintptr_t(63); l < r + uintptr_t(bytes); l += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(l), 0, 2);
+  }
+}
+
 // Whether a tile's logits are a TileLogits (the scale, a bias contiguous along the keys,
 // Swin's rows of booleans; no other mask), and that of rows t0.. of head n from key s0.
 inline bool simple_logits(const Ctx<bf16, float>& c) {
@@ -322,6 +336,15 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / (p.N * nt), n = task / nt % p.N, t0 = task % nt * tqn;
       const int64_t tq = std::min(tqn, p.T - t0), kh = n / c.G;
+      if (task + 1 < hi) {  // the next task's q rows, and its k and v rows when they are new
+        const int64_t b2 = (task + 1) / (p.N * nt), n2 = (task + 1) / nt % p.N, t2 = (task + 1) % nt * tqn;
+        const int64_t kh2 = n2 / c.G, e = int64_t(sizeof(bf16));
+        prefetch_rows(q + (b2 * p.T + t2) * p.ldq() + n2 * H, std::min(tqn, p.T - t2), p.ldq() * e, H * e);
+        if (b2 * p.K + kh2 != b * p.K + kh) {
+          prefetch_rows(k + b2 * p.S * p.ldk() + kh2 * H, p.S, p.ldk() * e, H * e);
+          prefetch_rows(v + b2 * p.S * p.ldv() + kh2 * H, p.S, p.ldv() * e, H * e);
+        }
+      }
       if (b * p.K + kh != cached) {  // K and V of this (batch, kv head), packed once per chunk
         for (int64_t st = 0; st < nst; ++st) {
           const int64_t s0 = st * kPk, sk = std::min(kPk, p.S - s0);
@@ -380,6 +403,17 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
     LocalVec<bf16> dOz(T_ * H);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / p.K, kh = task % p.K;
+      if (task + 1 < hi) {  // the next task's rows (prefetch_rows)
+        const int64_t b2 = (task + 1) / p.K, kh2 = (task + 1) % p.K, e = int64_t(sizeof(bf16));
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t n2 = kh2 * G + g;
+          prefetch_rows(q + b2 * T_ * p.ldq() + n2 * H, T_, p.ldq() * e, H * e);
+          prefetch_rows(dout + (b2 * T_ * p.N + n2) * H, T_, p.N * H * e, H * e);
+          prefetch_rows(out + (b2 * T_ * p.N + n2) * H, T_, p.N * H * e, H * e);
+        }
+        prefetch_rows(k + b2 * p.S * p.ldk() + kh2 * H, p.S, p.ldk() * e, H * e);
+        prefetch_rows(v + b2 * p.S * p.ldv() + kh2 * H, p.S, p.ldv() * e, H * e);
+      }
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = kh * G + g;
         const bf16* qh = q + b * T_ * p.ldq() + n * H;
