@@ -236,20 +236,6 @@ inline float lane_tree16(const float* x) {
   return (a[0] + a[2]) + (a[1] + a[3]);
 }
 
-// The lines of n rows of `bytes` bytes each, `ld` bytes apart, from p: prefetched (into
-// L2) for the next task. At Swin's windows each head's q, k and v row is one line of a
-// wide projection, strides apart, whose first touch is in the packing loops: they waited
-// on memory there, not the hardware prefetchers, which the strides and the jumps from one
-// window to the next defeat. A task ahead is microseconds ahead: far enough.
-inline void prefetch_rows(const void* p, int64_t n, int64_t ld, int64_t bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  for (int64_t i = 0; i < n; ++i) {
-    const uintptr_t r = a + uintptr_t(i * ld);
-    for (uintptr_t l = r & ~uintptr_t(63); l < r + uintptr_t(bytes); l += 64)
-      __builtin_prefetch(reinterpret_cast<const void*>(l), 0, 2);
-  }
-}
-
 // Whether a tile's logits are a TileLogits (the scale, a bias contiguous along the keys,
 // Swin's rows of booleans; no other mask), and that of rows t0.. of head n from key s0.
 inline bool simple_logits(const Ctx<bf16, float>& c) {
