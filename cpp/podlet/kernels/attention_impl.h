@@ -193,6 +193,20 @@ inline void row_sums(const A* S, int64_t rows, int64_t n, A* sums) {
   }
 }
 
+// The lines of n rows of `bytes` bytes each, `ld` bytes apart, from p: prefetched (into
+// L2) for the next task. At Swin's windows each head's q, k and v row is one line of a
+// wide projection, strides apart, whose first touch is in the packing loops: they waited
+// on memory there, not the hardware prefetchers, which the strides and the jumps from one
+// window to the next defeat. A task ahead is microseconds ahead: far enough.
+inline void prefetch_rows(const void* p, int64_t n, int64_t ld, int64_t bytes) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (int64_t i = 0; i < n; ++i) {
+    const uintptr_t r = a + uintptr_t(i * ld);
+    for (uintptr_t l = r & ~uintptr_t(63); l < r + uintptr_t(bytes); l += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(l), 0, 2);
+  }
+}
+
 template <class T, class A>
 struct Ctx {
   const Attn& p;
@@ -342,24 +356,33 @@ struct Ctx {
     }
   }
 
+  // prefetch_rows of what the forward's task (b, head n, query rows [t0, t0 + tq)) reads:
+  // its q rows, and its k and v rows unless its kv head's are the current task's.
+  void prefetch_fwd(int64_t b, int64_t n, int64_t t0, int64_t tq, bool same_kv) const {
+    const int64_t H = p.H, kh = n / G, e = int64_t(sizeof(T));
+    prefetch_rows(q + (b * p.T + t0) * p.ldq() + n * H, tq, p.ldq() * e, H * e);
+    if (same_kv) return;
+    prefetch_rows(k + b * p.S * p.ldk() + kh * H, p.S, p.ldk() * e, H * e);
+    prefetch_rows(v + b * p.S * p.ldv() + kh * H, p.S, p.ldv() * e, H * e);
+  }
+  // ... and of what the backward's task (b, kv head kh) reads: its G heads' q, dO and out
+  // rows, its k and v rows.
+  void prefetch_bwd(int64_t b, int64_t kh, const T* out, const T* dout) const {
+    const int64_t H = p.H, T_ = p.T, e = int64_t(sizeof(T));
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t n = kh * G + g;
+      prefetch_rows(q + b * T_ * p.ldq() + n * H, T_, p.ldq() * e, H * e);
+      prefetch_rows(dout + (b * T_ * p.N + n) * H, T_, p.N * H * e, H * e);
+      prefetch_rows(out + (b * T_ * p.N + n) * H, T_, p.N * H * e, H * e);
+    }
+    prefetch_rows(k + b * p.S * p.ldk() + kh * H, p.S, p.ldk() * e, H * e);
+    prefetch_rows(v + b * p.S * p.ldv() + kh * H, p.S, p.ldv() * e, H * e);
+  }
+
   int64_t key_end(int64_t t0, int64_t tq) const {
     return skip_causal ? std::min(p.S, t0 + tq) : p.S;  // last row t0+tq-1 sees s <= t0+tq-1
   }
 };
-
-// The lines of n rows of `bytes` bytes each, `ld` bytes apart, from p: prefetched (into
-// L2) for the next task. At Swin's windows each head's q, k and v row is one line of a
-// wide projection, strides apart, whose first touch is in the packing loops: they waited
-// on memory there, not the hardware prefetchers, which the strides and the jumps from one
-// window to the next defeat. A task ahead is microseconds ahead: far enough.
-inline void prefetch_rows(const void* p, int64_t n, int64_t ld, int64_t bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  for (int64_t i = 0; i < n; ++i) {
-    const uintptr_t r = a + uintptr_t(i * ld);
-    for (uintptr_t l = r & ~uintptr_t(63); l < r + uintptr_t(bytes); l += 64)
-      __builtin_prefetch(reinterpret_cast<const void*>(l), 0, 2);
-  }
-}
 
 // Tasks per parallel_for chunk: whole groups (a head's query tiles, or one task), as many
 // as leave ~16 chunks per thread. Each chunk allocates and fills its buffers once: one
@@ -386,14 +409,9 @@ void fwd_impl(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse)
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / (p.N * nt), n = task / nt % p.N, t0 = task % nt * kTq;
       const int64_t tq = std::min(kTq, p.T - t0), kh = n / c.G;
-      if (task + 1 < hi) {  // the next task's q rows, and its k and v rows when they are new
+      if (task + 1 < hi) {  // the next task's rows (prefetch_rows)
         const int64_t b2 = (task + 1) / (p.N * nt), n2 = (task + 1) / nt % p.N, t2 = (task + 1) % nt * kTq;
-        const int64_t kh2 = n2 / c.G, e = int64_t(sizeof(T));
-        prefetch_rows(q + (b2 * p.T + t2) * p.ldq() + n2 * H, std::min(kTq, p.T - t2), p.ldq() * e, H * e);
-        if (b2 * p.K + kh2 != b * p.K + kh) {
-          prefetch_rows(k + b2 * p.S * p.ldk() + kh2 * H, p.S, p.ldk() * e, H * e);
-          prefetch_rows(v + b2 * p.S * p.ldv() + kh2 * H, p.S, p.ldv() * e, H * e);
-        }
+        c.prefetch_fwd(b2, n2, t2, std::min(kTq, p.T - t2), b2 * p.K + n2 / c.G == b * p.K + kh);
       }
       if (b * p.K + kh != cached) {
         for (int64_t st = 0; st < nst; ++st) {
@@ -468,17 +486,7 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
         dK(kSk * H), dV(kSk * H);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / p.K, kh = task % p.K;
-      if (task + 1 < hi) {  // the next task's rows (prefetch_rows)
-        const int64_t b2 = (task + 1) / p.K, kh2 = (task + 1) % p.K, e = int64_t(sizeof(T));
-        for (int64_t g = 0; g < G; ++g) {
-          const int64_t n2 = kh2 * G + g;
-          prefetch_rows(q + b2 * T_ * p.ldq() + n2 * H, T_, p.ldq() * e, H * e);
-          prefetch_rows(dout + (b2 * T_ * p.N + n2) * H, T_, p.N * H * e, H * e);
-          prefetch_rows(out + (b2 * T_ * p.N + n2) * H, T_, p.N * H * e, H * e);
-        }
-        prefetch_rows(k + b2 * p.S * p.ldk() + kh2 * H, p.S, p.ldk() * e, H * e);
-        prefetch_rows(v + b2 * p.S * p.ldv() + kh2 * H, p.S, p.ldv() * e, H * e);
-      }
+      if (task + 1 < hi) c.prefetch_bwd((task + 1) / p.K, (task + 1) % p.K, out, dout);  // the next task's rows
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = kh * G + g;
         c.load_q(b, n, 0, T_, Q.data() + g * T_ * H);

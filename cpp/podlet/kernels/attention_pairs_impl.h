@@ -322,14 +322,9 @@ void fwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, bf16*
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / (p.N * nt), n = task / nt % p.N, t0 = task % nt * tqn;
       const int64_t tq = std::min(tqn, p.T - t0), kh = n / c.G;
-      if (task + 1 < hi) {  // the next task's q rows, and its k and v rows when they are new
+      if (task + 1 < hi) {  // the next task's rows (prefetch_rows)
         const int64_t b2 = (task + 1) / (p.N * nt), n2 = (task + 1) / nt % p.N, t2 = (task + 1) % nt * tqn;
-        const int64_t kh2 = n2 / c.G, e = int64_t(sizeof(bf16));
-        prefetch_rows(q + (b2 * p.T + t2) * p.ldq() + n2 * H, std::min(tqn, p.T - t2), p.ldq() * e, H * e);
-        if (b2 * p.K + kh2 != b * p.K + kh) {
-          prefetch_rows(k + b2 * p.S * p.ldk() + kh2 * H, p.S, p.ldk() * e, H * e);
-          prefetch_rows(v + b2 * p.S * p.ldv() + kh2 * H, p.S, p.ldv() * e, H * e);
-        }
+        c.prefetch_fwd(b2, n2, t2, std::min(tqn, p.T - t2), b2 * p.K + n2 / c.G == b * p.K + kh);
       }
       if (b * p.K + kh != cached) {  // K and V of this (batch, kv head), packed once per chunk
         for (int64_t st = 0; st < nst; ++st) {
@@ -389,17 +384,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
     LocalVec<bf16> dOz(T_ * H);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t b = task / p.K, kh = task % p.K;
-      if (task + 1 < hi) {  // the next task's rows (prefetch_rows)
-        const int64_t b2 = (task + 1) / p.K, kh2 = (task + 1) % p.K, e = int64_t(sizeof(bf16));
-        for (int64_t g = 0; g < G; ++g) {
-          const int64_t n2 = kh2 * G + g;
-          prefetch_rows(q + b2 * T_ * p.ldq() + n2 * H, T_, p.ldq() * e, H * e);
-          prefetch_rows(dout + (b2 * T_ * p.N + n2) * H, T_, p.N * H * e, H * e);
-          prefetch_rows(out + (b2 * T_ * p.N + n2) * H, T_, p.N * H * e, H * e);
-        }
-        prefetch_rows(k + b2 * p.S * p.ldk() + kh2 * H, p.S, p.ldk() * e, H * e);
-        prefetch_rows(v + b2 * p.S * p.ldv() + kh2 * H, p.S, p.ldv() * e, H * e);
-      }
+      if (task + 1 < hi) c.prefetch_bwd((task + 1) / p.K, (task + 1) % p.K, out, dout);  // the next task's rows
       for (int64_t g = 0; g < G; ++g) {
         const int64_t n = kh * G + g;
         const bf16* qh = q + b * T_ * p.ldq() + n * H;
