@@ -17,8 +17,9 @@ the stride-2 ones, the 1x1/2 projections) at --batch (default 32), in forward,
 backward-data and backward-filter; the fused attention primitive forward and backward at
 ViT's L = 197 and Swin's window L = 49, head dims 32 and 64, and Swin's shifted windows
 (L = 49, H = 32, with the relative position bias and the shift's mask). The machine is
-shared: each figure is the best of --reps runs. Results also go to
-bench/results/kernels.json. A figure for notes, not a test.
+shared: each figure is the best of --reps runs. Results also go to --out (default
+bench/results/kernels.json; give a partial run, --only or one dtype, a file of its own so
+it does not replace the committed full run). A figure for notes, not a test.
 """
 import argparse
 import os
@@ -154,6 +155,8 @@ def main():
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--threads", type=int, default=0, help="kernel threads (default: all)")
     p.add_argument("--only", choices=["dot", "conv", "attention"], default=None)
+    p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "kernels.json"),
+                   help="where the results go as JSON")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
                    help="operand/output dtype of every case (accumulation is f32 either way)")
@@ -247,8 +250,8 @@ def main():
     _core.set_isa(info["best_isa"])
     _core.set_conv_winograd(False)
     import json
-    os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
-    with open(os.path.join(os.path.dirname(__file__), "results", "kernels.json"), "w") as f:
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
         json.dump(results, f, indent=2)
 
 
