@@ -50,7 +50,8 @@ CASES = {
                                           "key_value_seq_lengths": np.array([S - 1, S][:B], np.int32)},
 }
 SHAPES = {"gqa": dict(B=2, T=37, S=70, N=4, K=2, H=16), "mqa_long": dict(B=1, T=130, S=130, N=2, K=1, H=8),
-          "one_query": dict(B=2, T=1, S=65, N=2, K=2, H=32)}
+          "one_query": dict(B=2, T=1, S=65, N=2, K=2, H=32),
+          "odd_head": dict(B=2, T=21, S=19, N=2, K=1, H=7)}  # odd H: the kernels' padded last pair / lane
 
 
 def _cos(h):
@@ -358,7 +359,10 @@ def test_grad_of_vmap_with_a_broadcast_bias_matches_jax(bias_shape):
 # ---- bf16 on pair products (kernels/attention_pairs_impl.h) ----------------------------
 HAS_BF16_PAIRS = "avx512bf16" in _core.cpu_info()["available_isas"]
 PAIR_SHAPES = {"gqa_odd_h": dict(B=2, T=37, S=70, N=4, K=2, H=20), "swin_window": dict(B=2, T=49, S=49, N=3, K=3, H=32),
-               "vit": dict(B=1, T=197, S=197, N=2, K=2, H=64), "long_keys": dict(B=2, T=67, S=131, N=2, K=1, H=16)}
+               "vit": dict(B=1, T=197, S=197, N=2, K=2, H=64), "long_keys": dict(B=2, T=67, S=131, N=2, K=1, H=16),
+               # an odd head size: every row operand padded with a zero partner, K and V packed by
+               # the plain loops on the instruction too
+               "odd_head": dict(B=2, T=20, S=33, N=2, K=2, H=15)}
 
 
 @pytest.fixture
