@@ -24,6 +24,7 @@ import numpy as np
 import podlet
 import podlet.numpy as jnp
 
+from _host import host  # bench/_host.py: the CPU the figures come from
 from _timing import best  # bench/_timing.py: the shared best-of-n
 
 
@@ -80,7 +81,7 @@ def main():
         on, off = min(t["1"]), min(t["0"])
         rows.append({"case": name, "switch": switch, "on_ms": on * 1e3, "off_ms": off * 1e3, "speedup": off / on})
         print(f"{name:6s} {switch:24s} on {on * 1e3:7.1f} ms  off {off * 1e3:7.1f} ms  speedup {off / on:.2f}x")
-    pathlib.Path(a.out).write_text(json.dumps({"isa": info["active_isa"], "threads": podlet._core.num_threads(),
+    pathlib.Path(a.out).write_text(json.dumps({"host": host(), "isa": info["active_isa"], "threads": podlet._core.num_threads(),
                                                "reps": a.reps, "rounds": a.rounds, "rows": rows}, indent=2) + "\n")
 
 

@@ -212,7 +212,8 @@ def main():
     # The convolutions of one ResNet-34 training step: each case weighted by its count in
     # the network; the stem's backward-data is left out (nothing needs the image gradient).
     step_totals = {i: [0.0, 0.0] for i in isas}
-    results = {"peak_gflops_1thread": peak1, "peak_gflops_all_measured": peakn, "peak_gflops": peak,
+    from _host import host  # bench/_host.py: the CPU the figures come from
+    results = {"host": host(), "peak_gflops_1thread": peak1, "peak_gflops_all_measured": peakn, "peak_gflops": peak,
                "bf16_peak_gflops_1thread": bpeak1, "bf16_peak_gflops_all_measured": bpeakn,
                "bf16_peak_gflops": bpeak, "amx_peak_gflops": apeak, "threads": threads, "batch": args.batch, "dtype": args.dtype,
                "cases": []}

@@ -62,8 +62,9 @@ def main():
     else:
         print(f"AMX tiles: {r['amx']}")
     os.makedirs(os.path.join(os.path.dirname(__file__), "results"), exist_ok=True)
+    from _host import host  # bench/_host.py: the CPU the figures come from
     with open(os.path.join(os.path.dirname(__file__), "results", "peak.json"), "w") as f:
-        json.dump(r, f, indent=2)
+        json.dump({"host": host(), **r}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -571,7 +571,8 @@ def main():
           f"MFU is of: " + "; ".join(f"{d} rows, {of} {g:.1f} GFLOP/s" for d, (g, of) in peaks.items()) + ". "
           f"Batch {a.batch}, {a.size}x{a.size}x1, {NUM_CLASSES} classes, {a.threads} threads, {a.steps} timed "
           f"steps; shared machine.", flush=True)
-    results = {"peak": pk, "mfu_peaks": {d: {"gflops": g, "of": of} for d, (g, of) in peaks.items()},
+    from _host import host  # bench/_host.py: the CPU the figures come from
+    results = {"host": host(), "peak": pk, "mfu_peaks": {d: {"gflops": g, "of": of} for d, (g, of) in peaks.items()},
                "batch": a.batch, "size": a.size, "threads": a.threads, "steps": a.steps,
                "rounds": a.rounds, "param_counts": counts, "runs": []}
     flops = {}

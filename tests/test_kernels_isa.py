@@ -91,6 +91,19 @@ def test_cpu_info_and_set_isa():
     assert _core.active_isa() == INFO["best_isa"]
 
 
+def test_cpu_identity_matches_proc_cpuinfo():
+    """cpu_info()["cpu"] (cpuid) names the host as /proc/cpuinfo does: vendor, family and model
+    numbers (Linux's decoding of the extended fields), stepping, and the brand string."""
+    with open("/proc/cpuinfo") as f:
+        first = f.read().split("\n\n")[0]
+    proc = dict((k.strip(), v.strip()) for k, _, v in (l.partition(":") for l in first.splitlines()))
+    cpu = INFO["cpu"]
+    assert cpu["vendor"] == proc["vendor_id"]
+    assert cpu["family"] == int(proc["cpu family"]) and cpu["model"] == int(proc["model"])
+    assert cpu["stepping"] == int(proc["stepping"])
+    assert " ".join(cpu["brand"].split()) == " ".join(proc["model name"].split())
+
+
 def test_podlet_isa_environment_variable():
     code = "from podlet import _core; print(_core.cpu_info()['active_isa'])"
     env = dict(os.environ, PODLET_ISA="ref")

@@ -34,7 +34,14 @@ void bind_isa(py::module_& m) {
         py::list isas;
         for (Isa i : {Isa::ref, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx})
           if (host_supports(i)) isas.append(isa_name(i));
+        py::dict cpu;
+        cpu["vendor"] = f.vendor;
+        cpu["brand"] = f.brand;
+        cpu["family"] = f.family;
+        cpu["model"] = f.model;
+        cpu["stepping"] = f.stepping;
         py::dict d;
+        d["cpu"] = cpu;
         d["features"] = features;
         d["best_isa"] = isa_name(f.best);
         d["available_isas"] = isas;
@@ -45,7 +52,8 @@ void bind_isa(py::module_& m) {
         if (!f.amx_note.empty()) d["amx_note"] = f.amx_note;
         return d;
       },
-      "CPU features detected at start-up (cpuid; for AMX also XCR0 and the Linux tile permission), "
+      "The CPU (cpu: vendor, brand string, family, model, stepping as /proc/cpuinfo numbers them) and "
+      "its features detected at start-up (cpuid; for AMX also XCR0 and the Linux tile permission), "
       "the ISAs the kernels can use on this host (best last), the active one, whether fused "
       "elementwise programs are compiled to machine code (AVX-512 and PODLET_FUSED_JIT not 0), "
       "whether AMX kernels run on emulated tiles, and amx_note: why a CPU with AMX does not use it.");

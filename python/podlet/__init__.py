@@ -70,7 +70,8 @@ __all__ = ["Array", "jit", "grad", "value_and_grad", "vjp", "vmap", "jvp", "line
 
 
 def cpu_info():
-    """What the CPU offers and which kernel ISA podlet uses (PODLET_ISA forces a lower one)."""
+    """Which CPU this is (``cpu``: vendor, brand, family, model, stepping), what it offers and
+    which kernel ISA podlet uses (PODLET_ISA forces a lower one)."""
     return _core.cpu_info()
 
 

@@ -53,8 +53,40 @@ void detect_amx(CpuFeatures& f) {
 }
 #endif
 
+#if defined(__x86_64__)
+// vendor, brand, family, model, stepping (isa.h).
+void detect_identity(CpuFeatures& f) {
+  unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char v[13] = {};
+    std::memcpy(v, &b, 4), std::memcpy(v + 4, &d, 4), std::memcpy(v + 8, &c, 4);
+    f.vendor = v;
+  }
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    const int base_family = int((a >> 8) & 0xf), base_model = int((a >> 4) & 0xf);
+    f.family = base_family == 0xf ? base_family + int((a >> 20) & 0xff) : base_family;
+    f.model = f.family >= 6 ? base_model + (int((a >> 16) & 0xf) << 4) : base_model;
+    f.stepping = int(a & 0xf);
+  }
+  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {
+    char s[49] = {};
+    for (unsigned i = 0; i < 3; ++i) {
+      __get_cpuid(0x80000002u + i, &a, &b, &c, &d);
+      std::memcpy(s + 16 * i, &a, 4), std::memcpy(s + 16 * i + 4, &b, 4);
+      std::memcpy(s + 16 * i + 8, &c, 4), std::memcpy(s + 16 * i + 12, &d, 4);
+    }
+    std::string t = s;  // padded with spaces on some CPUs
+    const size_t lo = t.find_first_not_of(' '), hi = t.find_last_not_of(' ');
+    f.brand = lo == std::string::npos ? "" : t.substr(lo, hi - lo + 1);
+  }
+}
+#endif
+
 CpuFeatures detect() {
   CpuFeatures f;
+#if defined(__x86_64__)
+  detect_identity(f);
+#endif
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
   f.avx2 = __builtin_cpu_supports("avx2");

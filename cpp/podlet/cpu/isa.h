@@ -28,6 +28,11 @@ struct CpuFeatures {
   bool amx_permitted = false;               // Linux granted XTILEDATA to this process
   std::string amx_note;                     // why amx is not usable, when the CPU has it
   Isa best = Isa::ref;  // the best ISA the host supports
+  // Which CPU (cpuid leaves 0, 1 and 0x80000002-4; family and model decoded as Linux's
+  // /proc/cpuinfo does): benchmark figures name their host with it, since the host kind
+  // varies (Zen 4 is family 25, Zen 5 family 26; a VM may report a generic brand string).
+  std::string vendor, brand;
+  int family = 0, model = 0, stepping = 0;
 };
 
 // Detected once, on first use.
