@@ -21,7 +21,6 @@ from podlet import nn
 from _timing import best  # bench/_timing.py: the shared best-of-n
 
 
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)

@@ -28,7 +28,6 @@ from _host import host  # bench/_host.py: the CPU the figures come from
 from _timing import best  # bench/_timing.py: the shared best-of-n
 
 
-
 def shift_case():
     b, h, w, c, ws, s = 32, 56, 56, 96, 7, 3
     rs = np.random.RandomState(0)

@@ -29,7 +29,6 @@ class CNN(nn.Module):
         return nn.Dense(5)(x.mean((1, 2)))
 
 
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=64)
