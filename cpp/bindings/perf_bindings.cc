@@ -10,6 +10,7 @@
 #include "podlet/ir/optim_fusion.h"
 #include "podlet/ir/pool_fusion.h"
 #include "podlet/ir/copy_fusion.h"
+#include "podlet/ir/dot_layout.h"
 #include "podlet/ir/attention_views.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
@@ -139,6 +140,14 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     d["chains"] = s.chains; d["copies_removed"] = s.copies_removed;
     return d;
   }, py::arg("graph"), "How many chain ends fuse_copies rewrites and how many copying nodes it removes.");
+  m.def("fold_dot_transposes", [](const Graph& g) { return fold_dot_transposes(g); }, py::arg("graph"),
+        "A copy of the graph whose dot_generals read only by a transpose write the transposed layout themselves "
+        "(bit-identical results).");
+  m.def("dot_transpose_stats", [](const Graph& g) {
+    int n = 0;
+    fold_dot_transposes(g, &n);
+    return n;
+  }, py::arg("graph"), "How many transposes fold_dot_transposes folds into the products before them.");
   m.def("fuse_attention_views", [](const Graph& g) { return fuse_attention_views(g); }, py::arg("graph"),
         "A copy of the graph whose fused attention nodes read q, k, v sliced from one projection in place and write "
         "dq, dk, dv into the concatenation of their gradients (bit-identical results).");

@@ -267,6 +267,7 @@ bool run_merged(const Graph& g, const Node& n, std::vector<Value>& vals, int nre
     in[1] = vals[n.in[1]].per[0];
     if (name == "conv_bwd_data") attrs.set("lhs_shape", fold_lead(nrep, attrs.ints("lhs_shape")));
   } else if (name == "dot_general") {
+    if (!n.attrs.ints("out_perm", {}).empty()) return false;  // its output does not lead with the batch
     auto lc = n.attrs.ints("lhs_contracting"), lb = n.attrs.ints("lhs_batch"), rb = n.attrs.ints("rhs_batch");
     bool l_rep = vals[n.in[0]].replicated, r_rep = vals[n.in[1]].replicated;
     if (lb.empty() && !l_rep && r_rep) {

@@ -231,7 +231,7 @@ struct Partitioner {
         osd = {d};
         return finish(nd, run(nd, in, a), osd);
       }
-    } else if (p == "dot_general") {
+    } else if (p == "dot_general" && a.ints("out_perm", {}).empty()) {
       auto r = dot(nd, in, osd);
       if (!r.empty()) return finish(nd, r, osd);
     } else if (p == "conv_general_dilated" || p == "conv_bwd_data") {

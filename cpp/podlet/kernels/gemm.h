@@ -31,6 +31,13 @@ struct GemmArgs {
   void* c = nullptr;
   std::vector<int64_t> a_batch, a_row, a_k;  // sizes B, M, K
   std::vector<int64_t> b_batch, b_k, b_col;  // sizes B, K, N
+  // Where C's rows go: row m of batch entry b starts at c_batch[b] + m * c_ld, its N
+  // elements contiguous. Empty c_batch: C is contiguous [B, M, N]. Other layouts write a
+  // transposed result in place (dot_general's out_perm: [b, h, q, d] stored as the
+  // [b, q, h, d] an attention's heads merge from) with the same sums, so the same bits.
+  std::vector<int64_t> c_batch;  // size B, or empty
+  int64_t c_ld = 0;
+  int64_t c_off(int64_t b, int64_t m) const { return c_batch.empty() ? (b * M + m) * N : c_batch[b] + m * c_ld; }
 };
 
 // The GEMM of dot_general: the fastest variant for the active ISA (cpu/isa.h) that

@@ -201,7 +201,7 @@ template <class T> void gemm_run(const GemmArgs& g) {
         pack_a_block(g, b, m0, mb, q0, nq, a_k_unit, dst);
       },
       [&](int64_t b, int64_t m, int64_t n0, int64_t nb, const float* row) {
-        store_out(g.c_dtype, g.c, (b * g.M + m) * g.N + n0, nb, row);
+        store_out(g.c_dtype, g.c, g.c_off(b, m) + n0, nb, row);
       });
 }
 

@@ -74,7 +74,7 @@ template <class TA, class TB> void run(const GemmArgs& g) {
                    pack_a_block<TA>(o, b, m, rows, k0, kb, dst, lda);
                  },
                  s, ldc);
-    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, s.c.p + i * ldc, nb);
+    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, g.c_off(b, m0 + i) + n0, s.c.p + i * ldc, nb);
   });
 }
 

@@ -229,7 +229,8 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
     run_tasks(ntasks, flops, [&](int64_t task, Scratch& s) {
       const TileAt x = tile_at(task), f = tile_at(imin(task + 1, ntasks - 1));
       // The last K block's microkernels write the output (no pass over a C tile).
-      const OutTile out{g.c_dtype, static_cast<char*>(g.c) + ((x.b * g.M + x.m0) * g.N + x.n0) * esize, g.N};
+      const OutTile out{g.c_dtype, static_cast<char*>(g.c) + (g.c_off(x.b, x.m0) + x.n0) * esize,
+                          g.c_batch.empty() ? g.N : g.c_ld};
       product(x.b, x.m0, x.mb, x.n0, x.nb, 0, Kq, s, s.c.f(), round_up(x.nb, NR), &out,
               task + 1 < ntasks ? &f : nullptr);
     });
@@ -256,7 +257,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
       const float* pt = part.f() + (c * ntiles + tile) * tile_size;
       for (int64_t i = 0; i < mb * nc; ++i) t[i] += pt[i];
     }
-    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, t + i * nc, nb);
+    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, g.c_off(b, m0 + i) + n0, t + i * nc, nb);
   });
 }
 

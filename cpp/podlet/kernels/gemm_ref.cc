@@ -70,7 +70,7 @@ void gemm_float(const GemmArgs& g) {
         Ct.noalias() += At * Bt;
       }
       for (int64_t i = 0; i < mb; ++i)
-        store_row<Acc>(g.c_dtype, g.c, (b * g.M + m0 + i) * g.N + n0, nb, Ct.data() + i * nb);
+        store_row<Acc>(g.c_dtype, g.c, g.c_off(b, m0 + i) + n0, nb, Ct.data() + i * nb);
     }
   });
 }
@@ -96,7 +96,7 @@ void gemm_int(const GemmArgs& g) {
         for (int64_t n = 0; n < g.N; ++n) acc[n] += av * uint64_t(int64_t(brow[g.b_col[n]]));
       }
       PODLET_DTYPE_SWITCH(g.c_dtype, O, {
-        O* out = static_cast<O*>(g.c) + r * g.N;
+        O* out = static_cast<O*>(g.c) + g.c_off(b, m);
         for (int64_t n = 0; n < g.N; ++n) {
           if constexpr (std::is_same_v<O, bool>) out[n] = acc[n] != 0;  // excluded by gemm_ref
           else if constexpr (std::is_same_v<O, bf16>) out[n] = bf16(float(std::is_signed_v<T> ? double(int64_t(acc[n])) : double(acc[n])));

@@ -8,6 +8,11 @@
 // preferred_element_type sets the output dtype; unlike JAX it may also be narrower than
 // the operands (the VJP uses that to round the cotangent once, straight to the operand
 // dtype). Integer operands must share a dtype and wrap like it.
+// out_perm (set only by the graph pass ir/dot_layout.h, never by a user): the node's
+// output is transpose(result, out_perm), written in place by the GEMM (its rows and
+// batch entries stored where the transpose puts them; the sums are the same, so the bits
+// are). The rhs free dims must stay last and in order, and the lhs free dims must keep
+// one stride between rows (out_layout below).
 // algorithm ('' | 'bf16' | 'bf16_3x' | 'bf16_6x', prims/dot_algorithm.h): f32 operands
 // rounded to / split into bf16 and multiplied in one, three or six bf16 passes (a TPU's
 // precisions); the VJP's dots carry it, as jax's transpose rules carry precision.
@@ -67,6 +72,50 @@ int float_rank(DType d) { return d == DType::bf16 ? 0 : d == DType::f32 ? 1 : 2;
 bool has_preferred(const Attrs& a) { return a.has("preferred_element_type") && !a.s("preferred_element_type").empty(); }
 DotAlgorithm algorithm_of(const Attrs& a) { return dot_algorithm_from_name(a.s("algorithm", "")); }
 
+std::vector<int64_t> pick(const std::vector<int64_t>& v, const std::vector<int64_t>& idx) {
+  std::vector<int64_t> r;
+  for (auto i : idx) r.push_back(v[i]);
+  return r;
+}
+int64_t prod(const std::vector<int64_t>& v) { int64_t p = 1; for (auto x : v) p *= x; return p; }
+
+std::vector<int64_t> out_perm_of(const Attrs& a) { return a.ints("out_perm", {}); }
+
+// Where the GEMM writes a transposed result: natural output shape s (batch dims, lhs
+// free, rhs free), stored as transpose(., perm). Batch entries anywhere (an offset each),
+// the lhs free dims one stride apart as a whole (rows m * c_ld), the rhs free dims the
+// last dims in order (each row's N elements contiguous). Empty: not expressible, and why.
+std::string out_layout(const DotDims& d, const Shape& s, const std::vector<int64_t>& perm,
+                       std::vector<int64_t>* c_batch, int64_t* c_ld) {
+  const int64_t R = int64_t(s.size()), nb = int64_t(d.lb.size()), nl = int64_t(d.lfree.size());
+  std::vector<int64_t> inv(R, -1);
+  if (int64_t(perm.size()) != R) return fmt("out_perm ", shape_str(perm), " must have ", R, " entries");
+  for (int64_t i = 0; i < R; ++i) {
+    if (perm[i] < 0 || perm[i] >= R || inv[perm[i]] >= 0) return fmt("out_perm ", shape_str(perm), " is not a permutation");
+    inv[perm[i]] = i;
+  }
+  for (int64_t i = nb + nl; i < R; ++i)
+    if (inv[i] != i) return fmt("out_perm ", shape_str(perm), " must keep the rhs free dims last, in order");
+  Shape ps(R);
+  for (int64_t i = 0; i < R; ++i) ps[i] = s[perm[i]];
+  const Shape pst = strides_of(ps);
+  auto stride = [&](int64_t j) { return pst[inv[j]]; };
+  int64_t ld = 0, span = -1;  // the last lhs free dim of size > 1 and its extent so far
+  for (int64_t j = nb + nl - 1; j >= nb; --j) {
+    if (s[j] == 1) continue;
+    if (span < 0) ld = stride(j), span = ld * s[j];
+    else if (stride(j) != span) return fmt("out_perm ", shape_str(perm), " splits the lhs free dims");
+    else span *= s[j];
+  }
+  if (c_ld) *c_ld = ld;
+  if (c_batch) {
+    Shape bs, bst;
+    for (int64_t j = 0; j < nb; ++j) bs.push_back(s[j]), bst.push_back(stride(j));
+    *c_batch = kernels::group_offsets(bs, bst);
+  }
+  return "";
+}
+
 std::vector<AVal> dot_shape(const std::vector<AVal>& in, const Attrs& a) {
   check_arity(in, 2);
   const AVal &l = in[0], &r = in[1];
@@ -100,15 +149,15 @@ std::vector<AVal> dot_shape(const std::vector<AVal>& in, const Attrs& a) {
   for (auto x : d.lb) s.push_back(l.shape[x]);
   for (auto x : d.lfree) s.push_back(l.shape[x]);
   for (auto x : d.rfree) s.push_back(r.shape[x]);
-  return {AVal{out, s}};
+  const auto perm = out_perm_of(a);
+  if (perm.empty()) return {AVal{out, s}};
+  const std::string why = out_layout(d, s, perm, nullptr, nullptr);
+  if (!why.empty()) throw ShapeError(fmt("dot_general: ", why, " (output ", shape_str(s), ")"));
+  Shape ps;
+  for (auto p : perm) ps.push_back(s[p]);
+  return {AVal{out, ps}};
 }
 
-std::vector<int64_t> pick(const std::vector<int64_t>& v, const std::vector<int64_t>& idx) {
-  std::vector<int64_t> r;
-  for (auto i : idx) r.push_back(v[i]);
-  return r;
-}
-int64_t prod(const std::vector<int64_t>& v) { int64_t p = 1; for (auto x : v) p *= x; return p; }
 
 void dot_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
   const Shape &ls = in[0].shape(), &rs = in[1].shape();
@@ -128,6 +177,12 @@ void dot_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Att
   g.b_batch = kernels::group_offsets(pick(rs, d.rb), pick(rst, d.rb));
   g.b_k = kernels::group_offsets(pick(rs, d.rc), pick(rst, d.rc));
   g.b_col = kernels::group_offsets(pick(rs, d.rfree), pick(rst, d.rfree));
+  if (const auto perm = out_perm_of(a); !perm.empty()) {
+    Shape s = pick(ls, d.lb);
+    for (auto x : d.lfree) s.push_back(ls[x]);
+    for (auto x : d.rfree) s.push_back(rs[x]);
+    out_layout(d, s, perm, &g.c_batch, &g.c_ld);  // checked by the shape rule
+  }
   const DotAlgorithm alg = algorithm_of(a);
   if (!dot_algorithm_applies(alg, g.a_dtype, g.b_dtype, g.c_dtype)) return kernels::gemm(g);
   // The passes read bf16 copies of the operands through the same offset tables.
@@ -202,8 +257,10 @@ std::vector<int> dot_vjp(Graph& g, const Node& n, const std::vector<int>& ct) {
   const int x = n.in[0], y = n.in[1];
   DotDims d = dot_dims(n.attrs, g.aval(x).shape.size(), g.aval(y).shape.size());
   const std::string alg = n.attrs.s("algorithm", "");
-  return {dot_transpose_lhs(g, ct[0], x, y, d.lc, d.rc, d.lb, d.rb, false, alg),
-          dot_transpose_lhs(g, ct[0], y, x, d.rc, d.lc, d.rb, d.lb, true, alg)};
+  int c = ct[0];
+  if (const auto perm = out_perm_of(n.attrs); !perm.empty()) c = transpose(g, c, argsort(perm));  // back to the natural order
+  return {dot_transpose_lhs(g, c, x, y, d.lc, d.rc, d.lb, d.rb, false, alg),
+          dot_transpose_lhs(g, c, y, x, d.rc, d.lc, d.rb, d.lb, true, alg)};
 }
 
 double dot_flops(const std::vector<AVal>& in, const std::vector<AVal>&, const Attrs& a) {
@@ -228,15 +285,21 @@ std::vector<int> dot_batch(Graph& g, const BatchCtx& c, const std::vector<int>& 
   a.set("rhs_contracting", shift(d.rc, br));
   a.set("lhs_batch", lb);
   a.set("rhs_batch", rb);
+  const auto out_perm = out_perm_of(a);
+  a.set("out_perm", std::vector<int64_t>{});  // the batched product in the natural order, then out_perm after the new dim
   int y = g.add1("dot_general", in, a);
   ob = {0};
-  if (bl && br) return {y};
   const int64_t nb = int64_t(d.lb.size());
-  const int64_t pos = bl ? nb : nb + int64_t(d.lfree.size());
-  if (pos == 0) return {y};
-  const int64_t r = int64_t(g.aval(y).shape.size());
-  std::vector<int64_t> perm = {pos};
-  for (int64_t i = 0; i < r; ++i) if (i != pos) perm.push_back(i);
+  const int64_t pos = bl && br ? 0 : bl ? nb : nb + int64_t(d.lfree.size());
+  if (pos != 0) {
+    const int64_t r = int64_t(g.aval(y).shape.size());
+    std::vector<int64_t> perm = {pos};
+    for (int64_t i = 0; i < r; ++i) if (i != pos) perm.push_back(i);
+    y = transpose(g, y, perm);
+  }
+  if (out_perm.empty()) return {y};
+  std::vector<int64_t> perm = {0};
+  for (auto p : out_perm) perm.push_back(p + 1);
   return {transpose(g, y, perm)};
 }
 

@@ -3,8 +3,9 @@ into the fused AdamW primitive (cpp/podlet/ir/optim_fusion.h: apply_updates' add
 EMA of the new params), max-pool gradients reading the selection their forward pass made
 (cpp/podlet/ir/pool_fusion.h), fused attention reading q, k, v where a projection left
 them (cpp/podlet/ir/attention_views.h), chains of row-moving copies (a roll, a window
-partition) made one gather (cpp/podlet/ir/copy_fusion.h) and then elementwise chains
-fused (cpp/podlet/ir/fusion.h), built once per cache entry. Only concrete execution uses
+partition) made one gather (cpp/podlet/ir/copy_fusion.h), products whose only reader is
+a transpose writing the transposed layout themselves (cpp/podlet/ir/dot_layout.h) and
+then elementwise chains fused (cpp/podlet/ir/fusion.h), built once per cache entry. Only concrete execution uses
 it: a graph inlined into an outer trace (grad of a jit'd function, nested jit) stays
 unfused, so autodiff never sees a fused node. pmap runs the same passes; its executor
 runs a fused node over every replica's shard at once unless the node sums per replica
@@ -14,8 +15,8 @@ Values the backward pass reads are recomputed there from the forward pass's
 inputs before fusion (cpp/podlet/ir/remat.h), so fusion folds the recomputation into
 the backward pass's own passes; PODLET_REMAT=0 keeps them instead.
 
-PODLET_ATTENTION_VIEWS=0 and PODLET_COPY_FUSION=0 turn those two passes off (A/B runs:
-bench/copy_fusion.py); PODLET_FUSION=0 in the environment turns every pass off (read at
+PODLET_ATTENTION_VIEWS=0, PODLET_COPY_FUSION=0 and PODLET_DOT_TRANSPOSES=0 turn those
+three passes off (A/B runs: bench/copy_fusion.py); PODLET_FUSION=0 in the environment turns every pass off (read at
 each call, so tests can flip it). config.allow_excess_precision (part of jit's cache key)
 marks the fused nodes to keep bf16 intermediates in f32.
 """
@@ -53,6 +54,12 @@ def _fuse_copies(graph):
     return _core.fuse_copies(graph)
 
 
+def _fold_dot_transposes(graph):
+    if _off("PODLET_DOT_TRANSPOSES") or not hasattr(_core, "fold_dot_transposes"):
+        return graph
+    return _core.fold_dot_transposes(graph)
+
+
 def remat_enabled():
     return not _off("PODLET_REMAT")
 
@@ -61,7 +68,7 @@ def _passes(graph):
     g = _fuse_pools(_fuse_optimizer(graph))
     if remat_enabled():
         g = _core.rematerialize(g)
-    g = _fuse_copies(_attention_views(g))
+    g = _fold_dot_transposes(_fuse_copies(_attention_views(g)))
     return _core.fuse_elementwise(g, excess_precision=bool(flags["allow_excess_precision"]))
 
 
