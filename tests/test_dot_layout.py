@@ -1,11 +1,12 @@
-"""Transposed products written in place (cpp/podlet/ir/dot_layout.h): dot_general's
-out_perm (prims/dot.cc) stores transpose(product, out_perm) straight from the GEMM.
+"""Transposes folded into products (cpp/podlet/ir/dot_layout.h): dot_general's out_perm
+(prims/dot.cc) stores transpose(product, out_perm) straight from the GEMM, and a product
+reads a transpose's input in place through its dims.
 Checked on concrete arrays against the product followed by NumPy's transpose (same
 bits) on every GEMM path the host has (ref, avx2, avx512, avx512bf16, the emulated AMX
 tiles), f32 / bf16 / f64 / int32, tiled, batched-per-task and K-chunked products, a TPU
 precision algorithm; the pass on a jitted attention forward and backward against the
-same graph with the pass off (same bits); its VJP and vmap rules; the layouts it must
-refuse."""
+same graph with the pass off (same bits); its VJP and vmap rules; the layouts and
+graphs it must leave alone."""
 import os
 
 import ml_dtypes
@@ -150,10 +151,12 @@ def test_attention_step_same_bits_with_the_pass_off(dtype, monkeypatch):
     step = podlet.value_and_grad(_attention_loss, argnums=(0, 1, 2))
     entry = podlet.jit(step).lower(q, k, v, t)
     folded = _core.dot_transpose_stats(entry.graph)
-    # The forward output and the backward pass's dq and dk: [b, h, t, d] products stored as
-    # [b, t, h, d] (dv's product is [b, h, d, k]: its columns would be strided, it stays).
-    assert folded >= 3, folded
+    # Written in place: the forward output and the backward pass's dq, dk and dv ([b, h, t,
+    # d] products stored as [b, t, h, d]; dv's product is taken as [b, h, k, d] for that,
+    # prims/dot.cc); read in place: dout as [b, h, q, d]. No transpose is left.
+    assert folded == 5, folded
     on = _prims(fusion.executable_graph(entry))
+    assert "transpose" not in on, on
     monkeypatch.setenv("PODLET_DOT_TRANSPOSES", "0")
     off = _prims(fusion.executable_graph(podlet.jit(step).lower(q, k, v, t)))
     assert off.count("transpose") - on.count("transpose") == folded, (on, off)
@@ -184,6 +187,35 @@ def test_pass_leaves_products_read_elsewhere_and_graph_outputs():
     g = lambda a, b: jnp.transpose(jnp.einsum("bhqk,bkhd->bhqd", a, b), (0, 2, 1, 3))
     assert _core.dot_transpose_stats(podlet.jit(g).lower(x, y).graph) == 1
     np.testing.assert_array_equal(np.asarray(podlet.jit(g)(x, y)), np.transpose(np.full((2, 3, 5, 4), 7.0), (0, 2, 1, 3)))
+
+
+def _dg(a, b, lc, rc, lb=(), rb=()):
+    return podlet.lax.dot_general(a, b, ((lc, rc), (lb, rb)))
+
+
+def test_products_read_a_transposes_input_in_place():
+    rng = np.random.default_rng(4)
+    a, b = jnp.asarray(rng.standard_normal((2, 5, 3, 4))), jnp.asarray(rng.standard_normal((2, 3, 4, 6)))
+    c = jnp.asarray(rng.standard_normal((4, 5, 6)))
+    cases = {  # function of (a, b, c), transposes folded
+        "dout_as_heads": (lambda a, b, c: _dg(jnp.transpose(a, (0, 2, 1, 3)), b, (3,), (2,), (0, 1), (0, 1)), 1),
+        "two_products": (lambda a, b, c: (lambda t: (_dg(t, b, (3,), (2,), (0, 1), (0, 1)),
+                                                     _dg(b, t, (2,), (3,), (0, 1), (0, 1))))(jnp.transpose(a, (0, 2, 1, 3))),
+                         1),
+        "x_t_x": (lambda a, b, c: (lambda t: _dg(t, t, (2,), (2,), (0,), (0,)))(jnp.transpose(c, (1, 0, 2))), 1),
+        # Left alone: another reader, the last dim moved, the free dims' order changed.
+        "other_reader": (lambda a, b, c: (lambda t: (_dg(t, b, (3,), (2,), (0, 1), (0, 1)), t * 2.0))(
+            jnp.transpose(a, (0, 2, 1, 3))), 0),
+        "last_dim_moved": (lambda a, b, c: _dg(jnp.transpose(c, (0, 2, 1)), c, (2,), (1,)), 0),
+        # (square, so that only the values could tell: the output's two free dims swapped)
+        "free_order": (lambda a, b, c: _dg(jnp.transpose(c[:, :4], (1, 0, 2)), c[0], (2,), (1,)), 0),
+    }
+    for name, (f, n) in cases.items():
+        assert _core.dot_transpose_stats(podlet.jit(f).lower(a, b, c).graph) == n, name
+        got = podlet.tree_util.tree_leaves(podlet.jit(f)(a, b, c))
+        want = podlet.tree_util.tree_leaves(f(a, b, c))  # eager: no passes
+        for x, y in zip(got, want):
+            assert np.asarray(x).tobytes() == np.asarray(y).tobytes(), name
 
 
 def test_pmap_runs_a_folded_product_per_replica():

@@ -6,6 +6,10 @@
 // (batch, head) whose [b, h, q, d] result is transposed to [b, q, h, d]; its backward
 // pass transposes dq and dk the same way. Each was a full copy (ViT-Tiny: 72 of them per
 // two steps); XLA's layout assignment folds them into the product the same way.
+// The same pass lets a product read a transpose's input in place when every reader of
+// the transpose is a product and the transpose keeps the last dim last and the free dims
+// in order (the GEMM reads any operand through offset tables): the backward pass's
+// dout, [b, q, h, d] read as [b, h, q, d].
 // The GEMM sums every element as before: results are identical.
 //
 // Runs on executable graphs (after autodiff, vmap and partitioning, before elementwise
@@ -15,7 +19,7 @@
 
 namespace podlet {
 
-// A copy of g with the rewrite above (`folded`, if given, counts the transposes removed);
+// A copy of g with the rewrites above (`folded`, if given, counts the transposes removed);
 // g is unchanged.
 Graph fold_dot_transposes(const Graph& g, int* folded = nullptr);
 

@@ -235,13 +235,23 @@ int dot_transpose_lhs(Graph& g, int ct, int x, int y, const std::vector<int64_t>
     std::vector<int64_t> swapped = xb;
     swapped.insert(swapped.end(), xc_sorted_by_y.begin(), xc_sorted_by_y.end());
     swapped.insert(swapped.end(), x_kept.begin(), x_kept.end());
-    if (is_identity(argsort(swapped))) {
+    // Neither order is x's: prefer the one whose transpose ir/dot_layout can fold into the
+    // product (its second operand's free dims last in x, in order), e.g. the value
+    // gradient of Flax's attention, [b, h, k, d] products stored as v's [b, k, h, d].
+    auto trailing = [&](const std::vector<int64_t>& dims) {
+      for (size_t i = 0; i < dims.size(); ++i)
+        if (dims[i] != xr - int64_t(dims.size()) + int64_t(i)) return false;
+      return true;
+    };
+    const std::vector<int64_t> back = argsort(swapped);
+    if (is_identity(back) || (!trailing(xc_sorted_by_y) && !x_kept.empty() && trailing(x_kept))) {
       Attrs a = common;
       a.set("lhs_contracting", y_kept);
       a.set("rhs_contracting", ans_y);
       a.set("lhs_batch", yb);
       a.set("rhs_batch", ans_batch);
-      return g.add1("dot_general", {y, ct}, a);
+      const int d = g.add1("dot_general", {y, ct}, a);
+      return is_identity(back) ? d : transpose(g, d, back);
     }
   }
   Attrs a = common;
