@@ -158,7 +158,6 @@ std::vector<AVal> dot_shape(const std::vector<AVal>& in, const Attrs& a) {
   return {AVal{out, ps}};
 }
 
-
 void dot_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
   const Shape &ls = in[0].shape(), &rs = in[1].shape();
   DotDims d = dot_dims(a, ls.size(), rs.size());
@@ -295,8 +294,8 @@ std::vector<int> dot_batch(Graph& g, const BatchCtx& c, const std::vector<int>& 
   a.set("rhs_contracting", shift(d.rc, br));
   a.set("lhs_batch", lb);
   a.set("rhs_batch", rb);
-  const auto out_perm = out_perm_of(a);
-  a.set("out_perm", std::vector<int64_t>{});  // the batched product in the natural order, then out_perm after the new dim
+  const auto out_perm = out_perm_of(a);  // the batched product in the natural order, then out_perm after the new dim
+  if (!out_perm.empty()) a.set("out_perm", std::vector<int64_t>{});
   int y = g.add1("dot_general", in, a);
   ob = {0};
   const int64_t nb = int64_t(d.lb.size());
