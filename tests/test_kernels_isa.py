@@ -197,6 +197,26 @@ def test_dot_bf16_output_is_its_f32_output_rounded_once(isa, case):
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
+def test_dot_bf16_output_subnormal_from_the_block_sum(isa):
+    """vdpbf16ps flushes subnormal sums, but the epilogue's addition of a tile's earlier K
+    blocks (plain f32) can make one: 1.5 * 2^-126 from the first block plus -2^-126 from
+    the second is 2^-127. Rounded to bf16 it must stay 2^-127 (the conversion instructions
+    would flush it), in full 32-column rows as at the edges."""
+    K, N = 1100, 70  # three K blocks of 368; two full panels and an edge
+    a, b = np.zeros((13, K)), np.zeros((K, N))
+    a[:, 0], b[0, :] = 2.0 ** -63, 1.5 * 2.0 ** -63   # block 1: 1.5 * 2^-126
+    a[:, 400], b[400, :] = -(2.0 ** -63), 2.0 ** -63  # block 2: -2^-126
+    b[0, 1::3] = 2.0 ** -60                           # other columns stay normal
+    a, b = a.astype(BF16), b.astype(BF16)
+    attrs = dot_attrs([1], [0])
+    out16 = run(isa, "dot_general", [a, b], dict(attrs, preferred_element_type="bfloat16"))
+    out32 = run(isa, "dot_general", [a, b], dict(attrs, preferred_element_type="float32"))
+    tiny = (out32 != 0) & (np.abs(out32) < np.finfo(np.float32).tiny)
+    assert tiny.sum() > 100, tiny.sum()
+    np.testing.assert_array_equal(out16.view(np.uint16), out32.astype(BF16).view(np.uint16))
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
 def test_dot_fast_path_is_taken(isa):
     """With K > 256 the block order differs from the reference's somewhere."""
     rng = np.random.default_rng(2)

@@ -231,6 +231,17 @@ inline __m256i bf16_round16(__m512 v) {
   const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
   return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q));
 }
+// 32 bf16 (lo's 16, then hi's) = bf16_round16(lo), bf16_round16(hi): on AVX512_BF16 one
+// vcvtne2ps2bf16 for both unless either holds a subnormal (the same rounding, one
+// conversion and one 64-byte store per pair: the epilogue of a K = 64 product rounds 24
+// vectors per 768 dot products).
+inline __m512i bf16_round32(__m512 lo, __m512 hi) {
+#ifdef __AVX512BF16__
+  if (__builtin_expect((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) == 0, 1))
+    return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+#endif
+  return _mm512_inserti64x4(_mm512_castsi256_si512(bf16_round16(lo)), bf16_round16(hi), 1);
+}
 // out[off : off + n] (dtype f32 or bf16) = s[0:n].
 inline void store_out(DType d, void* out, int64_t off, const float* s, int64_t n) {
   if (d == DType::f32) {
@@ -412,6 +423,17 @@ inline void store_block_out(const __m512 (&acc)[R][NV], const float* c, int64_t 
 #pragma GCC unroll 12
   for (int r = 0; r < R; ++r) {
     if (r >= o.rows) break;
+    if constexpr (NV == 2) {
+      if (full && o.dtype == DType::bf16) {  // the row's 32 columns rounded and stored at once
+        __m512 x0 = acc[r][0], x1 = acc[r][1];
+        if (add) {
+          x0 = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc), x0);
+          x1 = _mm512_add_ps(_mm512_loadu_ps(c + r * ldc + 16), x1);
+        }
+        _mm512_storeu_si512(static_cast<uint16_t*>(o.p) + r * o.ld, bf16_round32(x0, x1));
+        continue;
+      }
+    }
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
       __m512 x = acc[r][v];
