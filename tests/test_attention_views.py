@@ -168,3 +168,66 @@ def test_views_that_do_not_fit_are_errors():
     assert len(d) == 1 and np.asarray(d[0]).shape == (2, 5, 3, 2, 4)
     with pytest.raises(ValueError, match="side by side"):
         _core.apply("dot_product_attention_bwd", [x, x, x, o, lse, o], dict(bwd, dqkv=[0, 8, 8, 24]))
+
+
+# ---- the bias gradient summed over the batch in the kernel (sum_attention_dbias) ----
+
+def _bias_step(causal=False):
+    def loss(q, k, v, bias, mask):
+        o = podlet.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, scale=0.25, is_causal=causal)
+        c = jnp.cos(jnp.arange(o.size, dtype=jnp.float32)).reshape(o.shape)
+        return jnp.sum(jnp.asarray(o, jnp.float32) * c)
+    return podlet.value_and_grad(loss, argnums=(0, 3))
+
+
+def _bias_data(B, T, N, H, bias_shape, dtype, seed=3):
+    rs = np.random.RandomState(seed)
+    q, k, v = (jnp.asarray(rs.standard_normal((B, T, N, H)).astype(dtype)) for _ in range(3))
+    bias = jnp.asarray(rs.standard_normal(bias_shape).astype(np.float32))
+    mask = jnp.asarray(rs.rand(B, 1, T, T) > 0.2)  # Swin's shift masks: per window
+    return q, k, v, bias, mask
+
+
+def _dbias_kernels():
+    """(isa, pair emulation) for every attention kernel the host has."""
+    ks = [(i, False) for i in FAST_ISAS]
+    if HAS_BF16_PAIRS:
+        ks += [("avx512bf16", False), ("avx512bf16", True)]
+    return ks or [("ref", False)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("bias_shape, causal", [((1, 3, 20, 20), False), ((1, 1, 20, 20), False),
+                                                ((1, 3, 20, 20), True)], ids=["heads", "shared", "causal"])
+def test_dbias_summed_over_the_batch_in_the_kernel(monkeypatch, dtype, bias_shape, causal):
+    """Swin's relative-position bias is shared by every window (the batch): its gradient
+    comes out of the backward kernel summed over the batch (fixed chunks of the batch in
+    order, then the chunks) instead of per window and reduce_sum'd. Close to the unsummed
+    graph's (another summation order), the same bits for 1 and 2 threads, and where the
+    pair kernel runs, the instruction's bits are its emulation's."""
+    B, T, N, H = 70, 20, 3, 16  # 70 windows: chunks of 2, the last one short
+    args = _bias_data(B, T, N, H, bias_shape, dtype)
+    step = _bias_step(causal)
+    assert _core.attention_dbias_stats(podlet.jit(step).lower(*args).graph) == 1
+    bits = set()
+    for isa, emu in _dbias_kernels():
+        _core.set_isa(isa)
+        _core.set_attention_pairs_emulation(emu)
+        monkeypatch.setenv("PODLET_ATTENTION_DBIAS", "0")  # the same kernel, per window, then reduce_sum
+        _, (_, want) = podlet.jit(step)(*args)
+        want = np.asarray(want)
+        monkeypatch.setenv("PODLET_ATTENTION_DBIAS", "1")
+        for threads in (1, 2):
+            podlet.config.update("num_threads", threads)
+            _, (_, got) = podlet.jit(step)(*args)
+            got = np.asarray(got)
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+            bits.add((isa if isa == "avx512bf16" else "widening", got.tobytes()))
+    # One result per kernel family (the f32 widening kernels agree across ISAs; bf16 pairs
+    # on the instruction and emulated agree).
+    assert len(bits) == len({k for k, _ in bits}), [k for k, _ in bits]
+
+
+def test_dbias_sum_leaves_a_per_entry_bias_alone():
+    args = _bias_data(6, 20, 3, 16, (6, 3, 20, 20), np.float32)
+    assert _core.attention_dbias_stats(podlet.jit(_bias_step()).lower(*args).graph) == 0

@@ -148,6 +148,14 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     fold_dot_transposes(g, &n);
     return n;
   }, py::arg("graph"), "How many transposes fold_dot_transposes folds into the products before them.");
+  m.def("sum_attention_dbias", [](const Graph& g) { return sum_attention_dbias(g); }, py::arg("graph"),
+        "A copy of the graph whose attention backward nodes sum the bias gradient over the batch in the kernel "
+        "where the VJP's reduce_sum over the batch was its only reader (close, not identical, sums).");
+  m.def("attention_dbias_stats", [](const Graph& g) {
+    int n = 0;
+    sum_attention_dbias(g, &n);
+    return n;
+  }, py::arg("graph"), "How many attention backward nodes sum_attention_dbias rewrites.");
   m.def("fuse_attention_views", [](const Graph& g) { return fuse_attention_views(g); }, py::arg("graph"),
         "A copy of the graph whose fused attention nodes read q, k, v sliced from one projection in place and write "
         "dq, dk, dv into the concatenation of their gradients (bit-identical results).");

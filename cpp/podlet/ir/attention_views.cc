@@ -150,3 +150,35 @@ Graph fuse_attention_views(const Graph& g, AttentionViewStats* stats) {
 }
 
 }  // namespace podlet
+
+namespace podlet {
+
+Graph sum_attention_dbias(const Graph& g, int* summed) {
+  std::vector<std::vector<int>> readers(g.num_values());
+  for (int i = 0; i < int(g.nodes.size()); ++i)
+    for (int v : g.nodes[i].in) readers[v].push_back(i);
+  std::vector<char> is_out(g.num_values(), 0);
+  for (int v : g.outputs) is_out[v] = 1;
+  Graph out = g;
+  int n_summed = 0;
+  for (const Node& n : g.nodes) {
+    if (n.prim->name != "dot_product_attention_bwd" || !n.attrs.i("has_bias", 0) || n.attrs.has("vmap_size") ||
+        n.attrs.i("dbias_batch_sum", 0))
+      continue;
+    const int u = n.out.back();  // dlogits (after dq, dk, dv or the packed dqkv)
+    const AVal& du = g.aval(u);
+    if (du.shape.size() != 4 || du.shape[0] < 2 || is_out[u] || readers[u].size() != 1) continue;
+    const Node& r = g.nodes[readers[u][0]];
+    if (r.prim->name != "reduce_sum") continue;
+    const auto axes = r.attrs.ints("axes");
+    if (std::find_if(axes.begin(), axes.end(), [](int64_t x) { return x == 0 || x == -4; }) == axes.end()) continue;
+    Node& m = out.nodes[&n - g.nodes.data()];
+    m.attrs.set("dbias_batch_sum", int64_t(1));
+    out.avals[u].shape[0] = 1;  // the reduce_sum's result keeps its shape: axis 0 has one entry now
+    ++n_summed;
+  }
+  if (summed) *summed = n_summed;
+  return out;
+}
+
+}  // namespace podlet

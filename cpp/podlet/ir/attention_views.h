@@ -32,4 +32,13 @@ struct AttentionViewStats {
 // A copy of g with the rewrite above; g is unchanged.
 Graph fuse_attention_views(const Graph& g, AttentionViewStats* stats = nullptr);
 
+// The bias gradient summed over the batch in the backward kernel: a backward node whose
+// dlogits [B, N, T, S] is read only by a reduce_sum over axes that include the batch
+// (the VJP's sum down to a bias broadcast over it: Swin's relative-position bias, shared
+// by every window) gets dbias_batch_sum (prims/attention.cc) and puts out [1, N, T, S];
+// the reduce_sum stays for the other axes (over a batch of one now). The sums are the
+// kernel's (fixed batch chunks, in order), not reduce_sum's: close, not the same bits.
+// `summed`, if given, counts the nodes rewritten.
+Graph sum_attention_dbias(const Graph& g, int* summed = nullptr);
+
 }  // namespace podlet

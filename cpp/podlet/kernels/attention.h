@@ -50,6 +50,15 @@ struct Attn {
   // parts of its gradient (ir/attention_views.h); batch b's rows start at b * T * ld
   // (b * S * ld). out and dout are always packed.
   int64_t q_ld = 0, k_ld = 0, v_ld = 0, dq_ld = 0, dk_ld = 0, dv_ld = 0;
+  // The backward pass's dbias summed over the batch in the kernel (0: one [N, T, S] slab
+  // per batch entry, stored). Else batch entries b are added, in order, into slab
+  // b / dbias_chunk (zeroed by the caller, which adds the slabs in order): the tasks run
+  // each chunk's entries on one thread, one after another, so the sums do not depend on
+  // the thread count.
+  int64_t dbias_chunk = 0;
+  int64_t dbias_off(int64_t b, int64_t n, int64_t t) const {
+    return (((dbias_chunk ? b / dbias_chunk : b) * N + n) * T + t) * S;
+  }
   int64_t ldq() const { return q_ld ? q_ld : N * H; }
   int64_t ldk() const { return k_ld ? k_ld : K * H; }
   int64_t ldv() const { return v_ld ? v_ld : K * H; }
@@ -63,7 +72,14 @@ template <class T, class A>
 void attention_fwd(const Attn& p, const T* q, const T* k, const T* v, T* out, A* lse);
 
 // dq [B, T, N, H], dk, dv [B, S, K, H] (T); dbias [B, N, T, S] (A) when not nullptr: the
-// logits' gradient (zero where masked), which the VJP sums down to the bias's shape.
+// logits' gradient (zero where masked), which the VJP sums down to the bias's shape
+// (with p.dbias_chunk: [ceil(B / dbias_chunk), N, T, S] slabs, added into).
+// The tasks' batch grain for that: a multiple of the chunk's tasks.
+inline int64_t dbias_grain(const Attn& p, int64_t grain) {
+  if (!p.dbias_chunk) return grain;
+  const int64_t unit = p.dbias_chunk * p.K;
+  return (grain + unit - 1) / unit * unit;
+}
 template <class T, class A>
 void attention_bwd(const Attn& p, const T* q, const T* k, const T* v, const T* out, const A* lse, const T* dout,
                    T* dq, T* dk, T* dv, A* dbias);

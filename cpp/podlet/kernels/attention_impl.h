@@ -285,8 +285,11 @@ struct Ctx {
       for (int64_t j = 0; j < sk; ++j) drow[j] = prow[j] * (drow[j] - d);
     }
     if (dbias) {
-      A* row = dbias + ((b * p.N + n) * p.T + t) * p.S + s0;
-      for (int64_t j = 0; j < sk; ++j) row[j] = drow[j];
+      A* row = dbias + p.dbias_off(b, n, t) + s0;
+      if (p.dbias_chunk)
+        for (int64_t j = 0; j < sk; ++j) row[j] += drow[j];
+      else
+        for (int64_t j = 0; j < sk; ++j) row[j] = drow[j];
     }
   }
 
@@ -480,7 +483,7 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
   // One task per (batch, kv head): key tiles outer, the G heads' query tiles inner; the
   // probabilities are recomputed once (FlashAttention-2's backward). dK and dV of a key
   // tile, and dQ of every row, are summed by this task alone in a fixed order.
-  parallel_for(p.B * p.K, task_grain(p.B * p.K, 1), [&](int64_t lo, int64_t hi) {
+  parallel_for(p.B * p.K, dbias_grain(p, task_grain(p.B * p.K, 1)), [&](int64_t lo, int64_t hi) {
     LocalVec<A> Q(G * T_ * H), dO(G * T_ * H), dQ(G * T_ * H), D(G * T_), L(G * T_);
     LocalVec<A> Kr(kSk * H), Kt(H * kSk), Vr(kSk * H), Vt(H * kSk), Sc(kTq * kSk), dS(kTq * kSk), dSs(kTq * kSk),
         dK(kSk * H), dV(kSk * H);
@@ -568,9 +571,9 @@ void bwd_impl(const Attn& p, const T* q, const T* k, const T* v, const T* out, c
                 }
               }
           }
-          if (dbias && tstart > 0)  // rows the causal skip never visits hold masked logits: zero gradient
+          if (dbias && !p.dbias_chunk && tstart > 0)  // rows the causal skip never visits: zero gradient
             for (int64_t t = 0; t < std::min(tstart, T_); ++t) {
-              A* row = dbias + ((b * p.N + n) * T_ + t) * p.S + s0;
+              A* row = dbias + p.dbias_off(b, n, t) + s0;
               for (int64_t j = 0; j < sk; ++j) row[j] = A(0);
             }
         }

@@ -168,7 +168,8 @@ struct HwPairs {
   // same operations per element as post_logits + score_grad_row + pack_rows_f32: the same
   // bits.
   static bool grad_tile(float* Sc, float* dS, int64_t tq, int64_t sk, const TileLogits& g, const float* L,
-                        const float* D, float uniform, float* dbias, int64_t dbias_ld, float scale, uint32_t* dSb) {
+                        const float* D, float uniform, float* dbias, int64_t dbias_ld, bool dbias_add, float scale,
+                        uint32_t* dSb) {
     __mmask16 mk[4];
     const int nv = key_masks(sk, mk);
     const __m512 dscale = _mm512_set1_ps(scale);
@@ -187,7 +188,10 @@ struct HwPairs {
         const __m512 pv = flat ? _mm512_set1_ps(uniform) : vexp(_mm512_sub_ps(x, lv));
         _mm512_mask_storeu_ps(prow + 16 * w, m, pv);
         const __m512 gr = _mm512_maskz_mov_ps(ok, _mm512_mul_ps(pv, _mm512_sub_ps(_mm512_loadu_ps(drow + 16 * w), dv)));
-        if (dbias) _mm512_mask_storeu_ps(dbias + i * dbias_ld + 16 * w, m, gr);
+        if (dbias) {  // stored, or added into the batch chunk's slab
+          float* db = dbias + i * dbias_ld + 16 * w;
+          _mm512_mask_storeu_ps(db, m, dbias_add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, db), gr) : gr);
+        }
         const __m512 ds = _mm512_mul_ps(gr, dscale);
         _mm512_mask_storeu_ps(drow + 16 * w, m, ds);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(pr + 8 * w), round16(_mm512_maskz_mov_ps(m, ds)));

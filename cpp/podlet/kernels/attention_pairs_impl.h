@@ -65,7 +65,7 @@ struct EmuPairs {
   static bool pack_rows(const bf16*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
   static bool row_dots(const bf16*, int64_t, const bf16*, int64_t, int64_t, int64_t, float*) { return false; }
   static bool grad_tile(float*, float*, int64_t, int64_t, const TileLogits&, const float*, const float*, float, float*,
-                        int64_t, float, uint32_t*) {
+                        int64_t, bool, float, uint32_t*) {
     return false;
   }
   static bool pack_cols(const float*, int64_t, int64_t, int64_t, uint32_t*, int64_t) { return false; }
@@ -377,7 +377,7 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
   const bool simple = simple_logits(c);
   // One task per (batch, kv head), as the widening kernel: key tiles outer, the G heads'
   // query tiles inner, each probability recomputed once.
-  parallel_for(p.B * p.K, task_grain(p.B * p.K, 1), [&](int64_t lo, int64_t hi) {
+  parallel_for(p.B * p.K, dbias_grain(p, task_grain(p.B * p.K, 1)), [&](int64_t lo, int64_t hi) {
     LocalVec<uint32_t> Qr(G * T_ * HP), dOr(G * T_ * HP), PT(kPk * kPq / 2), dST(kPk * kPq / 2), dSb(kPq * kPk / 2);
     LocalVec<uint32_t> Qv(G * TP * HC), dOv(G * TP * HC), Kp(HP * kPk), Vh(HP * kPk), Kv(kPk / 2 * HC);
     LocalVec<float> dQ(G * T_ * HC), D(G * T_), L(G * T_), Sc(kPq * kPk), dS(kPq * kPk), dK(kPk * HC), dV(kPk * HC);
@@ -428,10 +428,10 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
             pair_rows<Be, 0>(tq, nc, Qr.data() + (g * T_ + t0) * HP, HP, HP, Kp.data(), kPk, Sc.data(), kPk);
             pair_rows<Be, 0>(tq, nc, dOr.data() + (g * T_ + t0) * HP, HP, HP, Vh.data(), kPk, dS.data(), kPk);
             // Sc: the probabilities, dS: the score gradient times the scale, dSb: dS's pair rows.
-            float* dbias_rows = dbias ? dbias + ((b * p.N + n) * T_ + t0) * p.S + s0 : nullptr;
+            float* dbias_rows = dbias ? dbias + p.dbias_off(b, n, t0) + s0 : nullptr;
             if (!simple || !Be::grad_tile(Sc.data(), dS.data(), tq, sk, tile_logits(c, b, n, t0, s0),
                                           L.data() + g * T_ + t0, D.data() + g * T_ + t0, 1.0f / float(p.S),
-                                          dbias_rows, p.S, c.scale, dSb.data())) {
+                                          dbias_rows, p.S, p.dbias_chunk != 0, c.scale, dSb.data())) {
               c.post_logits(b, n, t0, tq, s0, sk, Sc.data(), kPk);
               for (int64_t i = 0; i < tq; ++i) {
                 const int64_t t = t0 + i;
@@ -459,9 +459,9 @@ void bwd_pairs(const Attn& p, const bf16* q, const bf16* k, const bf16* v, const
             if (s0 > 0) pair_rows<Be, 1>(tq, HC, dSb.data(), kPk / 2, skp, Kv.data(), HC, dQt, HC);
             else pair_rows<Be, 0>(tq, HC, dSb.data(), kPk / 2, skp, Kv.data(), HC, dQt, HC);
           }
-          if (dbias && tstart > 0)  // rows the causal skip never visits hold masked logits: zero gradient
+          if (dbias && !p.dbias_chunk && tstart > 0)  // rows the causal skip never visits: zero gradient
             for (int64_t t = 0; t < std::min(tstart, T_); ++t) {
-              float* row = dbias + ((b * p.N + n) * T_ + t) * p.S + s0;
+              float* row = dbias + p.dbias_off(b, n, t) + s0;
               for (int64_t j = 0; j < sk; ++j) row[j] = 0.0f;
             }
         }

@@ -22,7 +22,11 @@
 // with q_shape and kv_shape: the first three inputs are the arrays the views read (row
 // (b, t) of q at q_off + (b * T + t) * q_ld, N * H elements); and, on the backward node,
 // dqkv = [dq_off, dk_off, dv_off, ld] with dqkv_shape: its first output is that one array
-// (rows of ld elements holding dq, dk and dv side by side) instead of dq, dk, dv.
+// (rows of ld elements holding dq, dk and dv side by side) instead of dq, dk, dv. With
+// dbias_batch_sum (ir/attention_views.h, where the VJP's reduce_sum over the batch is the
+// only reader), dlogits comes out summed over the batch, [1, N, T, S]: Swin's windows are
+// the batch of a relative-position bias shared by all of them, and the per-window
+// gradient it replaces was 59 MB per call at stage 1, written and read back.
 #include "podlet/prims/common.h"
 #include "podlet/ir/batch_ops.h"
 #include "podlet/kernels/attention.h"
@@ -231,13 +235,21 @@ std::vector<AVal> bwd_shape(const std::vector<AVal>& in, const Attrs& a) {
     check_dqkv(a, L);
     r = {AVal{in[0].dtype, a.ints("dqkv_shape")}};
   }
-  if (L.bias >= 0) r.push_back(AVal{acc_dtype(in[0].dtype), {L.B, L.N, L.T, L.S}});
+  if (L.bias >= 0) r.push_back(AVal{acc_dtype(in[0].dtype), {a.i("dbias_batch_sum", 0) ? 1 : L.B, L.N, L.T, L.S}});
   return r;
+}
+
+// The batch chunk of an in-kernel dbias sum: at most 64 slabs and 16 MB of them (a function
+// of the shape only, so the sums are).
+int64_t dbias_chunk(const Layout& L, size_t acc_size) {
+  const int64_t slab = std::max<int64_t>(1, L.N * L.T * L.S * int64_t(acc_size));
+  const int64_t slabs = std::clamp<int64_t>((int64_t(16) << 20) / slab, 1, std::min<int64_t>(L.B, 64));
+  return (L.B + slabs - 1) / slabs;
 }
 
 template <class T, class A>
 void bwd_typed(const kernels::Attn& p0, const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a,
-               bool db) {
+               bool db, int64_t chunk) {
   kernels::Attn p = p0;
   const auto [q, k, v] = qkv_ptrs<T>(in, a);
   const Array &o = in[in.size() - 3], &lse = in[in.size() - 2], &g = in[in.size() - 1];
@@ -253,7 +265,21 @@ void bwd_typed(const kernels::Attn& p0, const std::vector<Array>& in, std::vecto
     dq = out[0].data<T>(), dk = out[1].data<T>(), dv = out[2].data<T>();
     dbias = db ? out[3].data<A>() : nullptr;
   }
-  kernels::attention_bwd<T, A>(p, q, k, v, o.data<T>(), lse.data<A>(), g.data<T>(), dq, dk, dv, dbias);
+  if (!db || !chunk) return kernels::attention_bwd<T, A>(p, q, k, v, o.data<T>(), lse.data<A>(), g.data<T>(), dq, dk,
+                                                         dv, dbias);
+  // Summed over the batch: each chunk's entries added into its slab in order, then the
+  // slabs added in order.
+  const int64_t slab = p.N * p.T * p.S, nslabs = (p.B + chunk - 1) / chunk;
+  std::vector<A> slabs(size_t(nslabs * slab), A(0));
+  p.dbias_chunk = chunk;
+  kernels::attention_bwd<T, A>(p, q, k, v, o.data<T>(), lse.data<A>(), g.data<T>(), dq, dk, dv, slabs.data());
+  parallel_for(slab, 1 << 14, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      A acc = slabs[size_t(i)];
+      for (int64_t c = 1; c < nslabs; ++c) acc += slabs[size_t(c * slab + i)];
+      dbias[i] = acc;
+    }
+  });
 }
 
 void bwd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Attrs& a) {
@@ -263,10 +289,11 @@ void bwd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Att
   Array bias_acc;
   kernels::Attn p = params(L, in, a, bias_acc);
   const bool db = L.bias >= 0;
+  const int64_t chunk = db && a.i("dbias_batch_sum", 0) ? dbias_chunk(L, itemsize(acc_dtype(in[0].dtype()))) : 0;
   switch (in[0].dtype()) {
-    case DType::f32: bwd_typed<float, float>(p, in, out, a, db); break;
-    case DType::bf16: bwd_typed<bf16, float>(p, in, out, a, db); break;
-    case DType::f64: bwd_typed<double, double>(p, in, out, a, db); break;
+    case DType::f32: bwd_typed<float, float>(p, in, out, a, db, chunk); break;
+    case DType::bf16: bwd_typed<bf16, float>(p, in, out, a, db, chunk); break;
+    case DType::f64: bwd_typed<double, double>(p, in, out, a, db, chunk); break;
     default: throw DTypeError(fmt("dot_product_attention_bwd: unsupported dtype ", dtype_name(in[0].dtype())));
   }
 }

@@ -2,7 +2,8 @@
 into the fused AdamW primitive (cpp/podlet/ir/optim_fusion.h: apply_updates' add and an
 EMA of the new params), max-pool gradients reading the selection their forward pass made
 (cpp/podlet/ir/pool_fusion.h), fused attention reading q, k, v where a projection left
-them (cpp/podlet/ir/attention_views.h), chains of row-moving copies (a roll, a window
+them and summing a batch-broadcast bias's gradient in its kernel
+(cpp/podlet/ir/attention_views.h), chains of row-moving copies (a roll, a window
 partition) made one gather (cpp/podlet/ir/copy_fusion.h), products whose only reader is
 a transpose writing the transposed layout themselves (cpp/podlet/ir/dot_layout.h) and
 then elementwise chains fused (cpp/podlet/ir/fusion.h), built once per cache entry. Only concrete execution uses
@@ -15,8 +16,8 @@ Values the backward pass reads are recomputed there from the forward pass's
 inputs before fusion (cpp/podlet/ir/remat.h), so fusion folds the recomputation into
 the backward pass's own passes; PODLET_REMAT=0 keeps them instead.
 
-PODLET_ATTENTION_VIEWS=0, PODLET_COPY_FUSION=0 and PODLET_DOT_TRANSPOSES=0 turn those
-three passes off (A/B runs: bench/copy_fusion.py); PODLET_FUSION=0 in the environment turns every pass off (read at
+PODLET_ATTENTION_VIEWS=0, PODLET_ATTENTION_DBIAS=0, PODLET_COPY_FUSION=0 and
+PODLET_DOT_TRANSPOSES=0 turn those four passes off (A/B runs: bench/copy_fusion.py); PODLET_FUSION=0 in the environment turns every pass off (read at
 each call, so tests can flip it). config.allow_excess_precision (part of jit's cache key)
 marks the fused nodes to keep bf16 intermediates in f32.
 """
@@ -48,6 +49,12 @@ def _attention_views(graph):
     return _core.fuse_attention_views(graph)
 
 
+def _attention_dbias(graph):
+    if _off("PODLET_ATTENTION_DBIAS") or not hasattr(_core, "sum_attention_dbias"):
+        return graph
+    return _core.sum_attention_dbias(graph)
+
+
 def _fuse_copies(graph):
     if _off("PODLET_COPY_FUSION") or not hasattr(_core, "fuse_copies"):
         return graph
@@ -68,7 +75,7 @@ def _passes(graph):
     g = _fuse_pools(_fuse_optimizer(graph))
     if remat_enabled():
         g = _core.rematerialize(g)
-    g = _fold_dot_transposes(_fuse_copies(_attention_views(g)))
+    g = _fold_dot_transposes(_fuse_copies(_attention_dbias(_attention_views(g))))
     return _core.fuse_elementwise(g, excess_precision=bool(flags["allow_excess_precision"]))
 
 
