@@ -4,9 +4,9 @@ EMA of the new params), max-pool gradients reading the selection their forward p
 (cpp/podlet/ir/pool_fusion.h), fused attention reading q, k, v where a projection left
 them and summing a batch-broadcast bias's gradient in its kernel
 (cpp/podlet/ir/attention_views.h), chains of row-moving copies (a roll, a window
-partition) made one gather (cpp/podlet/ir/copy_fusion.h), products whose only reader is
-a transpose writing the transposed layout themselves (cpp/podlet/ir/dot_layout.h) and
-then elementwise chains fused (cpp/podlet/ir/fusion.h), built once per cache entry. Only concrete execution uses
+partition) made one gather (cpp/podlet/ir/copy_fusion.h), transposes beside products
+folded into them (cpp/podlet/ir/dot_layout.h) and then elementwise chains fused
+(cpp/podlet/ir/fusion.h), built once per cache entry. Only concrete execution uses
 it: a graph inlined into an outer trace (grad of a jit'd function, nested jit) stays
 unfused, so autodiff never sees a fused node. pmap runs the same passes; its executor
 runs a fused node over every replica's shard at once unless the node sums per replica
@@ -17,8 +17,9 @@ inputs before fusion (cpp/podlet/ir/remat.h), so fusion folds the recomputation 
 the backward pass's own passes; PODLET_REMAT=0 keeps them instead.
 
 PODLET_ATTENTION_VIEWS=0, PODLET_ATTENTION_DBIAS=0, PODLET_COPY_FUSION=0 and
-PODLET_DOT_TRANSPOSES=0 turn those four passes off (A/B runs: bench/copy_fusion.py); PODLET_FUSION=0 in the environment turns every pass off (read at
-each call, so tests can flip it). config.allow_excess_precision (part of jit's cache key)
+PODLET_DOT_TRANSPOSES=0 turn those four passes off (A/B runs: bench/copy_fusion.py);
+PODLET_FUSION=0 in the environment turns every pass off (read at each call, so tests can
+flip it). config.allow_excess_precision (part of jit's cache key)
 marks the fused nodes to keep bf16 intermediates in f32.
 """
 import os
