@@ -30,6 +30,7 @@
 #include "podlet/prims/common.h"
 #include "podlet/ir/batch_ops.h"
 #include "podlet/kernels/attention.h"
+#include "podlet/kernels/engine_common.h"
 #include <algorithm>
 #include <array>
 #include <cfloat>
@@ -241,7 +242,7 @@ std::vector<AVal> bwd_shape(const std::vector<AVal>& in, const Attrs& a) {
 
 // The batch chunk of an in-kernel dbias sum: at most 64 slabs and 16 MB of them (a function
 // of the shape only, so the sums are).
-int64_t dbias_chunk(const Layout& L, size_t acc_size) {
+int64_t dbias_batch_chunk(const Layout& L, size_t acc_size) {
   const int64_t slab = std::max<int64_t>(1, L.N * L.T * L.S * int64_t(acc_size));
   const int64_t slabs = std::clamp<int64_t>((int64_t(16) << 20) / slab, 1, std::min<int64_t>(L.B, 64));
   return (L.B + slabs - 1) / slabs;
@@ -269,14 +270,17 @@ void bwd_typed(const kernels::Attn& p0, const std::vector<Array>& in, std::vecto
                                                          dv, dbias);
   // Summed over the batch: each chunk's entries added into its slab in order, then the
   // slabs added in order.
+  // The slabs from the buffer pool (mapped once, counted in the peak memory).
   const int64_t slab = p.N * p.T * p.S, nslabs = (p.B + chunk - 1) / chunk;
-  std::vector<A> slabs(size_t(nslabs * slab), A(0));
+  kernels::engine::PoolBuf buf(nslabs * slab * int64_t(sizeof(A) / 4));
+  A* slabs = reinterpret_cast<A*>(buf.p);
+  std::fill(slabs, slabs + nslabs * slab, A(0));
   p.dbias_chunk = chunk;
-  kernels::attention_bwd<T, A>(p, q, k, v, o.data<T>(), lse.data<A>(), g.data<T>(), dq, dk, dv, slabs.data());
+  kernels::attention_bwd<T, A>(p, q, k, v, o.data<T>(), lse.data<A>(), g.data<T>(), dq, dk, dv, slabs);
   parallel_for(slab, 1 << 14, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      A acc = slabs[size_t(i)];
-      for (int64_t c = 1; c < nslabs; ++c) acc += slabs[size_t(c * slab + i)];
+      A acc = slabs[i];
+      for (int64_t c = 1; c < nslabs; ++c) acc += slabs[c * slab + i];
       dbias[i] = acc;
     }
   });
@@ -289,7 +293,7 @@ void bwd_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Att
   Array bias_acc;
   kernels::Attn p = params(L, in, a, bias_acc);
   const bool db = L.bias >= 0;
-  const int64_t chunk = db && a.i("dbias_batch_sum", 0) ? dbias_chunk(L, itemsize(acc_dtype(in[0].dtype()))) : 0;
+  const int64_t chunk = db && a.i("dbias_batch_sum", 0) ? dbias_batch_chunk(L, itemsize(acc_dtype(in[0].dtype()))) : 0;
   switch (in[0].dtype()) {
     case DType::f32: bwd_typed<float, float>(p, in, out, a, db, chunk); break;
     case DType::bf16: bwd_typed<bf16, float>(p, in, out, a, db, chunk); break;
