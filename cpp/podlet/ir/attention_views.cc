@@ -149,10 +149,6 @@ Graph fuse_attention_views(const Graph& g, AttentionViewStats* stats) {
   return out;
 }
 
-}  // namespace podlet
-
-namespace podlet {
-
 Graph sum_attention_dbias(const Graph& g, int* summed) {
   std::vector<std::vector<int>> readers(g.num_values());
   for (int i = 0; i < int(g.nodes.size()); ++i)

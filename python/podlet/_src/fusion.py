@@ -17,7 +17,8 @@ inputs before fusion (cpp/podlet/ir/remat.h), so fusion folds the recomputation 
 the backward pass's own passes; PODLET_REMAT=0 keeps them instead.
 
 PODLET_ATTENTION_VIEWS=0, PODLET_ATTENTION_DBIAS=0, PODLET_COPY_FUSION=0 and
-PODLET_DOT_TRANSPOSES=0 turn those four passes off (A/B runs: bench/copy_fusion.py);
+PODLET_DOT_TRANSPOSES=0 turn those four passes off (A/B runs; bench/copy_fusion.py
+times the first and the third);
 PODLET_FUSION=0 in the environment turns every pass off (read at each call, so tests can
 flip it). config.allow_excess_precision (part of jit's cache key)
 marks the fused nodes to keep bf16 intermediates in f32.
