@@ -7,8 +7,6 @@ tiles), f32 / bf16 / f64 / int32, tiled, batched-per-task and K-chunked products
 precision algorithm; the pass on a jitted attention forward and backward against the
 same graph with the pass off (same bits); its VJP and vmap rules; the layouts and
 graphs it must leave alone."""
-import os
-
 import ml_dtypes
 import numpy as np
 import pytest
@@ -218,17 +216,21 @@ def test_products_read_a_transposes_input_in_place():
             assert np.asarray(x).tobytes() == np.asarray(y).tobytes(), name
 
 
-def test_pmap_runs_a_folded_product_per_replica():
+def test_pmap_runs_a_folded_product_per_replica(monkeypatch):
+    """pmap's executor stacks a product's replicas into one call only when its output leads
+    with the batch; a folded product runs per replica and gives the unfolded bits."""
     n = podlet.local_device_count()
     rng = np.random.default_rng(3)
     q, k, v, t = (jnp.asarray(rng.standard_normal((n, 2, 9, 3, 8)).astype(np.float32)) for _ in range(4))
-    step = podlet.pmap(podlet.value_and_grad(_attention_loss, argnums=(0, 1, 2)))
-    on = [np.asarray(a) for a in podlet.tree_util.tree_leaves(step(q, k, v, t))]
-    os.environ["PODLET_DOT_TRANSPOSES"] = "0"
-    try:
-        off = [np.asarray(a) for a in podlet.tree_util.tree_leaves(
-            podlet.pmap(podlet.value_and_grad(_attention_loss, argnums=(0, 1, 2)))(q, k, v, t))]
-    finally:
-        del os.environ["PODLET_DOT_TRANSPOSES"]
-    for a, b in zip(on, off):
-        assert a.tobytes() == b.tobytes()
+    a, b = (jnp.asarray(rng.standard_normal((n,) + s).astype(np.float32)) for s in ((2, 3, 5, 7), (2, 3, 7, 4)))
+    # The batch swapped to the second place: stacked over the replicas in its first dim,
+    # this product's output would be laid out wrongly.
+    swapped = lambda a, b: jnp.transpose(_dg(a, b, (3,), (2,), (0, 1), (0, 1)), (1, 0, 2, 3))
+    assert _core.dot_transpose_stats(podlet.jit(swapped).lower(a[0], b[0]).graph) == 1
+    results = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("PODLET_DOT_TRANSPOSES", flag)
+        step = podlet.pmap(podlet.value_and_grad(_attention_loss, argnums=(0, 1, 2)))  # a fresh cache entry
+        out = podlet.tree_util.tree_leaves(step(q, k, v, t)) + [podlet.pmap(swapped)(a, b)]
+        results.append([np.asarray(x).tobytes() for x in out])
+    assert results[0] == results[1]
