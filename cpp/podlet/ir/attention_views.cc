@@ -57,11 +57,8 @@ bool is(const Node& n, const char* name) { return n.prim->name == name; }
 Graph fuse_attention_views(const Graph& g, AttentionViewStats* stats) {
   Graph out = g;
   AttentionViewStats st;
-  std::vector<std::vector<int>> readers(g.num_values());
-  for (int i = 0; i < int(g.nodes.size()); ++i)
-    for (int v : g.nodes[i].in) readers[v].push_back(i);
-  std::vector<char> is_out(g.num_values(), 0);
-  for (int v : g.outputs) is_out[v] = 1;
+  const auto readers = g.readers();
+  const auto is_out = g.output_mask();
   bool changed = false;
   for (int i = 0; i < int(g.nodes.size()); ++i) {
     const Node& n = g.nodes[i];
@@ -150,11 +147,8 @@ Graph fuse_attention_views(const Graph& g, AttentionViewStats* stats) {
 }
 
 Graph sum_attention_dbias(const Graph& g, int* summed) {
-  std::vector<std::vector<int>> readers(g.num_values());
-  for (int i = 0; i < int(g.nodes.size()); ++i)
-    for (int v : g.nodes[i].in) readers[v].push_back(i);
-  std::vector<char> is_out(g.num_values(), 0);
-  for (int v : g.outputs) is_out[v] = 1;
+  const auto readers = g.readers();
+  const auto is_out = g.output_mask();
   Graph out = g;
   int n_summed = 0;
   for (const Node& n : g.nodes) {

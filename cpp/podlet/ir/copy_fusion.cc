@@ -67,9 +67,7 @@ Graph fuse_copies(const Graph& g, CopyFusionStats* stats) {
   std::vector<Move> move(N, Move::none);
   std::vector<int> root(V);
   for (int v = 0; v < V; ++v) root[v] = v;
-  std::vector<std::vector<int>> readers(V);
-  for (int i = 0; i < N; ++i)
-    for (int v : g.nodes[i].in) readers[v].push_back(i);
+  const auto readers = g.readers();
   // root[v]: the array a chain of row moves computes v from (v itself when none does).
   for (int i = 0; i < N; ++i) {
     const Node& n = g.nodes[i];
@@ -81,8 +79,7 @@ Graph fuse_copies(const Graph& g, CopyFusionStats* stats) {
     move[i] = m;
     root[n.out[0]] = r;
   }
-  std::vector<char> is_out(V, 0);
-  for (int v : g.outputs) is_out[v] = 1;
+  const auto is_out = g.output_mask();
 
   Graph out = g;
   CopyFusionStats st;

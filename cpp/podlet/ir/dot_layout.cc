@@ -59,12 +59,8 @@ std::optional<Attrs> read_through(const Attrs& a, int side, const std::vector<in
 }  // namespace
 
 Graph fold_dot_transposes(const Graph& g, int* folded) {
-  const int V = g.num_values();
-  std::vector<int> nreaders(V, 0);
-  std::vector<std::vector<int>> readers(V);
-  for (int i = 0; i < int(g.nodes.size()); ++i)
-    for (int v : g.nodes[i].in) ++nreaders[v], readers[v].push_back(i);
-  for (int v : g.outputs) ++nreaders[v];  // a graph output is read outside
+  const auto readers = g.readers();
+  const auto is_out = g.output_mask();  // read outside as well
   Graph out = g;
   // Write side: the transpose (node i) is its product's only reader. The product moves
   // to the transpose's place (its inputs exist there) and writes the transpose's output
@@ -72,7 +68,7 @@ Graph fold_dot_transposes(const Graph& g, int* folded) {
   auto write_side = [&](int i) {
     const Node& t = g.nodes[i];
     const int v = t.in[0], p = g.producer[v];
-    if (p < 0 || nreaders[v] != 1) return false;
+    if (p < 0 || readers[v].size() != 1 || is_out[v]) return false;
     const Node& d = out.nodes[p];  // (out: a product may read in place already, below)
     if (d.prim->name != "dot_general" || !d.attrs.ints("out_perm", {}).empty() || d.out.size() != 1) return false;
     Attrs a = d.attrs;
@@ -95,7 +91,7 @@ Graph fold_dot_transposes(const Graph& g, int* folded) {
   auto read_side = [&](int i) {
     const Node& t = g.nodes[i];
     const int u = t.out[0];
-    if (nreaders[u] == 0 || nreaders[u] != int(readers[u].size())) return false;
+    if (readers[u].empty() || is_out[u]) return false;
     const auto perm = t.attrs.ints("permutation");
     std::vector<std::pair<int, Attrs>> rw;
     for (int j : readers[u]) {

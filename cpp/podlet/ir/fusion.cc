@@ -230,10 +230,8 @@ Graph fuse_elementwise(const Graph& g_in, FusionStats* stats, bool excess_precis
   }
 
   // ---- consumers (to find each group's outputs) ----
-  std::vector<std::vector<int>> users(g.num_values());
-  for (int i = 0; i < N; ++i) for (int v : g.nodes[i].in) users[v].push_back(i);
-  std::vector<char> is_graph_out(g.num_values(), 0);
-  for (int v : g.outputs) is_graph_out[v] = 1;
+  const auto users = g.readers();
+  const auto is_graph_out = g.output_mask();
 
   // Groups that will surely become fused nodes: the emission test below, less its
   // broadcast case, which is known only while building a program.

@@ -16,8 +16,7 @@ Graph sink_small_nodes(const Graph& g) {
     for (int v : n.out) if (g.aval(v).size() > kSmallElements) return false;
     return true;
   };
-  std::vector<std::vector<int>> users(g.num_values());
-  for (int i = 0; i < N; ++i) for (int v : g.nodes[i].in) users[v].push_back(i);
+  const auto users = g.readers();
   // Sort key: (the position it runs before, 0 = sunk / 1 = in place, original index).
   // A sunk node runs just before its earliest consumer; sunk nodes bound for the same
   // consumer keep their original (topological) order.

@@ -121,6 +121,18 @@ std::vector<int> Graph::inline_graph(const Graph& sub, const std::vector<int>& a
   return res;
 }
 
+std::vector<std::vector<int>> Graph::readers() const {
+  std::vector<std::vector<int>> r(num_values());
+  for (int i = 0; i < int(nodes.size()); ++i)
+    for (int v : nodes[i].in) r[v].push_back(i);
+  return r;
+}
+std::vector<char> Graph::output_mask() const {
+  std::vector<char> m(num_values(), 0);
+  for (int v : outputs) m[v] = 1;
+  return m;
+}
+
 void Graph::dce() {
   std::vector<char> live(num_values(), 0);
   for (int v : outputs) live[v] = 1;

@@ -38,6 +38,11 @@ class Graph {
   }
   const AVal& aval(int v) const { return avals.at(v); }
   int num_values() const { return int(avals.size()); }
+  // By value id: the nodes reading it, in node order (a node reading it twice, twice),
+  // and whether it is a graph output (read from outside). The rewriting passes' view of
+  // who reads what.
+  std::vector<std::vector<int>> readers() const;
+  std::vector<char> output_mask() const;
   // Replays `sub` here with its inputs bound to `args`; returns sub's outputs mapped.
   std::vector<int> inline_graph(const Graph& sub, const std::vector<int>& args, const std::string& where = "");
   // Drops nodes and constants no output depends on; renumbers nothing.

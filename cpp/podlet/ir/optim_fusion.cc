@@ -16,10 +16,7 @@ namespace {
 struct Uses {
   std::vector<std::vector<int>> users;  // value id -> reading node indices (one per operand slot)
   std::vector<char> is_out;             // value id -> is a graph output
-  explicit Uses(const Graph& g) : users(g.num_values()), is_out(g.num_values(), 0) {
-    for (int i = 0; i < int(g.nodes.size()); ++i) for (int v : g.nodes[i].in) users[v].push_back(i);
-    for (int v : g.outputs) is_out[v] = 1;
-  }
+  explicit Uses(const Graph& g) : users(g.readers()), is_out(g.output_mask()) {}
   // The only node reading v (once), or -1.
   int sole_user(int v) const { return !is_out[v] && users[v].size() == 1 ? users[v][0] : -1; }
 };

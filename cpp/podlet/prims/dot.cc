@@ -81,6 +81,14 @@ int64_t prod(const std::vector<int64_t>& v) { int64_t p = 1; for (auto x : v) p 
 
 std::vector<int64_t> out_perm_of(const Attrs& a) { return a.ints("out_perm", {}); }
 
+// The product's output shape before out_perm: batch dims, lhs free, rhs free.
+Shape natural_shape(const DotDims& d, const Shape& ls, const Shape& rs) {
+  Shape s = pick(ls, d.lb);
+  for (auto x : d.lfree) s.push_back(ls[x]);
+  for (auto x : d.rfree) s.push_back(rs[x]);
+  return s;
+}
+
 // Where the GEMM writes a transposed result: natural output shape s (batch dims, lhs
 // free, rhs free), stored as transpose(., perm). Batch entries anywhere (an offset each),
 // the lhs free dims one stride apart as a whole (rows m * c_ld), the rhs free dims the
@@ -145,10 +153,7 @@ std::vector<AVal> dot_shape(const std::vector<AVal>& in, const Attrs& a) {
                            " operands (use a floating-point type)"));
     out = p;
   }
-  Shape s;
-  for (auto x : d.lb) s.push_back(l.shape[x]);
-  for (auto x : d.lfree) s.push_back(l.shape[x]);
-  for (auto x : d.rfree) s.push_back(r.shape[x]);
+  const Shape s = natural_shape(d, l.shape, r.shape);
   const auto perm = out_perm_of(a);
   if (perm.empty()) return {AVal{out, s}};
   const std::string why = out_layout(d, s, perm, nullptr, nullptr);
@@ -176,12 +181,8 @@ void dot_kernel(const std::vector<Array>& in, std::vector<Array>& out, const Att
   g.b_batch = kernels::group_offsets(pick(rs, d.rb), pick(rst, d.rb));
   g.b_k = kernels::group_offsets(pick(rs, d.rc), pick(rst, d.rc));
   g.b_col = kernels::group_offsets(pick(rs, d.rfree), pick(rst, d.rfree));
-  if (const auto perm = out_perm_of(a); !perm.empty()) {
-    Shape s = pick(ls, d.lb);
-    for (auto x : d.lfree) s.push_back(ls[x]);
-    for (auto x : d.rfree) s.push_back(rs[x]);
-    out_layout(d, s, perm, &g.c_batch, &g.c_ld);  // checked by the shape rule
-  }
+  if (const auto perm = out_perm_of(a); !perm.empty())
+    out_layout(d, natural_shape(d, ls, rs), perm, &g.c_batch, &g.c_ld);  // checked by the shape rule
   const DotAlgorithm alg = algorithm_of(a);
   if (!dot_algorithm_applies(alg, g.a_dtype, g.b_dtype, g.c_dtype)) return kernels::gemm(g);
   // The passes read bf16 copies of the operands through the same offset tables.
