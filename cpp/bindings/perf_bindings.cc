@@ -11,6 +11,7 @@
 #include "podlet/ir/pool_fusion.h"
 #include "podlet/ir/copy_fusion.h"
 #include "podlet/ir/dot_layout.h"
+#include "podlet/prims/fused_tables.h"
 #include "podlet/ir/attention_views.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/kernels/conv_winograd.h"
@@ -60,6 +61,16 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
      "with column sums added in the compiled code; way_runs: of programs running 1, 2, ..., 8 vectors per iteration; "
      "spill_runs: of programs with broadcast scalars kept in memory), "
      "and whether compiling is on (prims/fused_jit.h).");
+  m.def("fused_tables_stats", []() {
+    const auto s = fused_tables::stats();
+    py::dict d;
+    d["built"] = s.built; d["used"] = s.used; d["runs"] = s.runs; d["enabled"] = fused_tables::enabled();
+    return d;
+  }, "Tables of fused programs built since start, values read from tables (per program run), program runs with "
+     "tables, and whether tables are on (prims/fused_tables.h).");
+  m.def("set_fused_tables", &fused_tables::set_enabled, py::arg("on"),
+        "Read values computed from one bf16 value from a table of their 65536 results (default; PODLET_FUSED_TABLES=0 "
+        "turns it off). Same bits either way.");
   m.def("set_fused_jit_ways", &fused_jit::set_max_ways, py::arg("ways"),
         "The most vectors per iteration (1-8) of fused programs compiled from now on (default 8; PODLET_FUSED_JIT_WAYS "
         "sets it at start). Same bits whatever it is.");

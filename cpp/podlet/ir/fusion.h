@@ -71,6 +71,9 @@ enum Op : int64_t {
   kEq, kNe, kLt, kLe, kGt, kGe,
   kSelect,  // a = bool predicate, b = on true, c = on false
   kClamp,   // a = lo, b = x, c = hi
+  // Internal to the kernel (prims/fused.cc's tables; never in a `code` attr): the bf16
+  // word at index (a's bf16 bits) of the table that load b points at.
+  kTable,
   kNumOps
 };
 constexpr int kInstrWidth = 7;
@@ -117,7 +120,9 @@ inline void append_out(std::vector<int64_t>& v, int64_t slot, const Shape& shape
   v.insert(v.end(), shape.begin(), shape.end());
 }
 // Slot operands of a non-load instruction: a, then b, then c.
-inline int nops_of(const Instr& ins) { return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd ? 1 : 2); }
+inline int nops_of(const Instr& ins) {
+  return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd || ins.op == kTable ? 1 : 2);
+}
 // The loop of one instruction over one tile of m elements (prims/fused_ops.h): the
 // baseline build, or the AVX-512 one where the active ISA allows (same bits).
 using ExecFn = void (*)(const Instr&, const void* a, const void* b, const void* c, void* d, int64_t m);

@@ -18,10 +18,16 @@
 #include "podlet/ir/batch_ops.h"
 #include "podlet/prims/fused_jit.h"
 #include "podlet/prims/fused_ops.h"
+#include "podlet/prims/fused_tables.h"
 #include "podlet/prims/reduce_ops.h"
 #include "podlet/cpu/isa.h"
 #include "podlet/kernels/stream_out.h"
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <immintrin.h>
 
 namespace podlet {
@@ -41,7 +47,7 @@ constexpr int64_t kTile = 1024;           // elements per register
 constexpr int64_t kChunk = 16 * kTile;    // elements per parallel chunk (fixed: bits do not depend on threads)
 
 // ---- program ------------------------------------------------------------------------
-enum LoadKind { kFull, kScalar, kPeriodic, kRowConst, kGeneral };
+enum LoadKind { kFull, kScalar, kPeriodic, kRowConst, kGeneral, kTableBase };  // kTableBase: a kTable's table
 struct Load {
   int input = 0;
   LoadKind kind = kGeneral;
@@ -108,6 +114,8 @@ Program parse(const Attrs& a) {
   Program p;
   p.n = a.i("n");
   p.code = decode_code(a.ints("code"));
+  for (const Instr& ins : p.code)
+    if (ins.op < 0 || ins.op >= kTable) throw ValueError(fmt("fused_elementwise: unknown op ", ins.op, " in code"));
   for (const LoadSpec& l : decode_loads(a.ints("loads"))) p.loads.push_back(classify(int(l.input), l.dims, l.st));
   for (const OutSpec& o : decode_outs(a.ints("outs"))) p.outs.push_back(Out{int(o.slot), o.shape});
   p.reduced.assign(p.outs.size(), 0);
@@ -168,6 +176,7 @@ std::shared_ptr<const fused_jit::Kernel> jit_kernel(const Program& p, const std:
                              : l.kind == kScalar   ? fused_jit::LoadKind::kScalar
                              : l.kind == kPeriodic ? fused_jit::LoadKind::kPeriodic
                              : l.kind == kRowConst ? fused_jit::LoadKind::kRowConst
+                             : l.kind == kTableBase ? fused_jit::LoadKind::kTable
                                                    : fused_jit::LoadKind::kOther);
     spec.period.push_back(l.period);
   }
@@ -183,8 +192,31 @@ std::shared_ptr<const fused_jit::Kernel> jit_kernel(const Program& p, const std:
   return fused_jit::compile(spec);
 }
 
-void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& out) {
+// ---- tables -------------------------------------------------------------------------
+// A bf16 value is one of 65536 words, so anything computed from one bf16 value and
+// scalars alone is a function of 16 bits: the bf16 tanh-GELU is y = T[x] for a table T of
+// 65536 words, and its VJP reads tanh(...) of x as one. Rounding after every operation
+// (JAX's CPU bits) made such chains instruction-bound: ~6 instructions per operation
+// per vector for the rounding alone, the tanh on top, against one gather. Below, each
+// value worth it (a transcendental, or several operations, between it and its root) is
+// replaced by a kTable instruction reading a table built by running the same
+// instructions on all 65536 words: the interpreter's (or the compiled code's) own
+// arithmetic, so the same bits for every input, NaNs and subnormals included. Tables are
+// cached by their instructions and the scalars' values.
+constexpr int64_t kWords = 65536;
+constexpr int64_t kTableMinElements = kWords;  // smaller programs: not worth a build
+std::atomic<int> g_tables_on{-1};
+std::atomic<int64_t> g_tables_built{0}, g_table_runs{0}, g_tables_used{0};
+
+int tabulate(Program& p, std::vector<Array>& in);
+void run_program(Program p, const std::vector<Array>& given, std::vector<Array>& out, bool tables);
+
+void run_program(Program p, const std::vector<Array>& given, std::vector<Array>& out, bool tables = true) {
   fold_bf16_converts(p);
+  // The inputs, and the tables of values tabulated below (appended as inputs).
+  std::vector<Array> in = given;
+  if (tables && p.n >= kTableMinElements && fused_tables::enabled() && tabulate(p, in))
+    g_table_runs.fetch_add(1, std::memory_order_relaxed);
   const int S = int(p.code.size());
   // Where each slot lives: a pooled tile buffer, a dedicated (scalar) buffer, its input
   // in place, its output in place, or its operand's register (an alias, below).
@@ -265,7 +297,7 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
     // Free this instruction's operands that die here (in-place reuse is safe: every op
     // reads element j of its operands before writing element j).
     if (ins.op != kLoad) {
-      const int64_t ops[3] = {root[ins.a], ins.b >= 0 ? root[ins.b] : -1, ins.c >= 0 ? root[ins.c] : -1};
+      const int64_t ops[3] = {root[ins.a], nops_of(ins) > 1 ? root[ins.b] : -1, nops_of(ins) > 2 ? root[ins.c] : -1};
       for (int q = 0; q < nops_of(ins); ++q) {
         const int s = int(ops[q]);
         bool dup = false;
@@ -374,7 +406,7 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
           void* d = home[k] == kOutput ? static_cast<char*>(out[direct_out[k]].raw()) + t0 * itemsize(ins.rd)
                     : !sums[k].empty()   ? static_cast<void*>(sum_rows(sums[k][0], t0))
                                          : bufp(buf[k]);
-          exec(ins, ptr[ins.a], ins.op >= kAdd ? ptr[ins.b] : nullptr,
+          exec(ins, ptr[ins.a], ins.op == kTable ? in[p.loads[ins.b].input].raw() : ins.op >= kAdd ? ptr[ins.b] : nullptr,
                ins.op == kSelect || ins.op == kClamp ? ptr[ins.c] : nullptr, d, m);
           ptr[k] = d;
         }
@@ -490,6 +522,231 @@ void run_program(Program p, const std::vector<Array>& in, std::vector<Array>& ou
   }
 }
 
+// The cost of an instruction, in rounded-operation units (a table lookup is a gather of
+// 16 words: ~12 cycles on AMD Zen 4, against ~3-4 for an operation and its rounding).
+double op_cost(const Instr& ins) {
+  switch (ins.op) {
+    case kLoad: return 0;
+    case kExp: case kLog: case kLog1p: case kExpm1: case kTanh: case kLogistic: case kErf: case kPow: return 6;
+    case kDiv: case kSqrt: case kRsqrt: return 2;
+    default: break;
+  }
+  if (ins.op == kConvert || ins.op == kNot || ins.op == kAnd || ins.op == kOr || ins.op == kXor ||
+      (ins.op >= kEq && ins.op <= kGe))
+    return 0.5;
+  return ins.rd == DType::bf16 ? 1 : 0.5;
+}
+constexpr double kTableMinCost = 5;
+
+// The domain of every table: the 65536 bf16 words in order.
+const Array& all_words() {
+  static const Array a = [] {
+    Array w(DType::bf16, {kWords});
+    uint16_t* d = w.data<uint16_t>();
+    for (int64_t i = 0; i < kWords; ++i) d[i] = uint16_t(i);
+    return w;
+  }();
+  return a;
+}
+
+// The table of value f of p, a function of the bf16 value `root` and scalars through the
+// instructions `cone` (slot order, f last; operands already through `al`): built by
+// running those instructions as a program over all_words(), or taken from the cache.
+// Entries past the last word are zero (a lookup's gather reads a word beyond its own).
+Array table_of(const Program& p, const std::vector<Array>& in, const std::vector<int>& al, int root,
+               const std::vector<int>& cone) {
+  Program sp;
+  sp.n = kWords;
+  std::vector<Array> sin{all_words()};
+  std::vector<int> map(p.code.size(), -1);
+  std::string key;
+  auto put = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  sp.loads.push_back(Load{0, kFull, 1, {kWords}, {1}});
+  sp.code.push_back(Instr{kLoad, DType::bf16, DType::bf16, 0, -1, -1, 0});
+  map[root] = 0;
+  auto slot = [&](int64_t o) -> int64_t {  // an operand's slot in sp (scalars loaded on first use)
+    const int s = al[o];
+    if (map[s] >= 0) return map[s];
+    const Instr& li = p.code[s];  // a scalar load (the cone stops only at the root and at scalars)
+    const Load& l = p.loads[li.a];
+    Load nl = l;
+    nl.input = int(sin.size());
+    sin.push_back(in[l.input]);
+    sp.loads.push_back(nl);
+    Instr ni = li;
+    ni.a = int64_t(sp.loads.size()) - 1;
+    sp.code.push_back(ni);
+    map[s] = int(sp.code.size()) - 1;
+    const size_t sz = itemsize(li.d);
+    std::string bits(sz, '\0');
+    std::memcpy(bits.data(), in[l.input].raw(), sz);  // the scalar's value is part of the key
+    put(int64_t(li.d));
+    key += bits;
+    return map[s];
+  };
+  for (int k : cone) {
+    Instr ni = p.code[k];
+    const int no = nops_of(ni);
+    if (no > 0) ni.a = slot(ni.a);
+    if (no > 1) ni.b = slot(ni.b);
+    if (no > 2) ni.c = slot(ni.c);
+    sp.code.push_back(ni);
+    map[k] = int(sp.code.size()) - 1;
+  }
+  sp.outs.push_back(Out{map[cone.back()], {kWords}});
+  sp.reduced.assign(1, 0);
+  for (const Instr& i : sp.code) for (int64_t v : {i.op, int64_t(i.d), int64_t(i.rd), i.a, i.b, i.c, i.imm}) put(v);
+
+  static std::mutex mu;
+  static std::unordered_map<std::string, Array> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  Array t(DType::bf16, {kWords + 32});
+  std::vector<Array> sout{Array(DType::bf16, {kWords}, t.raw(), t.storage())};
+  run_program(sp, sin, sout, false);
+  std::memset(t.data<uint16_t>() + kWords, 0, 32 * 2);
+  if (cache.size() >= 1024) cache.clear();  // bounded: 1024 tables are 128 MB
+  cache.emplace(key, t);
+  g_tables_built.fetch_add(1, std::memory_order_relaxed);
+  return t;
+}
+
+// Replaces the values of p worth a table by kTable instructions (their tables appended
+// to `in` and to p.loads as kTableBase loads), drops the instructions nothing reads any
+// more, and returns how many tables it used.
+int tabulate(Program& p, std::vector<Array>& in) {
+  const int S = int(p.code.size());
+  constexpr int kConst = -2, kMany = -1;
+  // al: an identity convert is its operand (the same register). word: the value is a
+  // bf16 word (a bf16 load, or a result rounded to bf16). src: the one word the value is
+  // a function of, with scalars (kConst: of scalars only; kMany: of more), the furthest
+  // up the chain.
+  std::vector<int> al(S), src(S, kMany);
+  std::vector<char> word(S, 0);
+  for (int k = 0; k < S; ++k) {
+    const Instr& ins = p.code[k];
+    const bool identity = ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
+    al[k] = identity ? al[ins.a] : k;
+    if (al[k] != k) { word[k] = word[al[k]]; src[k] = src[al[k]]; continue; }
+    if (ins.op == kLoad) {
+      if (p.loads[ins.a].kind == kScalar) { src[k] = kConst; continue; }
+      word[k] = ins.d == DType::bf16;
+      src[k] = word[k] ? k : kMany;
+      continue;
+    }
+    word[k] = ins.rd == DType::bf16 && (rounds_result(ins.op) || ins.op == kConvert);
+    int s = kConst;
+    const int64_t ops[3] = {ins.a, ins.b, ins.c};
+    for (int q = 0; q < nops_of(ins) && s != kMany; ++q) {
+      const int o = al[ops[q]];
+      const int r = src[o] != kMany ? src[o] : word[o] ? o : kMany;
+      if (r == kConst) continue;
+      s = r == kMany || (s >= 0 && s != r) ? kMany : r;
+    }
+    src[k] = s;
+  }
+  // The values read by the outputs, and their readers.
+  std::vector<char> live(S, 0), is_out(S, 0);
+  for (const Out& o : p.outs) live[al[o.slot]] = is_out[al[o.slot]] = 1;
+  std::vector<std::vector<int>> readers(S);
+  for (int k = S - 1; k >= 0; --k) {
+    const Instr& ins = p.code[k];
+    if (!live[k] || ins.op == kLoad || al[k] != k) continue;
+    const int64_t ops[3] = {ins.a, ins.b, ins.c};
+    for (int q = 0; q < nops_of(ins); ++q) {
+      live[al[ops[q]]] = 1;
+      readers[al[ops[q]]].push_back(k);
+    }
+  }
+  // Candidates, in slot order: words of one root read where the root is not the only
+  // input (or stored). Each takes a table when what computing it would add to the
+  // values already there (earlier candidates, their cones) costs more than a lookup.
+  std::vector<char> have(S, 0);
+  std::vector<std::pair<int, std::vector<int>>> plan;  // (value, its whole cone)
+  for (int f = 0; f < S; ++f) {
+    const int r = src[f];
+    if (!live[f] || al[f] != f || !word[f] || r < 0 || r == f || p.code[f].op == kLoad || have[f]) continue;
+    bool frontier = is_out[f];
+    for (int j : readers[f]) frontier |= src[j] != r;
+    if (!frontier) continue;
+    // The cone down to the root and scalars: all of it (the table's program) and the
+    // part not computed yet (what it costs here).
+    std::vector<int> cone, fresh;
+    std::vector<char> seen(S, 0);
+    std::vector<int> stack{f};
+    while (!stack.empty()) {
+      const int k = stack.back();
+      stack.pop_back();
+      if (seen[k]) continue;
+      seen[k] = 1;
+      const Instr& ins = p.code[k];
+      if (k == r || ins.op == kLoad) continue;
+      cone.push_back(k);
+      const int64_t ops[3] = {ins.a, ins.b, ins.c};
+      for (int q = 0; q < nops_of(ins); ++q) stack.push_back(al[ops[q]]);
+    }
+    double cost = 0;
+    std::fill(seen.begin(), seen.end(), 0);
+    stack.assign(1, f);
+    while (!stack.empty()) {  // the cone again, stopping at values computed (or tabulated) already
+      const int k = stack.back();
+      stack.pop_back();
+      if (seen[k] || k == r || p.code[k].op == kLoad || (have[k] && k != f)) continue;
+      seen[k] = 1;
+      fresh.push_back(k);
+      cost += op_cost(p.code[k]);
+      const Instr& ins = p.code[k];
+      const int64_t ops[3] = {ins.a, ins.b, ins.c};
+      for (int q = 0; q < nops_of(ins); ++q) stack.push_back(al[ops[q]]);
+    }
+    std::sort(cone.begin(), cone.end());
+    if (cost >= kTableMinCost) {
+      plan.emplace_back(f, cone);
+      have[f] = 1;
+    } else {
+      for (int k : fresh) have[k] = 1;
+    }
+  }
+  if (plan.empty()) return 0;
+  for (auto& [f, cone] : plan) {
+    const int r = src[f];
+    Load tl;
+    tl.input = int(in.size());
+    tl.kind = kTableBase;
+    in.push_back(table_of(p, in, al, r, cone));
+    p.loads.push_back(tl);
+    p.code[f] = Instr{kTable, DType::bf16, DType::bf16, r, int64_t(p.loads.size()) - 1, -1, 0};
+  }
+  g_tables_used.fetch_add(int64_t(plan.size()), std::memory_order_relaxed);
+  // Drop what no output reads any more (the tables' cones), renumbering the slots.
+  std::vector<char> keep(S, 0);
+  for (const Out& o : p.outs) keep[o.slot] = 1;
+  for (int k = S - 1; k >= 0; --k) {
+    if (!keep[k]) continue;
+    const Instr& ins = p.code[k];
+    if (ins.op == kLoad) continue;
+    const int64_t ops[3] = {ins.a, ins.b, ins.c};
+    for (int q = 0; q < nops_of(ins); ++q) keep[ops[q]] = 1;
+  }
+  std::vector<int64_t> renum(S, -1);
+  std::vector<Instr> code;
+  for (int k = 0; k < S; ++k) {
+    if (!keep[k]) continue;
+    Instr ins = p.code[k];
+    if (ins.op != kLoad) {
+      const int no = nops_of(ins);
+      if (no > 0) ins.a = renum[ins.a];
+      if (no > 1) ins.b = renum[ins.b];
+      if (no > 2) ins.c = renum[ins.c];
+    }
+    renum[k] = int64_t(code.size());
+    code.push_back(ins);
+  }
+  p.code = std::move(code);
+  for (Out& o : p.outs) o.slot = int(renum[o.slot]);
+  return int(plan.size());
+}
+
 
 std::vector<AVal> fused_shape(const std::vector<AVal>& in, const Attrs& a) {
   const Program p = parse(a);
@@ -553,4 +810,18 @@ static Register reg_fused("fused_elementwise", batching::looped(PrimDef{
     .batch = fused_batch}));
 
 }  // namespace
+
+namespace fused_tables {
+bool enabled() {
+  int e = g_tables_on.load();
+  if (e < 0) {
+    const char* v = std::getenv("PODLET_FUSED_TABLES");
+    e = !(v && std::strcmp(v, "0") == 0);
+    g_tables_on = e;
+  }
+  return e;
+}
+void set_enabled(bool on) { g_tables_on = on ? 1 : 0; }
+Stats stats() { return Stats{g_tables_built.load(), g_tables_used.load(), g_table_runs.load()}; }
+}  // namespace fused_tables
 }  // namespace podlet

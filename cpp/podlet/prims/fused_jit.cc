@@ -72,7 +72,7 @@ const char* op_name(int64_t op) {
                                       "logistic", "sqrt", "rsqrt", "erf", "floor", "ceil", "integer_pow",
                                       "is_finite", "not", "convert", "add", "sub", "mul", "div", "max", "min",
                                       "pow", "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "select",
-                                      "clamp"};
+                                      "clamp", "table"};
   return op >= 0 && op < int64_t(sizeof names / sizeof *names) ? names[op] : "an unknown op";
 }
 
@@ -548,7 +548,14 @@ class Gen : public Xbyak::CodeGenerator {
     if (op == kLoad) {
       if (ins.a < 0 || ins.a >= int64_t(s_.load_kind.size())) throw Refuse{"load index out of range"};
       const LoadKind lk = s_.load_kind[ins.a];
-      if (lk == LoadKind::kOther || !(is_float_reg(ins.d) || ins.d == DType::boolean)) throw Refuse{"load layout or dtype"};
+      if (lk == LoadKind::kOther || lk == LoadKind::kTable || !(is_float_reg(ins.d) || ins.d == DType::boolean))
+        throw Refuse{"load layout or dtype"};
+      return;
+    }
+    if (op == kTable) {
+      if (ins.b < 0 || ins.b >= int64_t(s_.load_kind.size()) || s_.load_kind[ins.b] != LoadKind::kTable ||
+          ins.d != DType::bf16 || ins.rd != DType::bf16)
+        throw Refuse{"table"};
       return;
     }
     if (op == kConvert) {
@@ -726,6 +733,15 @@ class Gen : public Xbyak::CodeGenerator {
     const Instr& ins = s_.code[k];
     const Zmm d(reg(k));
     const Zmm a = operand(ins.a, 0);
+    if (ins.op == kTable) {  // d = table[a's bf16 bits]: 32 bits gathered at 2 x index, the low word kept
+      mov(rax, ptr[rdi + 8 * (kArgFirst + ins.b)]);
+      vpsrld(zmm1, a, 16);  // < 65536 in every lane, masked-off tail lanes included
+      kxnorw(k1, k1, k1);
+      vpxord(zmm0, zmm0, zmm0);
+      vpgatherdd(zmm0 | k1, ptr[rax + zmm1 * 2]);
+      vpslld(d, zmm0, 16);
+      return;
+    }
     const Zmm b = ins.op >= kAdd ? operand(ins.b, 1) : Zmm(0);
     const Zmm c = ins.op == kSelect || ins.op == kClamp ? operand(ins.c, 2) : Zmm(0);
     const bool rb = ins.rd == DType::bf16;
@@ -803,7 +819,8 @@ class Gen : public Xbyak::CodeGenerator {
   // Whether instr(k)'s result is rounded by the arithmetic path's round_bf16 (the one
   // body() may defer and do for two vectors at once).
   bool arith_round(const Instr& ins) const {
-    if (ins.rd != DType::bf16 || ins.op == kLoad || ins.op == kConvert || ins.op == kSelect || ins.op == kIsFinite)
+    if (ins.rd != DType::bf16 || ins.op == kLoad || ins.op == kConvert || ins.op == kSelect || ins.op == kIsFinite ||
+        ins.op == kTable)
       return false;
     if (ins.op == kNot || ins.op == kAnd || ins.op == kOr || ins.op == kXor) return false;
     return !(ins.op >= kEq && ins.op <= kGe);

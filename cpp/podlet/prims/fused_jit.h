@@ -28,7 +28,9 @@ namespace podlet::fused_jit {
 
 // A program as the code generator sees it: instructions after the interpreter's
 // bf16-convert folding, how each load reads its input, and where each output goes.
-enum class LoadKind { kFull, kScalar, kPeriodic, kRowConst, kOther };
+// kTable: not loaded; the base of a kTable instruction's table (a word per bf16 value,
+// and zeros past the last: the lookup gathers 32 bits at twice the index).
+enum class LoadKind { kFull, kScalar, kPeriodic, kRowConst, kOther, kTable };
 // kRows: an f32 copy of every element, for the caller's row sums. kLeaves: the column
 // sums of each 16-row leaf of rows of `leaf_k` columns (a power of two, >= 16), added
 // in the JIT: leaf slot j of element i is ((i / (16 leaf_k)) leaf_k + i % leaf_k), and

@@ -360,7 +360,12 @@ void sum_leaves_f32(const float* p, int64_t n, int64_t w, float* acc, float* scr
 // d = instruction ins applied to a, b, c (b, c null when unused), m elements.
 void exec_instr(const Instr& ins, const void* a, const void* b, const void* c, void* d, int64_t m) {
   const int64_t op = ins.op;
-  if (op == kConvert) {
+  if (op == kTable) {  // b: the table (fused.cc); a holds bf16 values, its top halves the index
+    auto x = static_cast<const uint32_t*>(a);
+    auto t = static_cast<const uint16_t*>(b);
+    auto z = static_cast<uint32_t*>(d);
+    for (int64_t j = 0; j < m; ++j) z[j] = uint32_t(t[x[j] >> 16]) << 16;
+  } else if (op == kConvert) {
     convert(ins.d, a, ins.rd, d, m);
   } else if (op == kSelect) {
     const uint32_t* pr = static_cast<const uint32_t*>(a);
