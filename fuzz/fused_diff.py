@@ -619,6 +619,7 @@ class Config:
     eager: bool = False
     excess: bool = False      # config allow_excess_precision (bf16 kept f32 inside a fusion)
     ways: int = 8             # the JIT's most vectors per iteration (_core.set_fused_jit_ways)
+    tables: bool = True       # values of one bf16 value read from tables (_core.set_fused_tables)
 
     def run(self, prog, fn, jitted):
         """The outputs of prog (fn: its Python function, jitted: podlet.jit(fn)) as
@@ -642,6 +643,7 @@ def _configured(cfg):
     _core.set_isa(cfg.isa or _BEST_ISA)
     _core.set_fused_jit(cfg.fused_jit)
     _core.set_fused_jit_ways(cfg.ways)
+    _core.set_fused_tables(cfg.tables)
     podlet.config.update("num_threads", cfg.threads or _DEFAULT_THREADS)
     podlet.config.update("allow_excess_precision", cfg.excess)
     try:
@@ -654,6 +656,7 @@ def _configured(cfg):
         _core.set_isa(_START_ISA)
         _core.set_fused_jit(podlet.config.fused_jit)
         _core.set_fused_jit_ways(8)
+        _core.set_fused_tables(True)
         podlet.config.update("num_threads", _DEFAULT_THREADS)
         podlet.config.update("allow_excess_precision", False)
 
@@ -676,6 +679,9 @@ def available_configs(excess=False):
     best = cfgs[-1]
     if _DEFAULT_THREADS != 1:
         cfgs.append(Config(best.name + "/1thread", isa=best.isa, fused_jit=best.fused_jit, threads=1, excess=excess))
+    # every fused configuration above reads tables where a program has them (prims/fused.cc,
+    # 65536 elements and up); the best one again computing every value instead
+    cfgs.append(Config(best.name + "/notables", isa=best.isa, fused_jit=best.fused_jit, excess=excess, tables=False))
     return cfgs
 
 
@@ -1000,7 +1006,7 @@ def fuzz(seed, programs=None, seconds=None, configs=None, perturb=None, verbose=
     reference itself cannot run -- a generator bug -- under "invalid")."""
     configs = configs or available_configs()
     out = out or sys.stdout
-    t0, c0, jit0 = time.time(), time.process_time(), _core.fused_jit_stats()
+    t0, c0, jit0, tab0 = time.time(), time.process_time(), _core.fused_jit_stats(), _core.fused_tables_stats()
     n = fused_progs = compiled = 0
     bad, invalid, sigs = [], [], {}
     shrink_s = 0.0
@@ -1053,6 +1059,7 @@ def fuzz(seed, programs=None, seconds=None, configs=None, perturb=None, verbose=
             "shrink_seconds": shrink_s, "fused_programs": fused_progs, "compiled_runs": compiled,
             "way_runs": [b - a for a, b in zip(jit0["way_runs"], jit1["way_runs"])],
             "spill_runs": jit1["spill_runs"] - jit0["spill_runs"],
+            "table_runs": _core.fused_tables_stats()["runs"] - tab0["runs"],
             "mismatches": bad, "signatures": sigs, "invalid": invalid, "configs": [c.name for c in configs],
             "coverage": cover, "paths": paths, "elements": elements}
 
@@ -1072,7 +1079,7 @@ def summary_text(s):
         + f"; {s['cpu_seconds']:.1f} s of CPU time, all threads, shrinking included); "
         f"{s['fused_programs']} had fused nodes; {s['compiled_runs']} fused runs as compiled AVX-512 code "
         f"(by vectors per iteration: {', '.join(f'{w + 1}: {n}' for w, n in enumerate(s['way_runs']) if n)}; "
-        f"with scalars kept in memory: {s['spill_runs']})",
+        f"with scalars kept in memory: {s['spill_runs']}); {s['table_runs']} fused runs read values from tables",
         "fused instructions seen (operand dtypes): " + "; ".join(
             f"{k} [{','.join(sorted(v))}]" for k, v in sorted(ops.items()) if not k.startswith("convert")),
         f"fused converts seen: {len(conv)} of {len(DTYPES) * len(DTYPES)} dtype pairs",

@@ -103,6 +103,35 @@ def test_gelu_vjp_reads_its_tanh_from_a_table(approximate):
     assert used >= 1
 
 
+def test_a_table_whose_values_pass_through_another():
+    # tanh(x) takes a table (read beside y), and so does exp(0.3 tanh(x)): its table is
+    # built from the instructions, not from the other table (which its program would not
+    # have: building it from the rewritten program read a table that was not there).
+    x = _every_word()
+    y = np.random.default_rng(4).standard_normal(x.shape).astype(BF16)
+
+    def f(x, y):
+        t = jnp.tanh(x)
+        return t + y, jnp.exp(t * 0.3) * y
+
+    _, used = _runs(f, x, y)
+    assert used == 2
+
+
+def test_an_output_computed_anyway_takes_no_table_for_its_cone():
+    # expm1(x) leaves as f32 (no table can give it), so what is made from it costs one
+    # operation more: computed, not read.
+    x = _every_word()
+    y = np.random.default_rng(5).standard_normal(x.shape).astype(BF16)
+
+    def f(x, y):
+        e = jnp.expm1(x.astype(jnp.float32))
+        return e, (e.astype(jnp.bfloat16) - x) + y
+
+    _, used = _runs(f, x, y)
+    assert used == 0
+
+
 def test_scalars_are_part_of_the_table():
     # The same instructions with another scalar make another table, and one cached table
     # serves every call with the same scalar.
@@ -192,3 +221,34 @@ def test_the_table_op_is_not_accepted_from_a_graph():
                      flops=0.0, prims="exp")
         with pytest.raises(ValueError, match=f"unknown op {op}"):
             _core.apply("fused_elementwise", [x], attrs)
+
+
+def test_random_large_programs_keep_the_bits():
+    # The fused-program fuzzer's generator (fuzz/fused_diff.py), its programs of 65536
+    # elements and more: every configuration (tables on, and the best one without) against
+    # the unfused graph, and some of them must have read tables.
+    import importlib.util
+    import pathlib
+    import sys
+    path = pathlib.Path(__file__).resolve().parent.parent / "fuzz" / "fused_diff.py"
+    spec = importlib.util.spec_from_file_location("fused_diff", path)
+    fd = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("fused_diff", fd)
+    spec.loader.exec_module(fd)
+    old = podlet.config.enable_x64
+    podlet.config.update("enable_x64", True)  # the programs have float64 values
+    try:
+        configs = fd.available_configs()
+        before = _core.fused_tables_stats()["runs"]
+        ran, seed = 0, 4_000_000
+        while ran < 24:
+            prog = fd.generate(seed)
+            seed += 1
+            if prog.numel() < 65536:
+                continue
+            res = fd.run_program(prog, configs)
+            assert not res.mismatches, (seed - 1, [str(m) for m in res.mismatches])
+            ran += 1
+        assert _core.fused_tables_stats()["runs"] > before
+    finally:
+        podlet.config.update("enable_x64", old)

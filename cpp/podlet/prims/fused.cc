@@ -663,6 +663,21 @@ int tabulate(Program& p, std::vector<Array>& in) {
   // values already there (earlier candidates, their cones) costs more than a lookup.
   std::vector<char> have(S, 0);
   std::vector<std::pair<int, std::vector<int>>> plan;  // (value, its whole cone)
+  // An output of one root that no table can give (f32, bool) is computed, its cone with it.
+  for (const Out& o : p.outs) {
+    const int k0 = al[o.slot];
+    if (word[k0] || src[k0] < 0) continue;
+    std::vector<int> stack{k0};
+    while (!stack.empty()) {
+      const int k = stack.back();
+      stack.pop_back();
+      const Instr& ins = p.code[k];
+      if (have[k] || ins.op == kLoad) continue;
+      have[k] = 1;
+      const int64_t ops[3] = {ins.a, ins.b, ins.c};
+      for (int q = 0; q < nops_of(ins); ++q) stack.push_back(al[ops[q]]);
+    }
+  }
   for (int f = 0; f < S; ++f) {
     const int r = src[f];
     if (!live[f] || al[f] != f || !word[f] || r < 0 || r == f || p.code[f].op == kLoad || have[f]) continue;
@@ -708,14 +723,18 @@ int tabulate(Program& p, std::vector<Array>& in) {
     }
   }
   if (plan.empty()) return 0;
-  for (auto& [f, cone] : plan) {
-    const int r = src[f];
+  // Every table from the instructions as they are, then the rewrite (a later table's cone
+  // may hold an earlier table's value).
+  std::vector<Array> tables;
+  for (auto& [f, cone] : plan) tables.push_back(table_of(p, in, al, src[f], cone));
+  for (size_t t = 0; t < plan.size(); ++t) {
     Load tl;
     tl.input = int(in.size());
     tl.kind = kTableBase;
-    in.push_back(table_of(p, in, al, r, cone));
+    in.push_back(tables[t]);
     p.loads.push_back(tl);
-    p.code[f] = Instr{kTable, DType::bf16, DType::bf16, r, int64_t(p.loads.size()) - 1, -1, 0};
+    const int f = plan[t].first;
+    p.code[f] = Instr{kTable, DType::bf16, DType::bf16, src[f], int64_t(p.loads.size()) - 1, -1, 0};
   }
   g_tables_used.fetch_add(int64_t(plan.size()), std::memory_order_relaxed);
   // Drop what no output reads any more (the tables' cones), renumbering the slots.
