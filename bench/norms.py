@@ -17,8 +17,10 @@ tokens x 384; attention scores batch x 6 heads x 197 x 197) and Swin-T (the four
 tokens x 96..768 channels; window scores batch*64 windows x 3 heads x 49 x 49).
 GELU rows: the MLP's bias + GELU forward and its VJP (tanh and exact), jitted: each one
 fused elementwise program compiled by the JIT (prims/fused_jit.cc), its bytes x (+ dy) read
-and the result written; beside it, the same program compiled one vector per iteration
-(``_core.set_fused_jit_ways(1)``) and interpreted (``set_fused_jit(False)``).
+and the result written; beside it, the same program without tables (values of one bf16
+value computed instead of read: ``_core.set_fused_tables(False)``, prims/fused.cc),
+compiled one vector per iteration (``_core.set_fused_jit_ways(1)``) and interpreted
+(``set_fused_jit(False)``).
 Best of --reps; ratios are only meaningful within one run on a shared machine. On a loaded
 machine, ``--clock thread`` (one thread, each call's CPU time) keeps other jobs'
 preemptions out of both the kernel's and the copy's times.
@@ -168,17 +170,22 @@ def bench_gelu(label, shape, dtype, approximate, reps, ratios):
     what = "tanh" if approximate else "exact"
     for name, f, args, nbytes in (("fwd", fwd, (x, b), 2 * n * isz), ("bwd", bwd, (x, b, dy), 3 * n * isz)):
         t, tc = kernel_vs_copy(lambda: f(*args), nbytes, reps)
-        try:  # the same program one vector per iteration, and interpreted
+        try:  # the same program without tables, one vector per iteration, and interpreted
+            _core.set_fused_tables(False)
+            tn = best(lambda: f(*args), reps)
+            _core.set_fused_tables(True)
             _core.set_fused_jit_ways(1)
             t1 = best(lambda: f(*args), reps)
-            _core.set_fused_jit_ways(4)
+            _core.set_fused_jit_ways(8)
             _core.set_fused_jit(False)
             ti = best(lambda: f(*args), reps)
         finally:
-            _core.set_fused_jit_ways(4)
+            _core.set_fused_tables(True)
+            _core.set_fused_jit_ways(8)
             _core.set_fused_jit(True)
         ratios.append(row(f"{label} {list(shape)}", f"GELU {what} {name}", dname, nbytes, t, tc))
-        print(f"{'':28s} {'':15s} {'':8s} one vector per iteration {t1 * 1e3:7.2f} ms ({t1 / t:3.1f}x), "
+        print(f"{'':28s} {'':15s} {'':8s} without tables {tn * 1e3:7.2f} ms ({tn / t:3.1f}x), "
+              f"one vector per iteration {t1 * 1e3:7.2f} ms ({t1 / t:3.1f}x), "
               f"interpreted {ti * 1e3:7.2f} ms ({ti / t:3.1f}x)", flush=True)
 
 
