@@ -12,6 +12,7 @@
 // (log, pow and the other transcendentals but exp / tanh / logistic / erf; f64 or integer
 // arithmetic; strided gathers; periods under 16; more than 24 live values) is not
 // compiled and the interpreter runs it; PODLET_FUSED_JIT_DEBUG=1 says why on stderr.
+// kTable (a value read from a table of its 65536 results, prims/fused.cc) is a gather.
 // It buys memory traffic and, with up to four vectors per iteration (fused_jit.cc), the
 // latency of long chains: one vector at a time, a bf16 program (a rounding after every
 // operation) ran at its dependency chain's latency and no faster than the interpreter; W
