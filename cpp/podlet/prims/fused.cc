@@ -661,59 +661,44 @@ int tabulate(Program& p, std::vector<Array>& in) {
   // Candidates, in slot order: words of one root read where the root is not the only
   // input (or stored). Each takes a table when what computing it would add to the
   // values already there (earlier candidates, their cones) costs more than a lookup.
-  std::vector<char> have(S, 0);
-  std::vector<std::pair<int, std::vector<int>>> plan;  // (value, its whole cone)
-  // An output of one root that no table can give (f32, bool) is computed, its cone with it.
-  for (const Out& o : p.outs) {
-    const int k0 = al[o.slot];
-    if (word[k0] || src[k0] < 0) continue;
-    std::vector<int> stack{k0};
+  // Depth first over the operands (through aliases) from `from`: visit(k) for every
+  // instruction reached, loads and those stop(k) ends at excepted.
+  auto walk = [&](int from, auto&& stop, auto&& visit) {
+    std::vector<char> seen(S, 0);
+    std::vector<int> stack{from};
     while (!stack.empty()) {
       const int k = stack.back();
       stack.pop_back();
       const Instr& ins = p.code[k];
-      if (have[k] || ins.op == kLoad) continue;
-      have[k] = 1;
+      if (seen[k] || ins.op == kLoad || stop(k)) continue;
+      seen[k] = 1;
+      visit(k);
       const int64_t ops[3] = {ins.a, ins.b, ins.c};
       for (int q = 0; q < nops_of(ins); ++q) stack.push_back(al[ops[q]]);
     }
-  }
+  };
+  std::vector<char> have(S, 0);
+  std::vector<std::pair<int, std::vector<int>>> plan;  // (value, its whole cone)
+  // An output of one root that no table can give (f32, bool) is computed, its cone with it.
+  for (const Out& o : p.outs)
+    if (const int k0 = al[o.slot]; !word[k0] && src[k0] >= 0)
+      walk(k0, [&](int k) { return bool(have[k]); }, [&](int k) { have[k] = 1; });
   for (int f = 0; f < S; ++f) {
     const int r = src[f];
     if (!live[f] || al[f] != f || !word[f] || r < 0 || r == f || p.code[f].op == kLoad || have[f]) continue;
     bool frontier = is_out[f];
     for (int j : readers[f]) frontier |= src[j] != r;
     if (!frontier) continue;
-    // The cone down to the root and scalars: all of it (the table's program) and the
-    // part not computed yet (what it costs here).
+    // The cone down to the root and scalars: all of it (the table's program), and the
+    // part not computed yet, stopping at values computed or tabulated already (what it
+    // costs here).
     std::vector<int> cone, fresh;
-    std::vector<char> seen(S, 0);
-    std::vector<int> stack{f};
-    while (!stack.empty()) {
-      const int k = stack.back();
-      stack.pop_back();
-      if (seen[k]) continue;
-      seen[k] = 1;
-      const Instr& ins = p.code[k];
-      if (k == r || ins.op == kLoad) continue;
-      cone.push_back(k);
-      const int64_t ops[3] = {ins.a, ins.b, ins.c};
-      for (int q = 0; q < nops_of(ins); ++q) stack.push_back(al[ops[q]]);
-    }
     double cost = 0;
-    std::fill(seen.begin(), seen.end(), 0);
-    stack.assign(1, f);
-    while (!stack.empty()) {  // the cone again, stopping at values computed (or tabulated) already
-      const int k = stack.back();
-      stack.pop_back();
-      if (seen[k] || k == r || p.code[k].op == kLoad || (have[k] && k != f)) continue;
-      seen[k] = 1;
+    walk(f, [&](int k) { return k == r; }, [&](int k) { cone.push_back(k); });
+    walk(f, [&](int k) { return k == r || (have[k] && k != f); }, [&](int k) {
       fresh.push_back(k);
       cost += op_cost(p.code[k]);
-      const Instr& ins = p.code[k];
-      const int64_t ops[3] = {ins.a, ins.b, ins.c};
-      for (int q = 0; q < nops_of(ins); ++q) stack.push_back(al[ops[q]]);
-    }
+    });
     std::sort(cone.begin(), cone.end());
     if (cost >= kTableMinCost) {
       plan.emplace_back(f, cone);
