@@ -252,3 +252,21 @@ def test_random_large_programs_keep_the_bits():
         assert _core.fused_tables_stats()["runs"] > before
     finally:
         podlet.config.update("enable_x64", old)
+
+
+def test_config_switch():
+    assert podlet.config.fused_tables
+    x = _every_word()
+    f = podlet.jit(UNARY["gelu_tanh"])
+    try:
+        podlet.config.update("fused_tables", False)
+        assert not _core.fused_tables_stats()["enabled"]
+        before = _used()
+        off = f(x)
+        assert _used() == before
+        podlet.config.update("fused_tables", True)
+        on = f(x)
+        assert _used() > before
+    finally:
+        podlet.config.update("fused_tables", True)
+    assert_same_bits([off], [on])

@@ -43,6 +43,9 @@ class _Config:
                         "threefry_partitionable": True,
                         # compile fused elementwise programs to AVX-512 code (same bits)
                         "fused_jit": os.environ.get("PODLET_FUSED_JIT", "1") != "0",
+                        # values of one bf16 value read from tables of their 65536 results
+                        # inside fused programs (prims/fused.cc; same bits); PODLET_FUSED_TABLES=0
+                        "fused_tables": _core.fused_tables_stats()["enabled"],
                         # bf16 3x3 stride-1 convs at precision DEFAULT as Winograd F(2x2,
                         # 3x3): faster, ~2.5x the rounding error of the direct kernels; on
                         # unless PODLET_CONV_WINOGRAD=0 (precision HIGHEST: direct per layer)
@@ -77,6 +80,9 @@ class _Config:
         elif key == "fused_jit":
             value = bool(value)
             _core.set_fused_jit(value)
+        elif key == "fused_tables":
+            value = bool(value)
+            _core.set_fused_tables(value)
         elif key == "conv_winograd":
             value = bool(value)
             _core.set_conv_winograd(value)
