@@ -123,6 +123,11 @@ inline void append_out(std::vector<int64_t>& v, int64_t slot, const Shape& shape
 inline int nops_of(const Instr& ins) {
   return ins.op == kSelect || ins.op == kClamp ? 3 : (ins.op < kAdd || ins.op == kTable ? 1 : 2);
 }
+// A convert that leaves its register as it is (a dtype to itself; bf16 -> f32: a bf16
+// register already holds the f32 value): the interpreter and the JIT alias its operand.
+inline bool identity_convert(const Instr& ins) {
+  return ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
+}
 // The loop of one instruction over one tile of m elements (prims/fused_ops.h): the
 // baseline build, or the AVX-512 one where the active ISA allows (same bits).
 using ExecFn = void (*)(const Instr&, const void* a, const void* b, const void* c, void* d, int64_t m);

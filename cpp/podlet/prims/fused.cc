@@ -213,10 +213,13 @@ void run_program(Program p, const std::vector<Array>& given, std::vector<Array>&
 
 void run_program(Program p, const std::vector<Array>& given, std::vector<Array>& out, bool tables = true) {
   fold_bf16_converts(p);
-  // The inputs, and the tables of values tabulated below (appended as inputs).
-  std::vector<Array> in = given;
-  if (tables && p.n >= kTableMinElements && fused_tables::enabled() && tabulate(p, in))
-    g_table_runs.fetch_add(1, std::memory_order_relaxed);
+  // The inputs, with the tables of values tabulated below appended (a copy only then).
+  std::vector<Array> with_tables;
+  if (tables && p.n >= kTableMinElements && fused_tables::enabled()) {
+    with_tables = given;
+    if (tabulate(p, with_tables)) g_table_runs.fetch_add(1, std::memory_order_relaxed);
+  }
+  const std::vector<Array>& in = with_tables.empty() ? given : with_tables;
   const int S = int(p.code.size());
   // Where each slot lives: a pooled tile buffer, a dedicated (scalar) buffer, its input
   // in place, its output in place, or its operand's register (an alias, below).
@@ -249,7 +252,7 @@ void run_program(Program p, const std::vector<Array>& given, std::vector<Array>&
   std::vector<int> root(S);
   for (int k = 0; k < S; ++k) {
     const Instr& ins = p.code[k];
-    const bool identity = ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
+    const bool identity = identity_convert(ins);
     root[k] = identity && home[k] != kOutput ? root[ins.a] : k;
     if (root[k] != k) home[k] = kAlias;
   }
@@ -625,7 +628,7 @@ int tabulate(Program& p, std::vector<Array>& in) {
   std::vector<char> word(S, 0);
   for (int k = 0; k < S; ++k) {
     const Instr& ins = p.code[k];
-    const bool identity = ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
+    const bool identity = identity_convert(ins);
     al[k] = identity ? al[ins.a] : k;
     if (al[k] != k) { word[k] = word[al[k]]; src[k] = src[al[k]]; continue; }
     if (ins.op == kLoad) {

@@ -471,7 +471,7 @@ class Gen : public Xbyak::CodeGenerator {
         for (int q = 0; q < nops_of(ins); ++q)
           if (ops[q] < 0 || ops[q] >= k) throw Refuse{"operand out of order"};
       }
-      const bool identity = ins.op == kConvert && (ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32));
+      const bool identity = identity_convert(ins);
       root_[k] = identity ? root_[ins.a] : k;
       if (ins.op == kLoad) {
         if (s_.load_kind[ins.a] == LoadKind::kPeriodic || s_.load_kind[ins.a] == LoadKind::kRowConst) {
@@ -559,7 +559,7 @@ class Gen : public Xbyak::CodeGenerator {
       return;
     }
     if (op == kConvert) {
-      const bool identity = ins.d == ins.rd || (ins.d == DType::bf16 && ins.rd == DType::f32);
+      const bool identity = identity_convert(ins);
       if (identity && (is_float_reg(ins.d) || ins.d == DType::boolean)) return;
       if (ins.d == DType::f32 && ins.rd == DType::bf16) return;
       if (is_float_reg(ins.d) && ins.rd == DType::boolean) return;
