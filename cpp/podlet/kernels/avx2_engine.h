@@ -204,6 +204,7 @@ inline Tiling choose_tiling(int64_t groups, int64_t M, int64_t N) {
 // Per-thread scratch: the packed A block and the C tile.
 struct Scratch {
   FBuf a, c;
+  FBuf b;  // a K block of B's panels, for kernels that pack B per block (allocated there)
   Scratch() : a(kMaxMC * KC), c(kMaxMC * kNC) {}
 };
 

@@ -14,12 +14,13 @@ struct Operands {
   bool a_k_unit, a_row_unit, b_col_unit, b_k_unit;
 };
 
-// Panel j of B[b] into dst = [K][NR]: B[b, k, j*NR + c], zero past N.
-template <class T> void pack_b_panel(const Operands& o, int64_t b, int64_t j, float* dst) {
+// Rows [k0, k0 + K) of panel j of B[b] into dst = [K][NR]: B[b, k0 + k, j*NR + c], zero
+// past N.
+template <class T> void pack_b_panel(const Operands& o, int64_t b, int64_t j, int64_t k0, int64_t K, float* dst) {
   const GemmArgs& g = o.g;
   const T* base = static_cast<const T*>(g.b) + g.b_batch[b];
-  const int64_t n0 = j * NR, nb = imin(NR, g.N - n0), K = g.K;
-  const int64_t* bk = g.b_k.data();
+  const int64_t n0 = j * NR, nb = imin(NR, g.N - n0);
+  const int64_t* bk = g.b_k.data() + k0;
   const int64_t* bc = g.b_col.data() + n0;
   if (nb < NR)
     for (int64_t k = 0; k < K; ++k) zero_row(dst + k * NR + nb, NR - nb);
@@ -59,21 +60,36 @@ template <class TA, class TB> void run(const GemmArgs& g) {
                    unit_stride(g.b_col.data(), g.N), unit_stride(g.b_k.data(), g.K)};
   const int64_t panels = cdiv(g.N, NR);
   const int64_t bsize = g.K * panels * NR;  // one batch entry of packed B
-  FBuf bp(g.B * bsize);
-  run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
-            [&](int64_t u) { pack_b_panel<TB>(o, u / panels, u % panels, bp.p + u * g.K * NR); });
-
   const Tiling t = choose_tiling(g.B, g.M, g.N);
   const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
+  // A long sum (a weight gradient over every token: K 6,304 for ViT-Tiny, 25,088 and up
+  // for Swin-T) packs B one K block at a time into the task's scratch, where the
+  // microkernels read it while it is in L2, instead of the whole of B as f32 up front (19
+  // MB for ViT-Tiny's [6304, 768]) written to and read back from memory: 9-13% faster on
+  // such products, one thread or two (AMD Zen 3). Each task packs its own columns, so B
+  // is packed once per tile row: only where there are few (t.mt).
+  const bool per_block = g.K > 2 * KC && t.mt <= 4;
+  FBuf bp(per_block ? 1 : g.B * bsize);
+  if (!per_block)
+    run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
+              [&](int64_t u) { pack_b_panel<TB>(o, u / panels, u % panels, 0, g.K, bp.p + u * g.K * NR); });
   run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
     const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
     const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
     const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
-    tile_product(m0, mb, n0, nb, g.K, PrepackedB{bp.p + b * bsize, g.K},
-                 [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
-                   pack_a_block<TA>(o, b, m, rows, k0, kb, dst, lda);
-                 },
-                 s, ldc);
+    auto pack_a = [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
+      pack_a_block<TA>(o, b, m, rows, k0, kb, dst, lda);
+    };
+    if (per_block) {
+      if (!s.b.p) s.b.reset(KC * kNC);
+      auto get_b = [&](int64_t n0b, int64_t nbb, int64_t k0, int64_t kb, Scratch& sc) {
+        for (int64_t j = 0; j < cdiv(nbb, NR); ++j) pack_b_panel<TB>(o, b, n0b / NR + j, k0, kb, sc.b.p + j * kb * NR);
+        return BView{sc.b.p, kb * NR};
+      };
+      tile_product(m0, mb, n0, nb, g.K, get_b, pack_a, s, ldc);
+    } else {
+      tile_product(m0, mb, n0, nb, g.K, PrepackedB{bp.p + b * bsize, g.K}, pack_a, s, ldc);
+    }
     for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, g.c_off(b, m0 + i) + n0, s.c.p + i * ldc, nb);
   });
 }
