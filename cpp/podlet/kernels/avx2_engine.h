@@ -4,6 +4,7 @@
 // C[M, N] = A[M, K] B[K, N], f32 accumulation:
 //   * B is prepacked once per call into panels of NR = 16 columns, each panel [K][16]
 //     (zero-padded past N), so the microkernel reads it with aligned contiguous loads;
+//     a long sum packs it per task and K block instead (gemm_avx2.cc, Scratch::b);
 //   * A is packed per task and K block by a caller-supplied packer, row-major [mb][kb]
 //     (an im2col block for convolutions, a plain row copy for matmuls, bf16 widened);
 //   * the 6x16 microkernel keeps a 6x16 C block in 12 ymm registers, broadcasting A.
