@@ -1,6 +1,7 @@
 """The machine's arithmetic peak, measured: f32 FMA (the widest FMA the active ISA has:
 zmm on AVX-512, ymm on AVX2) on 1 thread and on all threads, and the bf16 dot peak where
-the CPU has a bf16 dot instruction (AVX512_BF16 vdpbf16ps), and the AMX tile peak
+the CPU has a bf16 dot instruction (AVX512_BF16 vdpbf16ps; whether bf16 GEMMs use it or the
+f32 FMAs, podlet's choice per vendor, is printed beside it), and the AMX tile peak
 (TDPBF16PS into 4 accumulator tiles) where the active ISA is amx; elsewhere bf16 kernels
 widen to f32 and their peak is the f32 peak. The same C++ loops (cpp/podlet/kernels/peak_*.cc)
 are the denominators of podlet.profile's %peak and MFU and of bench/kernels.py.
@@ -34,6 +35,10 @@ def measure(reps=20, threads=None):
         b1 = _core.measure_bf16_peak(1, reps)
         bn = _core.measure_bf16_peak(threads, reps) if threads > 1 else b1
         r.update(bf16_dot_gflops_1thread=b1, bf16_dot_gflops_all_measured=bn, bf16_dot_gflops_all=max(bn, threads * b1))
+    # What bf16 GEMMs and direct convolutions run on: vdpbf16ps, or f32 FMAs where the bf16
+    # dot is set aside (_core.set_bf16_dot: Intel without AMX in use, where vdpbf16ps
+    # measures at half the FMAs' FLOP rate).
+    r["bf16_gemm_on"] = ("vdpbf16ps" if r["bf16_dot_gflops_all"] and _core.bf16_dot() else "f32 FMA")
     r.update(amx="available" if info["active_isa"] == "amx" else info.get("amx_note", "not available on this CPU"),
              amx_gflops_1thread=None, amx_gflops_all_measured=None, amx_gflops_all=None)
     if info["active_isa"] == "amx":
@@ -55,6 +60,8 @@ def main():
         print(f"bf16 dot (vdpbf16ps) peak {r['bf16_dot_gflops_1thread']:.1f} GFLOP/s on 1 thread, "
               f"{r['bf16_dot_gflops_all_measured']:.1f} measured on {r['threads']} "
               f"(used as peak: {r['bf16_dot_gflops_all']:.1f})")
+    print(f"bf16 GEMMs and direct convolutions run on: {r['bf16_gemm_on']}"
+          + (" (the AMX tiles where they cover the shape)" if r["isa"] == "amx" else ""))
     if r["amx_gflops_all"]:
         print(f"AMX tiles (TDPBF16PS) peak {r['amx_gflops_1thread']:.1f} GFLOP/s on 1 thread, "
               f"{r['amx_gflops_all_measured']:.1f} measured on {r['threads']} "

@@ -485,12 +485,15 @@ def mfu_peaks(pk):
     """{dtype: (GFLOP/s, the loop measured)}: each dtype's MFU denominator, from a bench/peak.py
     measure() dict. f32: the f32 FMAs. bf16 and f32-bf16prec (whose products are bf16
     products): the AMX tiles (TDPBF16PS) where the active ISA is amx, else vdpbf16ps on
-    AVX512_BF16 hosts, else the f32 FMAs (bf16 products widen to f32 there)."""
+    AVX512_BF16 hosts whose bf16 GEMMs use it, else the f32 FMAs (bf16 products widen to f32
+    there: no bf16 dot, or it is set aside, as on Intel without AMX in use)."""
     f32 = (pk["f32_fma_gflops_all"], "f32 FMA")
     if pk.get("amx_gflops_all"):
         bf16 = (pk["amx_gflops_all"], "AMX tiles")
-    elif pk.get("bf16_dot_gflops_all"):
+    elif pk.get("bf16_dot_gflops_all") and pk.get("bf16_gemm_on", "vdpbf16ps") == "vdpbf16ps":
         bf16 = (pk["bf16_dot_gflops_all"], "vdpbf16ps")
+    elif pk.get("bf16_dot_gflops_all"):
+        bf16 = (f32[0], "f32 FMA (bf16 dot set aside)")
     else:
         bf16 = (f32[0], "f32 FMA (no bf16 dot)")
     return {"f32": f32, "bf16": bf16, BF16PREC: bf16}

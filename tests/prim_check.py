@@ -22,6 +22,26 @@ TOL = {"float64": (1e-12, 1e-12), "float32": (2e-6, 1e-6), "bfloat16": (1.6e-2, 
        "int32": (0, 0), "uint32": (0, 0), "uint8": (0, 0), "bool": (0, 0)}
 
 
+def select_isa(isa):
+    """Selects kernel ISA `isa` for a test of that ISA's kernels; at avx512bf16 and amx the
+    bf16 dot is turned on (cpu_info()["bf16_dot"]: off by default on Intel, where bf16 GEMMs
+    and direct convolutions then run the avx512 kernels, tested at "avx512"), so the
+    vdpbf16ps kernels are what runs. A test that calls it restores the setting with
+    restore_bf16_dot(). Returns the active ISA."""
+    from podlet import _core
+    got = _core.set_isa(isa)
+    if isa in ("avx512bf16", "amx"):
+        _core.set_bf16_dot(True)
+    return got
+
+
+BF16_DOT_DEFAULT = podlet._core.bf16_dot()
+
+
+def restore_bf16_dot():
+    podlet._core.set_bf16_dot(BF16_DOT_DEFAULT)
+
+
 def as_podlet(x):
     """An exact podlet Array of a NumPy array (no dtype canonicalisation: float64 stays)."""
     x = np.array(x, order="C", copy=True)  # keeps 0-d arrays 0-d (ascontiguousarray does not)

@@ -25,7 +25,7 @@ import pytest
 import podlet
 from podlet import _core
 from podlet._src.core import bind
-from prim_check import as_podlet
+from prim_check import as_podlet, restore_bf16_dot, select_isa
 
 BF16 = ml_dtypes.bfloat16
 INFO = _core.cpu_info()
@@ -37,6 +37,7 @@ def restore_state():
     isa, n, emu = _core.active_isa(), podlet.config.num_threads, _core.amx_emulation()
     yield
     _core.set_isa(isa)
+    restore_bf16_dot()
     _core.set_amx_emulation(emu)
     podlet.config.update("num_threads", n)
 
@@ -158,8 +159,10 @@ def test_gemm_dispatch_takes_tiles_only_for_bf16_operands():
     dot(a.astype(np.float32), b, True)  # an f32 operand keeps exact f32 products: not the tiles
     assert _core.gemm_last_path() != "amx_emu"
     dot(a, b, False)
+    bf16_dot = _core.bf16_dot() and _core.active_isa() in ("avx512bf16", "amx")
     assert _core.gemm_last_path() == ("amx" if HAS_AMX and _core.active_isa() == "amx" else
-                                      {"amx": "avx512bf16"}.get(_core.active_isa(), _core.gemm_last_path()))
+                                      "avx512bf16" if bf16_dot else
+                                      {"avx512bf16": "avx512"}.get(_core.active_isa(), _core.gemm_last_path()))
 
 
 # ---- convolutions on emulated tiles == the ref kernels ---------------------------------
@@ -175,7 +178,7 @@ CONVS = [  # N, H, W, C, O, KH, KW, stride, padding, rhs_dilation
 
 def conv_prims(x, w, g, stride, padding, dilation, emulate, isa=None):
     if isa:
-        _core.set_isa(isa)
+        select_isa(isa)
     _core.set_amx_emulation(emulate)
     attrs = dict(window_strides=list(stride), padding=[int(v) for p in padding for v in p],
                  rhs_dilation=list(dilation))

@@ -20,7 +20,7 @@ import pytest
 import podlet
 from podlet import _core
 from podlet._src.core import bind
-from prim_check import as_podlet
+from prim_check import as_podlet, restore_bf16_dot, select_isa
 
 BF16 = ml_dtypes.bfloat16
 INFO = _core.cpu_info()
@@ -33,11 +33,12 @@ def restore_isa_and_threads():
     isa, n = _core.active_isa(), podlet.config.num_threads
     yield
     _core.set_isa(isa)
+    restore_bf16_dot()
     podlet.config.update("num_threads", n)
 
 
 def run(isa, prim, args, attrs, threads=None):
-    _core.set_isa(isa)
+    select_isa(isa)
     if threads:
         podlet.config.update("num_threads", threads)
     return np.asarray(bind(prim, *[as_podlet(a) for a in args], **attrs)).copy()
@@ -114,6 +115,47 @@ def test_podlet_isa_environment_variable():
     assert out.stdout.strip() == INFO["best_isa"]
     if INFO["best_isa"] != "amx":
         assert "requested but this CPU supports up to" in out.stderr
+
+
+def test_bf16_dot_switch_default_and_environment_variable():
+    """Whether bf16 GEMMs and direct convolutions use vdpbf16ps: off on Intel (half the
+    FMAs' FLOP rate there, bench/peak.py), on elsewhere; PODLET_BF16_DOT overrides."""
+    env_value = os.environ.get("PODLET_BF16_DOT")
+    if not env_value:
+        assert INFO["bf16_dot"] == (INFO["cpu"]["vendor"] != "GenuineIntel")
+    code = "from podlet import _core; print(_core.cpu_info()['bf16_dot'], _core.bf16_dot())"
+    for value, want in (("0", "False False"), ("off", "False False"), ("1", "True True")):
+        env = dict(os.environ, PODLET_BF16_DOT=value)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want, (value, out.stdout, out.stderr)
+
+
+def test_bf16_dot_off_runs_the_avx512_kernels_bit_for_bit():
+    """With the bf16 dot set aside, bf16 x bf16 dot_general and the three direct
+    convolutions at avx512bf16 are the avx512 kernels (same bits); with it on, the
+    vdpbf16ps kernels (close to ref: test_dot_matches_ref, test_conv_matches_ref). On a
+    host without AVX512_BF16 the switch changes nothing."""
+    rng = np.random.default_rng(3)
+    a, b = rand(rng, (131, 300), BF16), rand(rng, (300, 259), BF16)
+    x, w, g, ca = conv_args("resnet_3x3_s2", (BF16, BF16))
+    cases = [("dot_general", [a, b], dot_attrs([1], [0], preferred_element_type="float32")),
+             ("conv_general_dilated", [x, w], ca),
+             ("conv_bwd_data", [g, w], dict(ca, lhs_shape=list(x.shape))),
+             ("conv_bwd_filter", [x, g], dict(ca, rhs_shape=list(w.shape)))]
+    top = INFO["best_isa"] if INFO["best_isa"] != "amx" else "avx512bf16"
+    for prim, args, attrs in cases:
+        ref_isa = "avx512" if top == "avx512bf16" else top
+        _core.set_isa(ref_isa)
+        want = np.asarray(bind(prim, *[as_podlet(t) for t in args], **attrs)).copy()
+        _core.set_isa(top)
+        _core.set_bf16_dot(False)
+        off = np.asarray(bind(prim, *[as_podlet(t) for t in args], **attrs)).copy()
+        assert off.tobytes() == want.tobytes(), prim
+        if prim == "dot_general":
+            assert _core.gemm_last_path() == ("avx512" if top == "avx512bf16" else top)
+            _core.set_bf16_dot(True)
+            bind(prim, *[as_podlet(t) for t in args], **attrs)
+            assert _core.gemm_last_path() == top
 
 
 # ---- dot_general ----------------------------------------------------------------------
@@ -496,7 +538,7 @@ def test_conv_grad_matches_ref(isa):
     x, w, _, a = conv_args("resnet_3x3_s1", (np.float32, np.float32))
 
     def grads(which):
-        _core.set_isa(which)
+        select_isa(which)
         f = lambda x_, w_: (bind("conv_general_dilated", x_, w_, **a) ** 2).sum()
         return [np.asarray(t) for t in podlet.grad(f, argnums=(0, 1))(as_podlet(x), as_podlet(w))]
 

@@ -19,6 +19,7 @@ import podlet
 import podlet.numpy as jnp
 from podlet import _core, lax
 from guard_pages import guarded
+from prim_check import restore_bf16_dot, select_isa
 
 BF16 = ml_dtypes.bfloat16
 ISAS = _core.cpu_info()["available_isas"]
@@ -38,6 +39,7 @@ def restore_isa():
     isa = _core.active_isa()
     yield
     _core.set_isa(isa)
+    restore_bf16_dot()
 
 
 CASES = []
@@ -159,7 +161,7 @@ def convert_and_elementwise(rng, dtype, where):
 @pytest.mark.parametrize("where", ["end", "start"])
 @pytest.mark.parametrize("make", CASES, ids=[c.__name__ for c in CASES])
 def test_forward_at_page_boundary(make, where, dtype, isa):
-    _core.set_isa(isa)
+    select_isa(isa)
     f, args, want, scale = make(np.random.default_rng(0), dtype, where)
     close(f(*args), want, dtype, scale)
     close(podlet.jit(f)(*args), want, dtype, scale)
@@ -178,7 +180,7 @@ def test_gradient_at_page_boundary(make, dtype, isa):
     loss = lambda *a: jnp.sum(f(*a).astype(jnp.float32) ** 2)
     argnums = tuple(range(len(args)))
     want = podlet.jit(podlet.grad(loss, argnums=argnums))(*args)
-    _core.set_isa(isa)
+    select_isa(isa)
     got = podlet.jit(podlet.grad(loss, argnums=argnums))(*args)
     for g, w in zip(got, want):
         w = np.asarray(w, np.float64)

@@ -46,6 +46,7 @@ void bind_isa(py::module_& m) {
         d["best_isa"] = isa_name(f.best);
         d["available_isas"] = isas;
         d["active_isa"] = isa_name(active_isa());
+        d["bf16_dot"] = bf16_dot_enabled();
         d["fused_jit"] = podlet::fused_jit::enabled();
         d["conv_winograd"] = podlet::kernels::conv_winograd_enabled();
         d["amx_emulation"] = podlet::kernels::amx_emulation();
@@ -54,7 +55,8 @@ void bind_isa(py::module_& m) {
       },
       "The CPU (cpu: vendor, brand string, family, model, stepping as /proc/cpuinfo numbers them) and "
       "its features detected at start-up (cpuid; for AMX also XCR0 and the Linux tile permission), "
-      "the ISAs the kernels can use on this host (best last), the active one, whether fused "
+      "the ISAs the kernels can use on this host (best last), the active one, bf16_dot: whether bf16 "
+      "GEMMs and direct convolutions use vdpbf16ps where the active ISA has it (else f32 FMAs), whether fused "
       "elementwise programs are compiled to machine code (AVX-512 and PODLET_FUSED_JIT not 0), "
       "whether AMX kernels run on emulated tiles, and amx_note: why a CPU with AMX does not use it.");
   m.def(
@@ -62,6 +64,12 @@ void bind_isa(py::module_& m) {
       py::arg("name"),
       "Selects the kernel ISA: 'ref', 'avx2', 'avx512', 'avx512bf16' or 'amx'. A name above what the "
       "host supports clamps down (one warning on stderr); returns the ISA now active.");
+  m.def("set_bf16_dot", &set_bf16_dot, py::arg("on"),
+        "Whether bf16 x bf16 GEMMs and direct convolutions use the bf16 dot instruction (vdpbf16ps) "
+        "where the active ISA has it (True) or widen to f32 and use the f32 FMAs (False; other bits). "
+        "Default: PODLET_BF16_DOT, else off on Intel CPUs (vdpbf16ps at half the FMAs' FLOP rate), on "
+        "elsewhere.");
+  m.def("bf16_dot", &bf16_dot_enabled, "The set_bf16_dot setting.");
   m.def("active_isa", []() { return std::string(isa_name(active_isa())); }, "The ISA kernels use now.");
   m.def("set_amx_emulation", &podlet::kernels::set_amx_emulation, py::arg("on"),
         "Runs every kernel with an AMX variant on emulated tiles (TDPBF16PS's arithmetic in plain "

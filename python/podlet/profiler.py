@@ -56,7 +56,9 @@ def measured_peak(threads=None):
     f32 = measure("f32", _core.measure_peak)
     # Without a bf16 dot instruction bf16 products run on the f32 FMA path: its peak is
     # the f32 one (one measurement, not a second noisy run of the same loop).
-    bf16 = measure("bf16", _core.measure_bf16_peak) if _core.have_bf16_dot() else f32
+    # So do they where the bf16 dot is set aside for the FMAs (Intel without AMX in use:
+    # _core.set_bf16_dot).
+    bf16 = measure("bf16", _core.measure_bf16_peak) if _core.have_bf16_dot() and _core.bf16_dot() else f32
     # On AMX hosts bf16 matmuls and convolutions run on the tiles: their peak is the
     # denominator of bf16 %peak and MFU.
     if _core.active_isa() == "amx":

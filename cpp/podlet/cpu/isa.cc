@@ -3,11 +3,13 @@
 #include "podlet/cpu/isa.h"
 #include "podlet/error.h"
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -144,7 +146,26 @@ std::atomic<int>& active() {
   return a;
 }
 
+// PODLET_BF16_DOT (0 / false / off / no: off; anything else: on), else the vendor rule.
+bool initial_bf16_dot() {
+  if (const char* e = std::getenv("PODLET_BF16_DOT"); e && *e) {
+    std::string v(e);
+    for (char& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    return !(v == "0" || v == "false" || v == "off" || v == "no");
+  }
+  return cpu_features().vendor != "GenuineIntel";
+}
+
+std::atomic<bool>& bf16_dot_flag() {
+  static std::atomic<bool> on{initial_bf16_dot()};
+  return on;
+}
+
 }  // namespace
+
+bool bf16_dot_enabled() { return bf16_dot_flag().load(std::memory_order_relaxed); }
+void set_bf16_dot(bool on) { bf16_dot_flag().store(on, std::memory_order_relaxed); }
+bool use_bf16_dot() { return int(active_isa()) >= int(Isa::avx512bf16) && bf16_dot_enabled(); }
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();

@@ -62,8 +62,9 @@ void gemm(const GemmArgs& g) {
     }
   }
   if (use_avx2() && f32_or_bf16(g.a_dtype) && f32_or_bf16(g.b_dtype) && f32_or_bf16(g.c_dtype) && g.B * g.M * g.N > 0) {
-    // bf16 x bf16 takes the bf16 dot; anything with an f32 operand keeps f32 products.
-    if (isa_at_least(Isa::avx512bf16) && bf16_operands) {
+    // bf16 x bf16 takes the bf16 dot where it is the faster (cpu::use_bf16_dot); anything
+    // with an f32 operand keeps f32 products.
+    if (cpu::use_bf16_dot() && bf16_operands) {
       g_gemm_path = "avx512bf16";
       return gemm_avx512bf16(g);
     }
@@ -87,7 +88,7 @@ enum class ConvPath { ref, avx2, avx512, avx512bf16 };
 ConvPath conv_path(const ConvGeom& q, DType a, DType b, DType out, int64_t n_dim) {
   if (!(use_avx2() && f32_or_bf16(a) && f32_or_bf16(b) && f32_or_bf16(out) && q.ldh == 1 && q.ldw == 1 && n_dim >= 8))
     return ConvPath::ref;
-  if (isa_at_least(Isa::avx512bf16) && a == DType::bf16 && b == DType::bf16) return ConvPath::avx512bf16;
+  if (cpu::use_bf16_dot() && a == DType::bf16 && b == DType::bf16) return ConvPath::avx512bf16;
   return isa_at_least(Isa::avx512) ? ConvPath::avx512 : ConvPath::avx2;
 }
 }  // namespace
