@@ -24,9 +24,10 @@ Peaks are measured once per process (``measured_peak``), not looked up: an f32 F
 (the widest FMA the active ISA has) and a bf16 dot loop (vdpbf16ps, on AVX512_BF16
 hosts) in C++ on 1 thread and on the threads in use. The all-threads figure is
 max(measured, threads x the 1-thread figure): on a shared machine the multi-thread loop
-is the most disturbed, and the cores are alike. Without a bf16 dot instruction bf16
-kernels widen to f32 and FMA, so the bf16 peak is the f32 peak there; f64 is half the
-f32 peak (half the lanes per FMA).
+is the most disturbed, and the cores are alike. Without a bf16 dot instruction, or where
+it is set aside (``_core.set_bf16_dot``: Intel without AMX in use), bf16 GEMMs and
+convolutions widen to f32 and FMA, so the bf16 peak is the f32 peak there; f64 is half
+the f32 peak (half the lanes per FMA).
 """
 import atexit
 import os
@@ -113,8 +114,10 @@ def format_table(stats):
     peak_s = f"{pk['float32']:.1f}" if pk.get("float32") else "n/a"
     bf = pk.get("bfloat16")
     bf_s = f"{bf:.1f}" if bf else "n/a"
-    bf_note = {"amx": " (AMX tiles, TDPBF16PS)", "avx512bf16": " (vdpbf16ps)"}.get(
-        _core.cpu_info()["active_isa"], " (no bf16 dot in use: bf16 runs on the f32 FMAs)")
+    isa = _core.cpu_info()["active_isa"]
+    bf_note = (" (AMX tiles, TDPBF16PS)" if isa == "amx" else
+               " (vdpbf16ps)" if isa == "avx512bf16" and _core.bf16_dot() else
+               " (no bf16 dot in use: bf16 runs on the f32 FMAs)")
     lines.append(f"measured peak on {pk['threads']} thread(s): f32 {peak_s} GFLOP/s, bf16 {bf_s}{bf_note}")
     if stats.get("peak_memory_bytes") is not None:
         lines.append(f"peak memory: {_fmt_bytes(stats['peak_memory_bytes'])} "
