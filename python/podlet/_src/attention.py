@@ -147,9 +147,9 @@ def bf16_dot_set_aside(dtype):
     """Whether bf16 heads would run the fused kernel's vdpbf16ps pairs on a host whose
     bf16 GEMMs leave vdpbf16ps for the FMAs (``_core.bf16_dot()`` False at avx512bf16 /
     amx: Intel, where it runs at half the FMAs' FLOP rate). There "auto" keeps them op by
-    op: the Swin-T bf16 step ran 5.37 / 5.73 img/s fused against 5.75 / 6.63 unfused
-    (alternating, Intel Emerald Rapids, 2026-12-02), at 15% more peak memory (2650 ->
-    3044 MB, still below PyTorch's 3129)."""
+    op: the Swin-T bf16 step unfused over fused 1.07, 1.16, 0.99, 1.08, 1.08x in five
+    alternating pairs (Intel Emerald Rapids, 2026-12-02), at 15% more peak memory (2650
+    -> 3044 MB, still below PyTorch's 3129); ``fused_attention=True`` keeps the lean one."""
     from .. import _core
     return (dtype is not None and np.dtype(dtype) == dtypes.bfloat16
             and _core.active_isa() in ("avx512bf16", "amx") and not _core.bf16_dot())
