@@ -49,13 +49,14 @@ void set_isa(Isa isa);
 // Whether bf16 x bf16 GEMMs (dot_general) and direct convolutions use the bf16 dot
 // instruction (vdpbf16ps) when the active ISA has it, rather than widening the operands to
 // f32 as they are packed and running the f32 FMAs (the avx512 kernels, other bits). AMD's
-// Zen 4 / Zen 5 run vdpbf16ps at twice the f32 FMA's FLOP rate; Intel's Xeons without AMX
-// in use (Sapphire / Emerald Rapids with the tiles hidden, as in some VMs) at half of it,
-// so there the FMAs are ~1.5x faster (bench/peak.py shows both loops). Default: on unless
-// the vendor is GenuineIntel; PODLET_BF16_DOT=0|1 or set_bf16_dot() overrides (a fixed
-// choice per process, never measured at start-up: same seed, same bits on a host).
-// Winograd convolutions, the grayscale stem and fused attention keep their vdpbf16ps
-// kernels either way (faster than their widened forms on both vendors).
+// Zen 4 / Zen 5 run vdpbf16ps at twice the f32 FMA's FLOP rate; an Intel Xeon Emerald
+// Rapids (its AMX tiles hidden by the VM) at half of it, where bf16 GEMMs ran 1.5x faster
+// on the FMAs (bench/peak.py shows both loops). Default: on unless the vendor is
+// GenuineIntel; PODLET_BF16_DOT=0|1 or set_bf16_dot() overrides (a fixed choice per
+// process, never measured at start-up: same seed, same bits on a host). Winograd
+// convolutions (measured faster on vdpbf16ps than direct ones on the FMAs there too), the
+// grayscale stem and the fused attention's pair kernel keep vdpbf16ps either way; "auto"
+// fused attention leaves bf16 heads op by op when this is off (_src/attention.py).
 bool bf16_dot_enabled();
 void set_bf16_dot(bool on);
 // bf16_dot_enabled() and the active ISA has vdpbf16ps (avx512bf16 or amx).
