@@ -258,12 +258,9 @@ def test_flax_form_matches_flax_and_is_fused():
 
 def test_auto_fuses_small_heads_only_and_true_fuses_all():
     """'auto' (the default) fuses where the fused kernel measured faster: Swin's 49-token
-    windows and float32 heads of any size, not ViT's 197 tokens in bf16, and bf16 heads not
-    at all on an AVX512_BF16 host whose bf16 GEMMs leave vdpbf16ps for the FMAs (Intel's
-    default, _core.set_bf16_dot); True fuses every Flax-form call; jax.nn's form is always
-    fused."""
-    before, dot = podlet.config.fused_attention, _core.bf16_dot()
-    bf16_isa = _core.active_isa() in ("avx512bf16", "amx")
+    windows and float32 heads of any size, not ViT's 197 tokens in bf16; True fuses every
+    Flax-form call; jax.nn's form is always fused."""
+    before = podlet.config.fused_attention
     rs = np.random.RandomState(1)
 
     def fused(T, dtype=BF16):
@@ -271,10 +268,7 @@ def test_auto_fuses_small_heads_only_and_true_fuses_all():
         return "dot_product_attention[" in str(podlet.make_jaxpr(lambda q: nn.dot_product_attention(q, q, q))(q))
     try:
         podlet.config.update("fused_attention", "auto")
-        _core.set_bf16_dot(True)
         assert fused(49) and not fused(197) and fused(197, np.float32) and fused(49, np.float32)
-        _core.set_bf16_dot(False)
-        assert fused(49) == (not bf16_isa) and not fused(197) and fused(197, np.float32) and fused(49, np.float32)
         podlet.config.update("fused_attention", True)
         assert fused(49) and fused(197)
         podlet.config.update("fused_attention", False)
@@ -286,7 +280,6 @@ def test_auto_fuses_small_heads_only_and_true_fuses_all():
             podlet.config.update("fused_attention", "sometimes")
     finally:
         podlet.config.update("fused_attention", before)
-        _core.set_bf16_dot(dot)
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.3])

@@ -55,8 +55,7 @@ void set_isa(Isa isa);
 // GenuineIntel; PODLET_BF16_DOT=0|1 or set_bf16_dot() overrides (a fixed choice per
 // process, never measured at start-up: same seed, same bits on a host). Winograd
 // convolutions (measured faster on vdpbf16ps than direct ones on the FMAs there too), the
-// grayscale stem and the fused attention's pair kernel keep vdpbf16ps either way; "auto"
-// fused attention leaves bf16 heads op by op when this is off (_src/attention.py).
+// grayscale stem and the fused attention's pair kernel keep vdpbf16ps either way.
 bool bf16_dot_enabled();
 void set_bf16_dot(bool on);
 // bf16_dot_enabled() and the active ISA has vdpbf16ps (avx512bf16 or amx).

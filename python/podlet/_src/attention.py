@@ -9,8 +9,7 @@ whenever it computes the same thing (no attention-weight dropout, no custom eins
 precision; sown weights are computed beside it, so capturing them leaves the output's
 bits unchanged) and, by default ("auto"), where the fused kernel is the faster: float32
 heads of any size, other dtypes' heads of at most AUTO_MAX_SCORES score entries (Swin's
-windows, not ViT's 197 tokens in bf16), bf16 heads not where the bf16 GEMMs leave
-vdpbf16ps for the FMAs (Intel: ``bf16_dot_set_aside``). ``podlet.config.update("fused_attention", True)``
+windows, not ViT's 197 tokens in bf16). ``podlet.config.update("fused_attention", True)``
 fuses every Flax-form call (the memory of a long sequence: no [T, S] scores), ``False``
 (PODLET_FUSED_ATTENTION=0) none, for Flax's exact rounding (it computes bf16 logits and
 softmax in bf16; the fused kernel works in f32).
@@ -128,7 +127,7 @@ def flax_fusable(query, key, value, bias, mask, dropout_active, precision, einsu
 def fusable(scores, dropout_active, dtype=None):
     """Whether the config lets an attention with ``scores`` (T x S) entries per head of
     ``dtype`` run as the fused primitive: ``fused_attention`` on ("auto": float32, or at
-    most AUTO_MAX_SCORES unless bf16_dot_set_aside), no active dropout on the attention weights, no bf16
+    most AUTO_MAX_SCORES), no active dropout on the attention weights, no bf16
     default_matmul_precision (the einsums take it, op by op). Flax's form
     (``flax_fusable``) and Swin's windows ask it."""
     from .config import config
@@ -136,23 +135,9 @@ def fusable(scores, dropout_active, dtype=None):
     mode = config.fused_attention
     if not mode or dropout_active or algorithm(None):
         return False
-    if mode is True:
+    if mode is True or scores <= AUTO_MAX_SCORES:
         return True
-    if dtype is not None and np.dtype(dtype) == np.float32:
-        return True
-    return scores <= AUTO_MAX_SCORES and not bf16_dot_set_aside(dtype)
-
-
-def bf16_dot_set_aside(dtype):
-    """Whether bf16 heads would run the fused kernel's vdpbf16ps pairs on a host whose
-    bf16 GEMMs leave vdpbf16ps for the FMAs (``_core.bf16_dot()`` False at avx512bf16 /
-    amx: Intel, where it runs at half the FMAs' FLOP rate). There "auto" keeps them op by
-    op: the Swin-T bf16 step unfused over fused 1.07, 1.16, 0.99, 1.08, 1.08x in five
-    alternating pairs (Intel Emerald Rapids, 2026-12-02), at 15% more peak memory (2650
-    -> 3044 MB, still below PyTorch's 3129); ``fused_attention=True`` keeps the lean one."""
-    from .. import _core
-    return (dtype is not None and np.dtype(dtype) == dtypes.bfloat16
-            and _core.active_isa() in ("avx512bf16", "amx") and not _core.bf16_dot())
+    return dtype is not None and np.dtype(dtype) == np.float32
 
 
 # "auto" fuses heads whose score matrix has at most this many entries, and float32 heads

@@ -135,7 +135,7 @@ class WindowAttention(nn.Module):
         bias = jnp.take(table, jnp.asarray(relative_position_index(ws)), axis=0)      # (N * N, heads)
         bias = jnp.transpose(jnp.reshape(bias, (n, n, heads)), (2, 0, 1))
         dropout_active = self.attention_dropout_rate > 0.0 and not deterministic
-        if _attention.fusable(n * n, dropout_active, q.dtype):
+        if _attention.fusable(n * n, dropout_active):
             # The fused primitive: the same softmax(q k^T / sqrt(hd) + bias, masked) v with
             # f32 logits, the (N x N) scores never stored. The shift's mask is boolean there:
             # torchvision's -100 leaves the other region's tokens a weight below e^-100.
