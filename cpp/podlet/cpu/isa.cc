@@ -1,15 +1,14 @@
 // CPU feature detection and ISA selection (see isa.h). Compiled for baseline x86-64:
 // nothing here executes an instruction the host may lack.
 #include "podlet/cpu/isa.h"
+#include "podlet/env.h"
 #include "podlet/error.h"
 #include <atomic>
-#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -146,18 +145,9 @@ std::atomic<int>& active() {
   return a;
 }
 
-// PODLET_BF16_DOT (0 / false / off / no: off; anything else: on), else the vendor rule.
-bool initial_bf16_dot() {
-  if (const char* e = std::getenv("PODLET_BF16_DOT"); e && *e) {
-    std::string v(e);
-    for (char& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    return !(v == "0" || v == "false" || v == "off" || v == "no");
-  }
-  return cpu_features().vendor != "GenuineIntel";
-}
-
+// PODLET_BF16_DOT, else the vendor rule (isa.h).
 std::atomic<bool>& bf16_dot_flag() {
-  static std::atomic<bool> on{initial_bf16_dot()};
+  static std::atomic<bool> on{env_flag("PODLET_BF16_DOT", cpu_features().vendor != "GenuineIntel")};
   return on;
 }
 

@@ -3,10 +3,8 @@
 // PODLET_ISA / set_isa) reaches it and it supports the dtypes and geometry. Compiled for
 // baseline x86-64: it only calls an ISA file after that check.
 #include "podlet/cpu/isa.h"
+#include "podlet/env.h"
 #include <atomic>
-#include <cctype>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 #include "podlet/kernels/attention.h"
 #include "podlet/kernels/conv.h"
@@ -24,15 +22,6 @@ using cpu::Isa;
 bool f32_or_bf16(DType d) { return d == DType::f32 || d == DType::bf16; }
 bool isa_at_least(Isa i) { return int(cpu::active_isa()) >= int(i); }
 bool use_avx2() { return isa_at_least(Isa::avx2); }
-
-// An on/off environment switch: 0 / false / off / no turn it off, anything else on.
-bool env_flag(const char* name, bool unset) {
-  const char* e = std::getenv(name);
-  if (!e || !*e) return unset;
-  std::string v(e);
-  for (char& ch : v) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-  return !(v == "0" || v == "false" || v == "off" || v == "no");
-}
 
 }  // namespace
 

@@ -15,7 +15,8 @@ namespace {
 // softmax's x - max), so the upper clamp is moot.
 template <bool NONPOS = false>
 inline __m512 vexp(__m512 x) {
-  __m512 xc = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // x > lo ? x : lo: a NaN becomes lo
+  const __m512 lo = _mm512_set1_ps(-104.0f);
+  __m512 xc = _mm512_max_ps(x, lo);  // x > lo ? x : lo: a NaN becomes lo
   if constexpr (!NONPOS) xc = _mm512_min_ps(xc, _mm512_set1_ps(89.0f));
   const __m512 fn = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(12582912.0f)),
                                   _mm512_set1_ps(12582912.0f));
@@ -32,7 +33,7 @@ inline __m512 vexp(__m512 x) {
   // vscalefps: 2^-150 underflows there, which Intel cores finish in a microcode assist,
   // one per masked score or -inf pad (28% of a [32, 6, 197, 197] bf16 softmax's samples on
   // an Emerald Rapids, its rows' tails). Masked-off lanes raise nothing.
-  const __m512 y = _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.0f), _CMP_GT_OQ), q, fn);
+  const __m512 y = _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(x, lo, _CMP_GT_OQ), q, fn);
   return _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
