@@ -2,14 +2,15 @@
 emulation (_core.set_amx_emulation: the same blocking and packing on tiles emulated in
 plain C++ with TDPBF16PS's arithmetic):
 
-* dot_general on emulated tiles equals, bit for bit, a NumPy model of TDPBF16PS: the K
-  terms added one by one in f32 (each bf16 product is exact in f32, so an f32 add is the
-  FMA's one rounding), bf16 denormal inputs read as zero, denormal sums flushed to zero;
-  shapes with tails in M, N and K, batch dims, transposed operands, K long enough to be
-  cut into blocks, bf16 output, NaN / Inf;
-* the three convolutions on emulated tiles equal the ref kernels bit for bit (both sum
-  each output in conv.h's order, one f32 add per exact product) and NumPy float64 to
-  rounding, over strides, padding, dilation and tails;
+* dot_general on emulated tiles equals, bit for bit, a NumPy model of TDPBF16PS as the
+  hardware computes it: per chunk of 32 K, an even-K and an odd-K f32 partial sum from
+  zero (each bf16 product is exact in f32, so an f32 add is the FMA's one rounding), the
+  two added, then that added to the output; bf16 denormal inputs read as zero, denormal
+  sums flushed to zero; shapes with tails in M, N and K, batch dims, transposed
+  operands, K long enough to be cut into blocks, bf16 output, NaN / Inf;
+* the three convolutions on emulated tiles equal the same model applied to NumPy's
+  im2col matrices in conv.h's K orders, bit for bit, the ref kernels and NumPy float64
+  to rounding, over strides, padding, dilation and tails;
 * the same bits for any thread count; the dispatch (which kernels take the tiles);
 * the ISA level `amx`: cpu_info, set_isa / PODLET_ISA clamping on hosts without it, and
   on a host with AMX, the hardware equal to the emulation bit for bit.
@@ -65,18 +66,28 @@ def ftz(x):
 
 
 def tdpbf16ps_model(a, b):
-    """C = A @ B for bf16 A [M, K], B [K, N] as the tiles compute it: f32, k = 0, 1, ...
-    one at a time, DAZ inputs, FTZ after every add; K padded with zeros to a multiple of
-    32 as the packed tiles are (a zero product can turn a -0 sum into +0)."""
+    """C = A @ B for bf16 A [M, K], B [K, N] as the tiles compute it: K padded with zeros
+    to a multiple of 32 as the packed tiles are; per chunk of 32, the even K and the odd K
+    each summed from zero one product at a time in f32, the two partials added, then that
+    added to C (TDPBF16PS on a Xeon, checked against the hardware); DAZ inputs, FTZ after
+    every add."""
     A, B = bf16_bits_daz(a), bf16_bits_daz(b)
     K = A.shape[1]
     Kp = -(-K // 32) * 32
     A = np.pad(A, ((0, 0), (0, Kp - K)))
     B = np.pad(B, ((0, Kp - K), (0, 0)))
+    A, B = A.astype(np.float64), B.astype(np.float64)  # bf16 products are exact in float64 ...
     acc = np.zeros((A.shape[0], B.shape[1]), np.float32)
+
+    def fma(s, k):  # ... so float64 then one rounding to f32 is the FMA (no product overflow)
+        return ftz((s.astype(np.float64) + A[:, k:k + 1] * B[k:k + 1, :]).astype(np.float32))
+
     with np.errstate(invalid="ignore", over="ignore"):
-        for k in range(Kp):
-            acc = ftz((acc + A[:, k:k + 1] * B[k:k + 1, :]).astype(np.float32))
+        for q in range(0, Kp, 32):
+            even, odd = np.zeros_like(acc), np.zeros_like(acc)
+            for k in range(q, q + 32, 2):
+                even, odd = fma(even, k), fma(odd, k + 1)
+            acc = ftz((acc + ftz((even + odd).astype(np.float32))).astype(np.float32))
     return acc
 
 
@@ -193,8 +204,35 @@ def out_hw(H, K, s, p, d):
     return (H + p[0] + p[1] - (d * (K - 1) + 1)) // s + 1
 
 
+def conv_gemm_operands(x, w, g, stride, padding, dil):
+    """The three convolutions as the GEMMs the AMX kernels run (conv_amx_impl.h), their
+    A and B built in NumPy in conv.h's K orders: forward patches[(n,ho,wo)][(kh,kw,c)] @
+    w[(kh,kw,c)][o]; backward-data taps[(n,h,w)][(kh,kw,o)] of g that read (h, w) @
+    w[kh,kw,c,o] as [(kh,kw,o)][c]; backward-filter patches^T[(kh,kw,c)][(n,ho,wo)] @
+    g[(n,ho,wo)][o]."""
+    N, H, W, C = x.shape
+    KH, KW, _, O = w.shape
+    Ho, Wo = g.shape[1:3]
+    (sh, sw), ((ph0, ph1), (pw0, pw1)), (dh, dw_) = stride, padding, dil
+    xp = np.pad(x, ((0, 0), (ph0, ph1), (pw0, pw1), (0, 0)))
+    patches = np.stack([xp[:, i * dh:i * dh + sh * (Ho - 1) + 1:sh, j * dw_:j * dw_ + sw * (Wo - 1) + 1:sw, :]
+                        for i in range(KH) for j in range(KW)], axis=3)  # N, Ho, Wo, taps, C
+    patches = patches.reshape(N * Ho * Wo, KH * KW * C)
+    taps = np.zeros((N, H, W, KH * KW, O), x.dtype)
+    h, ww = np.meshgrid(np.arange(H), np.arange(W), indexing="ij")
+    for i in range(KH):
+        for j in range(KW):
+            hs, ws = h + ph0 - i * dh, ww + pw0 - j * dw_  # tap (i, j) of output (hs/sh, ws/sw) reads (h, w)
+            ok = (hs >= 0) & (ws >= 0) & (hs % sh == 0) & (ws % sw == 0) & (hs // sh < Ho) & (ws // sw < Wo)
+            hi, wi = np.where(ok)
+            taps[:, hi, wi, i * KW + j, :] = g[:, hs[hi, wi] // sh, ws[hi, wi] // sw, :]
+    w_t = np.transpose(w.reshape(KH * KW, C, O), (0, 2, 1)).reshape(KH * KW * O, C)
+    return [(patches, w.reshape(-1, O)), (taps.reshape(N * H * W, KH * KW * O), w_t),
+            (np.ascontiguousarray(patches.T), g.reshape(-1, O))]
+
+
 @pytest.mark.parametrize("case", CONVS, ids=lambda c: "x".join(map(str, c[:7])))
-def test_conv_emulated_equals_ref(case):
+def test_conv_emulated_equals_tdpbf16ps_model(case):
     N, H, W, C, O, KH, KW, stride, padding, dil = case
     rng = np.random.default_rng(sum(case[:7]))
     Ho, Wo = out_hw(H, KH, stride[0], padding[0], dil[0]), out_hw(W, KW, stride[1], padding[1], dil[1])
@@ -204,8 +242,14 @@ def test_conv_emulated_equals_ref(case):
     taken = _core.conv_amx_calls() - before
     ref = conv_prims(x, w, g, stride, padding, dil, False, isa="ref")
     assert taken == (3 if C >= 8 else 2)  # backward-data needs 8 input channels to fill the tiles
-    for name, e, r in zip(("forward", "backward-data", "backward-filter"), emu, ref):
-        np.testing.assert_array_equal(bits(e), bits(r), err_msg=name)
+    gemms = conv_gemm_operands(x, w, g, stride, padding, dil)
+    for i, (name, e, r, (A, B)) in enumerate(zip(("forward", "backward-data", "backward-filter"), emu, ref, gemms)):
+        if i == 1 and C < 8:
+            np.testing.assert_array_equal(bits(e), bits(r), err_msg=name)  # not on the tiles: the ref itself
+            continue
+        np.testing.assert_array_equal(bits(e), bits(tdpbf16ps_model(A, B).reshape(e.shape)), err_msg=name)
+        K = A.shape[1]
+        np.testing.assert_allclose(e, r, rtol=0, atol=4e-6 * np.sqrt(K) * np.abs(r).max() + 1e-30, err_msg=name)
 
 
 def test_conv_emulated_against_float64():
@@ -330,3 +374,37 @@ def test_hardware_tiles_equal_the_emulation():
             np.testing.assert_array_equal(bits(e), bits(h))
         else:
             np.testing.assert_allclose(e, h, rtol=1e-4, atol=1e-4 * np.abs(h).max())
+
+
+def same_bits_nan_as_nan(e, h):
+    """Bit for bit, except that a NaN equals any NaN: the tiles' NaN payloads are their
+    own (the hardware returns the default NaN or an operand's where the emulation's FMA
+    picks another), and no kernel promises a payload."""
+    e, h = np.asarray(e, np.float32), np.asarray(h, np.float32)
+    np.testing.assert_array_equal(np.isnan(e), np.isnan(h))
+    ok = ~np.isnan(e)
+    np.testing.assert_array_equal(bits(e[ok]), bits(h[ok]))
+
+
+@pytest.mark.parametrize("M,K,N", [(1, 1, 1), (37, 70, 45), (130, 33, 17), (32, 2100, 40), (256, 512, 384)])
+def test_hardware_gemm_equals_the_emulation_with_specials(M, K, N):
+    """K cut into blocks (2100 > 64 chunks of 32), tails in every dimension, and values
+    that exercise DAZ / FTZ, overflow, Inf and NaN: on an AMX host the tiles against the
+    emulation; elsewhere the emulation against the NumPy model, specials included."""
+    rng = np.random.default_rng(M + K + N)
+    a, b = rand(rng, (M, K)), rand(rng, (K, N))
+    specials = np.asarray([1e-39, -1e-39, 1e-20, 3e38, -3e38, np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)
+    for arr in (a, b):
+        flat = arr.reshape(-1)
+        idx = rng.choice(flat.size, size=max(1, flat.size // 50), replace=False)
+        flat[idx] = specials[rng.integers(0, specials.size, idx.size)].astype(BF16)
+    if not HAS_AMX:
+        model = tdpbf16ps_model(a, b)
+        same_bits_nan_as_nan(dot(a, b, True, out="float32"), model)
+        np.testing.assert_array_equal(np.isnan(dot(a, b, True)), np.isnan(model))
+        return
+    select_isa("amx")
+    for out in ("float32", None):
+        same_bits_nan_as_nan(dot(a, b, True, out=out), dot(a, b, False, out=out))
+        assert _core.gemm_last_path() == "amx"
+
