@@ -12,7 +12,7 @@ import podlet.numpy as jnp
 from podlet import _core
 from fusion_chains import BF16, assert_same_bits, bits
 
-HAVE_JIT = podlet.cpu_info()["active_isa"].startswith("avx512")
+HAVE_JIT = podlet.cpu_info()["active_isa"] in ("avx512", "avx512bf16", "amx")
 
 
 def chain(x, y):

@@ -85,11 +85,11 @@ def test_cpu_info_and_set_isa():
     # Asking for more than the host has clamps down to its best ISA (amx is the top level).
     assert _core.set_isa("amx") == INFO["best_isa"]
     assert _core.active_isa() == INFO["best_isa"]
-    assert _core.set_isa("avx512bf16") == ("avx512bf16" if "avx512bf16" in INFO["available_isas"]
-                                           else INFO["best_isa"])
+    chosen = _core.set_isa("avx512bf16")
+    assert chosen == ("avx512bf16" if "avx512bf16" in INFO["available_isas"] else INFO["best_isa"])
     with pytest.raises(podlet.PodletError, match="unknown ISA 'sse9'"):
         _core.set_isa("sse9")
-    assert _core.active_isa() == INFO["best_isa"]
+    assert _core.active_isa() == chosen  # a refused name leaves the active ISA as it was
 
 
 def test_cpu_identity_matches_proc_cpuinfo():
@@ -254,7 +254,10 @@ def test_dot_bf16_output_subnormal_from_the_block_sum(isa):
     out16 = run(isa, "dot_general", [a, b], dict(attrs, preferred_element_type="bfloat16"))
     out32 = run(isa, "dot_general", [a, b], dict(attrs, preferred_element_type="float32"))
     tiny = (out32 != 0) & (np.abs(out32) < np.finfo(np.float32).tiny)
-    assert tiny.sum() > 100, tiny.sum()
+    if _core.gemm_last_path() == "amx":
+        assert tiny.sum() == 0  # the tiles flush every sum, the earlier K blocks' reloaded one included
+    else:
+        assert tiny.sum() > 100, tiny.sum()
     np.testing.assert_array_equal(out16.view(np.uint16), out32.astype(BF16).view(np.uint16))
 
 
