@@ -367,8 +367,13 @@ def test_hardware_tiles_equal_the_emulation():
     rng = np.random.default_rng(11)
     a, b = rand(rng, (70, 300)), rand(rng, (300, 90))
     x, w, g = rand(rng, (2, 9, 9, 24)), rand(rng, (3, 3, 24, 40)), rand(rng, (2, 9, 9, 40))
-    emu = [dot(a, b, True, out="float32")] + conv_prims(x, w, g, (1, 1), [(1, 1), (1, 1)], (1, 1), True)
-    host = [dot(a, b, False, out="float32")] + conv_prims(x, w, g, (1, 1), [(1, 1), (1, 1)], (1, 1), False)
+    # and a batched product with both operands transposed ([B, K, M] x [B, N, K]: attention's dV / dK)
+    at, bt = rand(rng, (6, 197, 50)), rand(rng, (6, 40, 197))
+    bdims = dict(lhs_contracting=[1], rhs_contracting=[2], lhs_batch=[0], rhs_batch=[0])
+    emu = [dot(a, b, True, out="float32"), dot(at, bt, True, out="float32", **bdims)] + conv_prims(
+        x, w, g, (1, 1), [(1, 1), (1, 1)], (1, 1), True)
+    host = [dot(a, b, False, out="float32"), dot(at, bt, False, out="float32", **bdims)] + conv_prims(
+        x, w, g, (1, 1), [(1, 1), (1, 1)], (1, 1), False)
     for e, h in zip(emu, host):
         if HAS_AMX and _core.active_isa() == "amx":
             np.testing.assert_array_equal(bits(e), bits(h))
@@ -386,11 +391,16 @@ def same_bits_nan_as_nan(e, h):
     np.testing.assert_array_equal(bits(e[ok]), bits(h[ok]))
 
 
-@pytest.mark.parametrize("M,K,N", [(1, 1, 1), (37, 70, 45), (130, 33, 17), (32, 2100, 40), (256, 512, 384)])
-def test_hardware_gemm_equals_the_emulation_with_specials(M, K, N):
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("M,K,N", [(1, 1, 1), (37, 70, 45), (130, 33, 17), (32, 2100, 40), (256, 512, 384),
+                                   (17, 31, 15)])
+def test_hardware_gemm_equals_the_emulation_with_specials(M, K, N, layout):
     """K cut into blocks (2100 > 64 chunks of 32), tails in every dimension, and values
     that exercise DAZ / FTZ, overflow, Inf and NaN: on an AMX host the tiles against the
-    emulation; elsewhere the emulation against the NumPy model, specials included."""
+    emulation; elsewhere the emulation against the NumPy model, specials included. Each
+    operand as stored (n) or transposed (t: A's K or B's N is its slow dim), which the
+    hardware kernel packs with AVX-512 transposes (amx_pack_avx512.h) and the emulation
+    element by element."""
     rng = np.random.default_rng(M + K + N)
     a, b = rand(rng, (M, K)), rand(rng, (K, N))
     specials = np.asarray([1e-39, -1e-39, 1e-20, 3e38, -3e38, np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)
@@ -398,13 +408,24 @@ def test_hardware_gemm_equals_the_emulation_with_specials(M, K, N):
         flat = arr.reshape(-1)
         idx = rng.choice(flat.size, size=max(1, flat.size // 50), replace=False)
         flat[idx] = specials[rng.integers(0, specials.size, idx.size)].astype(BF16)
+    # the operands as stored, and dot_general's contracting dims for them
+    at, lc = (np.ascontiguousarray(a.T), 0) if layout[0] == "t" else (a, 1)
+    bt, rc = (np.ascontiguousarray(b.T), 1) if layout[1] == "t" else (b, 0)
+
+    def run(emulate, out):
+        _core.set_amx_emulation(emulate)
+        attrs = {"lhs_contracting": [lc], "rhs_contracting": [rc]}
+        if out is not None:
+            attrs["preferred_element_type"] = out
+        return np.asarray(bind("dot_general", as_podlet(at), as_podlet(bt), **attrs)).copy()
+
     if not HAS_AMX:
         model = tdpbf16ps_model(a, b)
-        same_bits_nan_as_nan(dot(a, b, True, out="float32"), model)
-        np.testing.assert_array_equal(np.isnan(dot(a, b, True)), np.isnan(model))
+        same_bits_nan_as_nan(run(True, "float32"), model)
+        np.testing.assert_array_equal(np.isnan(run(True, None)), np.isnan(model))
         return
     select_isa("amx")
     for out in ("float32", None):
-        same_bits_nan_as_nan(dot(a, b, True, out=out), dot(a, b, False, out=out))
+        same_bits_nan_as_nan(run(True, out), run(False, out))
         assert _core.gemm_last_path() == "amx"
 

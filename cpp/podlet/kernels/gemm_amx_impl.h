@@ -13,6 +13,7 @@
 // chunk after chunk; tasks (output blocks) are independent. The bits depend on K alone,
 // not on threads or task sizes.
 #pragma once
+#include "podlet/kernels/amx_pack_avx512.h"
 #include "podlet/kernels/amx_tiles.h"
 #include "podlet/kernels/engine_common.h"
 #include "podlet/kernels/gemm.h"
@@ -44,12 +45,39 @@ inline void store_out(DType d, void* dst, int64_t off, int64_t n, const float* s
   }
 }
 
-// Panel j (16 columns) of B[b] as Kc VNNI tiles.
-void pack_b_panel(const GemmArgs& g, int64_t b, int64_t j, int64_t Kc, uint16_t* dst) {
+// How dot_general's operands lie (gemm.h offset tables), found once per call: which
+// tiles the AVX-512 packers (amx_pack_avx512.h) can build with vector moves.
+struct Layout {
+  bool a_k_unit, a_row_unit, b_k_unit, b_col_unit;
+  explicit Layout(const GemmArgs& g)
+      : a_k_unit(engine::unit_stride(g.a_k.data(), g.K)),
+        a_row_unit(engine::unit_stride(g.a_row.data(), g.M)),
+        b_k_unit(engine::unit_stride(g.b_k.data(), g.K)),
+        b_col_unit(engine::unit_stride(g.b_col.data(), g.N)) {}
+};
+
+// Panel j (16 columns) of B[b] as Kc VNNI tiles into a zeroed dst.
+void pack_b_panel(const GemmArgs& g, const Layout& l, int64_t b, int64_t j, int64_t Kc, uint16_t* dst) {
   const bf16* base = static_cast<const bf16*>(g.b) + g.b_batch[b];
   const int64_t n0 = j * 16, nb = imin(16, g.N - n0);
   const int64_t* bk = g.b_k.data();
   const int64_t* bc = g.b_col.data() + n0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const uint16_t* base16 = reinterpret_cast<const uint16_t*>(base);
+  if (l.b_col_unit) {  // rows of B hold the columns: interleave K rows in pairs
+    for (int64_t k = 0; k < g.K; k += 2)
+      b_row_pair_from_rows(base16 + bk[k] + bc[0], k + 1 < g.K ? base16 + bk[k + 1] + bc[0] : nullptr, nb,
+                           dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK);
+    return;
+  }
+  if (l.b_k_unit) {  // columns of B hold K: transpose each chunk
+    for (int64_t q = 0; q < Kc; ++q)
+      b_tile_from_k_minor(base16 + bk[q * kK], bc, nb, imin(kK, g.K - q * kK), dst + q * kTileElems);
+    return;
+  }
+#else
+  (void)l;
+#endif
   (void)Kc;  // dst arrives zeroed, Kc chunks long
   for (int64_t k = 0; k < g.K; ++k) {
     uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
@@ -59,17 +87,31 @@ void pack_b_panel(const GemmArgs& g, int64_t b, int64_t j, int64_t Kc, uint16_t*
 }
 
 // Rows [m0, m0+mb) of A[b], K chunks [q0, q0+nq), as [groups][nq][tile] into a zeroed dst.
-void pack_a_block(const GemmArgs& g, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, bool k_unit,
+void pack_a_block(const GemmArgs& g, const Layout& l, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq,
                   uint16_t* dst) {
   const bf16* base = static_cast<const bf16*>(g.a) + g.a_batch[b];
   const int64_t* ak = g.a_k.data();
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  if (!l.a_k_unit && l.a_row_unit) {  // K is A's slow dim (x^T, P^T): transpose 16-row groups
+    const uint16_t* base16 = reinterpret_cast<const uint16_t*>(base);
+    for (int64_t i = 0; i < mb; i += kRows) {
+      const uint16_t* row0 = base16 + g.a_row[m0 + i];
+      uint16_t* grp = dst + (i / kRows) * nq * kTileElems;
+      for (int64_t q = 0; q < nq; ++q) {
+        const int64_t k0 = (q0 + q) * kK;
+        a_tile_from_k_major(row0, ak + k0, imin(kRows, mb - i), imin(kK, g.K - k0), grp + q * kTileElems);
+      }
+    }
+    return;
+  }
+#endif
   for (int64_t i = 0; i < mb; ++i) {
     const bf16* src = base + g.a_row[m0 + i];
     uint16_t* grp = dst + (i / kRows) * nq * kTileElems + (i % kRows) * kK;
     for (int64_t q = 0; q < nq; ++q) {
       const int64_t k0 = (q0 + q) * kK, kb = imin(kK, g.K - k0);
       uint16_t* d = grp + q * kTileElems;
-      if (k_unit) {
+      if (l.a_k_unit) {
         std::memcpy(d, src + ak[k0], sizeof(uint16_t) * size_t(kb));
       } else {
         for (int64_t k = 0; k < kb; ++k) d[k] = bits_of(src[ak[k0 + k]]);
@@ -194,11 +236,11 @@ void tile_gemm(int64_t batches, int64_t M, int64_t N, int64_t K, PackB&& pack_b,
 
 // dot_general's GEMM (gemm.h offset tables).
 template <class T> void gemm_run(const GemmArgs& g) {
-  const bool a_k_unit = engine::unit_stride(g.a_k.data(), g.K);
+  const Layout l(g);
   tile_gemm<T>(
-      g.B, g.M, g.N, g.K, [&](int64_t b, int64_t j, int64_t Kc, uint16_t* dst) { pack_b_panel(g, b, j, Kc, dst); },
+      g.B, g.M, g.N, g.K, [&](int64_t b, int64_t j, int64_t Kc, uint16_t* dst) { pack_b_panel(g, l, b, j, Kc, dst); },
       [&](int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint16_t* dst) {
-        pack_a_block(g, b, m0, mb, q0, nq, a_k_unit, dst);
+        pack_a_block(g, l, b, m0, mb, q0, nq, dst);
       },
       [&](int64_t b, int64_t m, int64_t n0, int64_t nb, const float* row) {
         store_out(g.c_dtype, g.c, g.c_off(b, m) + n0, nb, row);
