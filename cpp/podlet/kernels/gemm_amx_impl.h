@@ -36,13 +36,31 @@ constexpr int64_t kMaxMC = 128;
 template <class T> inline uint16_t bits_of(const T& x) { return x.bits; }
 
 // n f32 sums to dst[off, off + n) of an f32 or bf16 output (the kernels' preconditions).
+// bf16: round_bf16's integer rounding 16 lanes at a time where the object has AVX-512
+// (the same bits: no conversion instruction, whose DAZ and NaN rules differ).
 inline void store_out(DType d, void* dst, int64_t off, int64_t n, const float* src) {
   if (d == DType::f32) {
     std::memcpy(static_cast<float*>(dst) + off, src, sizeof(float) * size_t(n));
-  } else {
-    uint16_t* p = static_cast<uint16_t*>(dst) + off;
-    for (int64_t i = 0; i < n; ++i) p[i] = round_bf16(src[i]);
+    return;
   }
+  uint16_t* p = static_cast<uint16_t*>(dst) + off;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+  const __m512i sign = _mm512_set1_epi32(0x8000), qnan = _mm512_set1_epi32(0x7fc0);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t k = imin(16, n - i);
+    const __mmask16 m = k == 16 ? __mmask16(0xffff) : __mmask16((1u << k) - 1);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+    const __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_and_si512(hi, sign), qnan));
+    _mm256_mask_storeu_epi16(p + i, m, _mm512_cvtepi32_epi16(r));
+  }
+#else
+  for (int64_t i = 0; i < n; ++i) p[i] = round_bf16(src[i]);
+#endif
 }
 
 // How dot_general's operands lie (gemm.h offset tables), found once per call: which
@@ -86,7 +104,8 @@ void pack_b_panel(const GemmArgs& g, const Layout& l, int64_t b, int64_t j, int6
   }
 }
 
-// Rows [m0, m0+mb) of A[b], K chunks [q0, q0+nq), as [groups][nq][tile] into a zeroed dst.
+// Rows [m0, m0+mb) of A[b], K chunks [q0, q0+nq), as [groups][nq][tile], zeros past M
+// and K written here (tile_gemm's a_fills).
 void pack_a_block(const GemmArgs& g, const Layout& l, int64_t b, int64_t m0, int64_t mb, int64_t q0, int64_t nq,
                   uint16_t* dst) {
   const bf16* base = static_cast<const bf16*>(g.a) + g.a_batch[b];
@@ -105,17 +124,24 @@ void pack_a_block(const GemmArgs& g, const Layout& l, int64_t b, int64_t m0, int
     return;
   }
 #endif
-  for (int64_t i = 0; i < mb; ++i) {
-    const bf16* src = base + g.a_row[m0 + i];
+  for (int64_t i = 0; i < round_up(mb, kRows); ++i) {  // rows past mb: zeros
     uint16_t* grp = dst + (i / kRows) * nq * kTileElems + (i % kRows) * kK;
     for (int64_t q = 0; q < nq; ++q) {
-      const int64_t k0 = (q0 + q) * kK, kb = imin(kK, g.K - k0);
+      const int64_t k0 = (q0 + q) * kK, kb = i < mb ? imin(kK, g.K - k0) : 0;
       uint16_t* d = grp + q * kTileElems;
+      const bf16* src = kb > 0 ? base + g.a_row[m0 + i] : nullptr;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+      if (l.a_k_unit) {  // one 64-byte row of the tile, zeros past K (GCC's inlined memcpy was 2x slower)
+        _mm512_storeu_si512(d, load32_bf16(kb > 0 ? reinterpret_cast<const uint16_t*>(src + ak[k0]) : d, kb));
+        continue;
+      }
+#endif
       if (l.a_k_unit) {
-        std::memcpy(d, src + ak[k0], sizeof(uint16_t) * size_t(kb));
+        if (kb > 0) std::memcpy(d, src + ak[k0], sizeof(uint16_t) * size_t(kb));
       } else {
         for (int64_t k = 0; k < kb; ++k) d[k] = bits_of(src[ak[k0 + k]]);
       }
+      if (kb < kK) std::memset(d + kb, 0, sizeof(uint16_t) * size_t(kK - kb));  // K past K: zeros
     }
   }
 }
@@ -182,10 +208,16 @@ void choose_block(int64_t batches, int64_t M, int64_t N, int64_t& mc, int64_t& n
 // operands given by what packs them:
 //   pack_b(b, j, Kc, dst): panel j (16 columns) of B[b], all Kc K chunks (VNNI tiles);
 //   pack_a(b, m0, mb, q0, nq, dst): rows [m0, m0+mb) of A[b], K chunks [q0, q0+nq), as
-//     [groups of 16 rows][nq][tile], zeros past M and K; dst arrives zeroed;
+//     [groups of 16 rows][nq][tile], zeros past M and K; dst arrives zeroed unless
+//     a_fills (the packer writes those zeros itself);
 //   store(b, m, n0, nb, row): the nb f32 sums of output row m from column n0.
+// The block's sums go out after all its micro-kernel calls. (Tried on a Xeon with AMX:
+// each 32 x 32 block converted right after its call, from a 4 KiB buffer or one call
+// later, ran ViT's short-K products 2-3x slower: loads of what TILESTORED just wrote
+// wait for it.)
 template <class T, class PackB, class PackA, class Store>
-void tile_gemm(int64_t batches, int64_t M, int64_t N, int64_t K, PackB&& pack_b, PackA&& pack_a, Store&& store) {
+void tile_gemm(int64_t batches, int64_t M, int64_t N, int64_t K, PackB&& pack_b, PackA&& pack_a, Store&& store,
+               bool a_fills = false) {
   const int64_t Kc = cdiv(K, kK), panels = cdiv(N, 16);
   const int64_t panel_elems = Kc * kTileElems, batch_elems = panels * panel_elems;
   PoolBuf bp(cdiv(batches * batch_elems, 2) + 1);  // 32-bit words
@@ -200,20 +232,20 @@ void tile_gemm(int64_t batches, int64_t M, int64_t N, int64_t K, PackB&& pack_b,
   choose_block(batches, M, N, mc, nc);
   const int64_t mt = cdiv(M, mc), nt = cdiv(N, nc);
   const double flops = 2.0 * double(batches) * double(M) * double(N) * double(K);
+  const int64_t kq = imin(Kc, kMaxKChunks);
   engine::run_tasks<Scratch<T>>(batches * mt * nt, flops >= 4e6, [&](int64_t task, Scratch<T>& s) {
     const int64_t b = task / (mt * nt), r = task % (mt * nt);
     const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc;
     const int64_t mb = imin(mc, M - m0), nb = imin(nc, N - n0);
     const int64_t gm = cdiv(mb, kRows), gn = cdiv(nb, 16), ldc = gn * 16;
-    const int64_t kq = imin(Kc, kMaxKChunks);
     s.a.reserve(cdiv(gm * kq * kTileElems, 2) + 1);
     s.c.reserve(gm * kRows * ldc);
     uint16_t* pa = reinterpret_cast<uint16_t*>(s.a.p);
-    float* pc = s.c.f();
     const uint16_t* pb = packed_b + b * batch_elems + (n0 / 16) * panel_elems;
+    float* pc = s.c.f();
     for (int64_t q0 = 0; q0 < Kc || q0 == 0; q0 += kq) {
       const int64_t nq = imin(kq, Kc - q0), a_next = nq * kTileElems;
-      std::memset(pa, 0, sizeof(uint16_t) * size_t(gm * a_next));
+      if (!a_fills || nq == 0) std::memset(pa, 0, sizeof(uint16_t) * size_t(gm * a_next));
       if (nq > 0) pack_a(b, m0, mb, q0, nq, pa);
       for (int64_t j = 0; j < gn; j += 2) {
         const bool two_n = j + 1 < gn;
@@ -244,7 +276,8 @@ template <class T> void gemm_run(const GemmArgs& g) {
       },
       [&](int64_t b, int64_t m, int64_t n0, int64_t nb, const float* row) {
         store_out(g.c_dtype, g.c, g.c_off(b, m) + n0, nb, row);
-      });
+      },
+      /*a_fills=*/true);
 }
 
 }  // namespace
