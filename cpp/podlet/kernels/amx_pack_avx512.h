@@ -74,6 +74,20 @@ inline void a_tile_from_k_major(const uint16_t* row0, const int64_t* k_off, int6
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, r[i]);
 }
 
+// The same A tile when each K has a pointer of its own to its 16 rows' values (the
+// shifted input a backward-filter convolution reads at a tap: null where the tap falls
+// in the padding, read as zeros): rows[k][r] for r < nr, k < 32.
+inline void a_tile_from_k_rows(const uint16_t* const* rows, int64_t nr, uint16_t* dst) {
+  __m512i r[16];
+  for (int p = 0; p < 16; ++p) {
+    const __m256i e = rows[2 * p] ? load16_bf16(rows[2 * p], nr) : _mm256_setzero_si256();
+    const __m256i o = rows[2 * p + 1] ? load16_bf16(rows[2 * p + 1], nr) : _mm256_setzero_si256();
+    r[p] = interleave16_bf16(e, o);
+  }
+  transpose16x16_epi32(r);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, r[i]);
+}
+
 // One B tile (VNNI: 16 K pairs x 16 columns x 2) whose columns c < nc start at
 // col_off[c] from base, their K k < nk consecutive from there (k0 already added).
 inline void b_tile_from_k_minor(const uint16_t* base, const int64_t* col_off, int64_t nc, int64_t nk, uint16_t* dst) {
