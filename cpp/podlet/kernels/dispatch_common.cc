@@ -136,7 +136,12 @@ Amx conv_amx(const ConvGeom& q, DType a, DType b, DType out, int64_t n_dim) {
 }  // namespace
 int64_t conv_amx_calls() { return g_conv_amx_calls.load(); }
 
+// The grayscale stem keeps its own kernel ahead of the tiles: a 1-channel input gives the
+// tiles' K (forward) or M (backward-filter) one element per tap to gather, and the stem
+// kernel ran ResNet-34's 7x7/2 stem 5-13x faster than AMX (Xeon, 2026-12-02: forward 27.6
+// vs 147 ms, backward-filter 27.6 vs 363 ms per two steps).
 void conv_fwd(const ConvGeom& q, DType xd, const void* x, DType wd, const void* w, DType yd, void* y) {
+  if (stem(q, xd, wd, yd) && !amx_emulation()) return conv_fwd_stem_avx512bf16(q, x, w, yd, y);
   switch (conv_amx(q, xd, wd, yd, q.O)) {
     case Amx::emu: return conv_fwd_amx_emu(q, x, w, yd, y);
     case Amx::hw: return conv_fwd_amx(q, x, w, yd, y);
@@ -179,6 +184,7 @@ void conv_bwd_data(const ConvGeom& q, DType gd, const void* g, DType wd, const v
 }
 
 void conv_bwd_filter(const ConvGeom& q, DType xd, const void* x, DType gd, const void* g, DType dwd, void* dw) {
+  if (stem(q, xd, gd, dwd) && !amx_emulation()) return conv_bwd_filter_stem_avx512bf16(q, x, g, dwd, dw);
   switch (conv_amx(q, xd, gd, dwd, q.O)) {
     case Amx::emu: return conv_bwd_filter_amx_emu(q, x, g, dwd, dw);
     case Amx::hw: return conv_bwd_filter_amx(q, x, g, dwd, dw);
