@@ -19,6 +19,12 @@
 namespace podlet::kernels::amx {
 namespace {
 
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+constexpr bool kVectorPack = true;  // this object builds tiles with AVX-512 moves
+#else
+constexpr bool kVectorPack = false;
+#endif
+
 // Copies n bf16 (or zeros when src is null) to K positions [k, k+n) of a row whose K
 // chunks are kTileElems apart (a row of an A tile group, chunks from q0).
 inline void put_run(uint16_t* row, int64_t q0, int64_t k, const bf16* src, int64_t n) {
@@ -58,8 +64,10 @@ void pack_b_rows(const bf16* m, int64_t K, int64_t N, int64_t ld, int64_t j, uin
   for (int64_t k = 0; k < K; k += 2)
     b_row_pair_from_rows(m16 + k * ld, k + 1 < K ? m16 + (k + 1) * ld : nullptr, nb,
                          dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK);
+  zero_rows_past_k(K, cdiv(K, kK), dst);
   return;
 #endif
+  std::memset(dst, 0, sizeof(uint16_t) * size_t(cdiv(K, kK) * kTileElems));
   for (int64_t k = 0; k < K; ++k) {
     uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
     const bf16* src = m + k * ld + n0;
@@ -82,7 +90,8 @@ template <class T> void conv_fwd_tiles(const ConvGeom& q, const bf16* x, const b
           });
         }
       },
-      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_out(yd, y, m * O + n0, nb, r); });
+      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_out(yd, y, m * O + n0, nb, r); },
+      /*a_fills=*/false, /*b_fills=*/true);
 }
 
 template <class T> void conv_bwd_data_tiles(const ConvGeom& q, const bf16* g, const bf16* w, DType dxd, void* dx) {
@@ -133,13 +142,19 @@ template <class T> void conv_bwd_filter_tiles(const ConvGeom& q, const bf16* x, 
               pix_h[e] = ((p / q.Wo) % q.Ho) * q.sh - q.ph;
               pix_w[e] = (p % q.Wo) * q.sw - q.pw;
             }
-            for (int64_t i = 0; i < mb; i += kRows) {
-              const int64_t r = m0 + i, t = r / C, c = r % C, dh = (t / q.KW) * q.rdh, dw = (t % q.KW) * q.rdw;
-              for (int64_t e = 0; e < kK; ++e) {
-                rows[e] = nullptr;
-                if (e >= nk) continue;
-                const int64_t h = pix_h[e] + dh, ww = pix_w[e] + dw;
-                if (h >= 0 && h < q.H && ww >= 0 && ww < q.W) rows[e] = xs + ((pix_n[e] * q.H + h) * q.W + ww) * C + c;
+            for (int64_t i = 0, tap = -1; i < mb; i += kRows) {
+              const int64_t r = m0 + i, t = r / C, c = r % C;
+              if (t == tap) {  // the next 16 channels of the same tap: the same pixels
+                for (int64_t e = 0; e < nk; ++e) rows[e] = rows[e] ? rows[e] + kRows : nullptr;
+              } else {
+                tap = t;
+                const int64_t dh = (t / q.KW) * q.rdh, dw = (t % q.KW) * q.rdw;
+                for (int64_t e = 0; e < kK; ++e) {
+                  rows[e] = nullptr;
+                  if (e >= nk) continue;
+                  const int64_t h = pix_h[e] + dh, ww = pix_w[e] + dw;
+                  if (h >= 0 && h < q.H && ww >= 0 && ww < q.W) rows[e] = xs + ((pix_n[e] * q.H + h) * q.W + ww) * C + c;
+                }
               }
               a_tile_from_k_rows(rows, imin(kRows, mb - i), dst + (i / kRows) * nq * kTileElems + qq * kTileElems);
             }
@@ -165,7 +180,8 @@ template <class T> void conv_bwd_filter_tiles(const ConvGeom& q, const bf16* x, 
           }
         }
       },
-      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_out(dwd, dw, m * O + n0, nb, r); });
+      [&](int64_t, int64_t m, int64_t n0, int64_t nb, const float* r) { store_out(dwd, dw, m * O + n0, nb, r); },
+      /*a_fills=*/kVectorPack && C % kRows == 0, /*b_fills=*/true);
 }
 
 }  // namespace

@@ -74,7 +74,13 @@ struct Layout {
         b_col_unit(engine::unit_stride(g.b_col.data(), g.N)) {}
 };
 
-// Panel j (16 columns) of B[b] as Kc VNNI tiles into a zeroed dst.
+// The VNNI rows of the last K chunk past K (zeros), for packers that write the rest.
+inline void zero_rows_past_k(int64_t K, int64_t Kc, uint16_t* dst) {
+  const int64_t from = cdiv(K, 2) * kK, end = Kc * kTileElems;  // row (K + 1) / 2 of the tiles
+  if (from < end) std::memset(dst + from, 0, sizeof(uint16_t) * size_t(end - from));
+}
+
+// Panel j (16 columns) of B[b] as Kc VNNI tiles (every element written: tile_gemm's b_fills).
 void pack_b_panel(const GemmArgs& g, const Layout& l, int64_t b, int64_t j, int64_t Kc, uint16_t* dst) {
   const bf16* base = static_cast<const bf16*>(g.b) + g.b_batch[b];
   const int64_t n0 = j * 16, nb = imin(16, g.N - n0);
@@ -86,6 +92,7 @@ void pack_b_panel(const GemmArgs& g, const Layout& l, int64_t b, int64_t j, int6
     for (int64_t k = 0; k < g.K; k += 2)
       b_row_pair_from_rows(base16 + bk[k] + bc[0], k + 1 < g.K ? base16 + bk[k + 1] + bc[0] : nullptr, nb,
                            dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK);
+    zero_rows_past_k(g.K, Kc, dst);
     return;
   }
   if (l.b_k_unit) {  // columns of B hold K: transpose each chunk
@@ -96,7 +103,7 @@ void pack_b_panel(const GemmArgs& g, const Layout& l, int64_t b, int64_t j, int6
 #else
   (void)l;
 #endif
-  (void)Kc;  // dst arrives zeroed, Kc chunks long
+  std::memset(dst, 0, sizeof(uint16_t) * size_t(Kc * kTileElems));
   for (int64_t k = 0; k < g.K; ++k) {
     uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
     const bf16* src = base + bk[k];
@@ -209,7 +216,7 @@ void choose_block(int64_t batches, int64_t M, int64_t N, int64_t& mc, int64_t& n
 //   pack_b(b, j, Kc, dst): panel j (16 columns) of B[b], all Kc K chunks (VNNI tiles);
 //   pack_a(b, m0, mb, q0, nq, dst): rows [m0, m0+mb) of A[b], K chunks [q0, q0+nq), as
 //     [groups of 16 rows][nq][tile], zeros past M and K; dst arrives zeroed unless
-//     a_fills (the packer writes those zeros itself);
+//     a_fills (the packer writes those zeros itself); dst of pack_b likewise unless b_fills;
 //   store(b, m, n0, nb, row): the nb f32 sums of output row m from column n0.
 // The block's sums go out after all its micro-kernel calls. (Tried on a Xeon with AMX:
 // each 32 x 32 block converted right after its call, from a 4 KiB buffer or one call
@@ -217,14 +224,14 @@ void choose_block(int64_t batches, int64_t M, int64_t N, int64_t& mc, int64_t& n
 // wait for it.)
 template <class T, class PackB, class PackA, class Store>
 void tile_gemm(int64_t batches, int64_t M, int64_t N, int64_t K, PackB&& pack_b, PackA&& pack_a, Store&& store,
-               bool a_fills = false) {
+               bool a_fills = false, bool b_fills = false) {
   const int64_t Kc = cdiv(K, kK), panels = cdiv(N, 16);
   const int64_t panel_elems = Kc * kTileElems, batch_elems = panels * panel_elems;
   PoolBuf bp(cdiv(batches * batch_elems, 2) + 1);  // 32-bit words
   uint16_t* packed_b = reinterpret_cast<uint16_t*>(bp.p);
   engine::run_units(batches * panels, double(batches) * double(N) * double(K) >= 2e5, [&](int64_t u) {
     uint16_t* dst = packed_b + u * panel_elems;
-    std::memset(dst, 0, sizeof(uint16_t) * size_t(panel_elems));
+    if (!b_fills) std::memset(dst, 0, sizeof(uint16_t) * size_t(panel_elems));
     pack_b(u / panels, u % panels, Kc, dst);
   });
 
@@ -277,7 +284,7 @@ template <class T> void gemm_run(const GemmArgs& g) {
       [&](int64_t b, int64_t m, int64_t n0, int64_t nb, const float* row) {
         store_out(g.c_dtype, g.c, g.c_off(b, m) + n0, nb, row);
       },
-      /*a_fills=*/true);
+      /*a_fills=*/true, /*b_fills=*/true);
 }
 
 }  // namespace
