@@ -218,10 +218,9 @@ void choose_block(int64_t batches, int64_t M, int64_t N, int64_t& mc, int64_t& n
 //     [groups of 16 rows][nq][tile], zeros past M and K; dst arrives zeroed unless
 //     a_fills (the packer writes those zeros itself); dst of pack_b likewise unless b_fills;
 //   store(b, m, n0, nb, row): the nb f32 sums of output row m from column n0.
-// The block's sums go out after all its micro-kernel calls. (Tried on a Xeon with AMX:
-// each 32 x 32 block converted right after its call, from a 4 KiB buffer or one call
-// later, ran ViT's short-K products 2-3x slower: loads of what TILESTORED just wrote
-// wait for it.)
+// The block's sums go out after all its micro-kernel calls. (Converting each 32 x 32
+// block right after its call, from a 4 KiB buffer, was tried on a Xeon with AMX in the
+// same build as a slow inlined memcpy in the A packer, so it is not measured on its own.)
 template <class T, class PackB, class PackA, class Store>
 void tile_gemm(int64_t batches, int64_t M, int64_t N, int64_t K, PackB&& pack_b, PackA&& pack_a, Store&& store,
                bool a_fills = false, bool b_fills = false) {
