@@ -380,6 +380,10 @@ def test_hardware_tiles_equal_the_emulation():
     g2 = rand(rng, (2, 6, 5, 48))
     emu += conv_prims(x2, w2, g2, (2, 2), [(1, 1), (1, 0)], (1, 1), True)
     host += conv_prims(x2, w2, g2, (2, 2), [(1, 1), (1, 0)], (1, 1), False)
+    # backward-filter over 2,304 pixels: K in two blocks, each task packing its own B
+    x3, w3, g3 = rand(rng, (4, 24, 24, 32)), rand(rng, (3, 3, 32, 16)), rand(rng, (4, 24, 24, 16))
+    emu += conv_prims(x3, w3, g3, (1, 1), [(1, 1), (1, 1)], (1, 1), True)
+    host += conv_prims(x3, w3, g3, (1, 1), [(1, 1), (1, 1)], (1, 1), False)
     for e, h in zip(emu, host):
         if HAS_AMX and _core.active_isa() == "amx":
             np.testing.assert_array_equal(bits(e), bits(h))

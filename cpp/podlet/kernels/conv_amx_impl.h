@@ -56,20 +56,22 @@ template <class F> void for_runs(int64_t run, int64_t taps, int64_t q0, int64_t 
   }
 }
 
-// B panel j of a row-major [K][N] bf16 matrix (row stride ld) as VNNI tiles.
-void pack_b_rows(const bf16* m, int64_t K, int64_t N, int64_t ld, int64_t j, uint16_t* dst) {
+// K chunks [q0, q0 + nq) of B panel j of a row-major [K][N] bf16 matrix (row stride ld)
+// as VNNI tiles, every element written.
+void pack_b_rows(const bf16* m, int64_t K, int64_t N, int64_t ld, int64_t j, int64_t q0, int64_t nq, uint16_t* dst) {
   const int64_t n0 = j * 16, nb = imin(16, N - n0);
+  const int64_t k_lo = q0 * kK, k_hi = imin(K, (q0 + nq) * kK);
 #if defined(__AVX512F__) && defined(__AVX512BW__)
   const uint16_t* m16 = reinterpret_cast<const uint16_t*>(m) + n0;
-  for (int64_t k = 0; k < K; k += 2)
+  for (int64_t k = k_lo; k < k_hi; k += 2)
     b_row_pair_from_rows(m16 + k * ld, k + 1 < K ? m16 + (k + 1) * ld : nullptr, nb,
-                         dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK);
-  zero_rows_past_k(K, cdiv(K, kK), dst);
+                         dst + (k / kK - q0) * kTileElems + ((k % kK) / 2) * kK);
+  zero_rows_past_k(K, q0, nq, dst);
   return;
 #endif
-  std::memset(dst, 0, sizeof(uint16_t) * size_t(cdiv(K, kK) * kTileElems));
-  for (int64_t k = 0; k < K; ++k) {
-    uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
+  std::memset(dst, 0, sizeof(uint16_t) * size_t(nq * kTileElems));
+  for (int64_t k = k_lo; k < k_hi; ++k) {
+    uint16_t* row = dst + (k / kK - q0) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
     const bf16* src = m + k * ld + n0;
     for (int64_t n = 0; n < nb; ++n) row[2 * n] = src[n].bits;
   }
@@ -78,7 +80,8 @@ void pack_b_rows(const bf16* m, int64_t K, int64_t N, int64_t ld, int64_t j, uin
 template <class T> void conv_fwd_tiles(const ConvGeom& q, const bf16* x, const bf16* w, DType yd, void* y) {
   const int64_t C = q.C, O = q.O, taps = q.KH * q.KW, K = taps * C, M = q.N * q.Ho * q.Wo;
   tile_gemm<T>(
-      1, M, O, K, [&](int64_t, int64_t j, int64_t, uint16_t* dst) { pack_b_rows(w, K, O, O, j, dst); },
+      1, M, O, K,
+      [&](int64_t, int64_t j, int64_t q0, int64_t nq, uint16_t* dst) { pack_b_rows(w, K, O, O, j, q0, nq, dst); },
       [&](int64_t, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint16_t* dst) {
         for (int64_t i = 0; i < mb; ++i) {
           const int64_t m = m0 + i, n = m / (q.Ho * q.Wo), ho = (m / q.Wo) % q.Ho, wo = m % q.Wo;
@@ -98,11 +101,11 @@ template <class T> void conv_bwd_data_tiles(const ConvGeom& q, const bf16* g, co
   const int64_t C = q.C, O = q.O, taps = q.KH * q.KW, K = taps * O, M = q.N * q.H * q.W;
   tile_gemm<T>(
       1, M, C, K,
-      [&](int64_t, int64_t j, int64_t, uint16_t* dst) {
+      [&](int64_t, int64_t j, int64_t q0, int64_t nq, uint16_t* dst) {
         // B[(t, o)][c] = w[t][c][o]: column c of B is row c of tap t's [C][O] block.
         const int64_t c0 = j * 16, cb = imin(16, C - c0);
-        for (int64_t k = 0; k < K; ++k) {
-          uint16_t* row = dst + (k / kK) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
+        for (int64_t k = q0 * kK; k < imin(K, (q0 + nq) * kK); ++k) {
+          uint16_t* row = dst + (k / kK - q0) * kTileElems + ((k % kK) / 2) * kK + (k % 2);
           const bf16* src = w + (k / O) * C * O + c0 * O + k % O;
           for (int64_t c = 0; c < cb; ++c) row[2 * c] = src[c * O].bits;
         }
@@ -127,7 +130,8 @@ template <class T> void conv_bwd_data_tiles(const ConvGeom& q, const bf16* g, co
 template <class T> void conv_bwd_filter_tiles(const ConvGeom& q, const bf16* x, const bf16* g, DType dwd, void* dw) {
   const int64_t C = q.C, O = q.O, M = q.KH * q.KW * C, K = q.N * q.Ho * q.Wo;
   tile_gemm<T>(
-      1, M, O, K, [&](int64_t, int64_t j, int64_t, uint16_t* dst) { pack_b_rows(g, K, O, O, j, dst); },
+      1, M, O, K,
+      [&](int64_t, int64_t j, int64_t q0, int64_t nq, uint16_t* dst) { pack_b_rows(g, K, O, O, j, q0, nq, dst); },
       [&](int64_t, int64_t m0, int64_t mb, int64_t q0, int64_t nq, uint16_t* dst) {
 #if defined(__AVX512F__) && defined(__AVX512BW__)
         if (C % kRows == 0) {  // a 16-row group is 16 channels of one tap: transpose them in
