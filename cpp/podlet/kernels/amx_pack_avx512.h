@@ -8,38 +8,15 @@
 //   transpose of the 16 (K pair) x 16 (row) matrix that two interleaved K rows make;
 //   B tile (16 K pairs x 16 columns, VNNI) from an operand whose K is its fast dim (W^T,
 //   K^T): the transpose of the 16 (column) x 16 (K pair) matrix its columns' K runs make.
-// One 16 x 16 transpose of 32-bit elements serves both.
+// One 16 x 16 transpose of 32-bit elements (transpose_avx512.h) serves both.
 #pragma once
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #include <cstdint>
+#include "podlet/kernels/transpose_avx512.h"
 
 namespace podlet::kernels::amx {
 namespace {
-
-// r[i][j] <- r[j][i] for 16 x 16 32-bit elements (unpack 32, unpack 64, two lane shuffles).
-inline void transpose16x16_epi32(__m512i r[16]) {
-  __m512i t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 4; ++j) {
-      t[8 * i + j] = _mm512_shuffle_i32x4(u[8 * i + j], u[8 * i + 4 + j], 0x88);
-      t[8 * i + 4 + j] = _mm512_shuffle_i32x4(u[8 * i + j], u[8 * i + 4 + j], 0xdd);
-    }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
-    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
-  }
-}
 
 // The first n (<= 16) bf16 of p, zeros after (nothing read past them).
 inline __m256i load16_bf16(const uint16_t* p, int64_t n) {

@@ -4,6 +4,7 @@
 #include "podlet/kernels/attention_pairs_impl.h"
 #include "podlet/kernels/bf16_lanes_avx512.h"
 #include "podlet/kernels/fastmath_avx512.h"
+#include "podlet/kernels/transpose_avx512.h"
 
 namespace podlet::kernels {
 namespace {
@@ -200,28 +201,7 @@ struct HwPairs {
     return true;
   }
   // 16 x 16 transpose of 32-bit words (rows r[0..15] become columns).
-  static void transpose16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 8; ++i) {
-      t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-      t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; ++i) {
-      r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-      r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-      r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-      r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int h = 0; h < 2; ++h)
-      for (int i = 0; i < 4; ++i) {
-        t[8 * h + i] = _mm512_shuffle_i32x4(r[8 * h + i], r[8 * h + 4 + i], 0x88);
-        t[8 * h + 4 + i] = _mm512_shuffle_i32x4(r[8 * h + i], r[8 * h + 4 + i], 0xdd);
-      }
-    for (int i = 0; i < 8; ++i) {
-      r[i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0x88);
-      r[8 + i] = _mm512_shuffle_i32x4(t[i], t[8 + i], 0xdd);
-    }
-  }
+  static void transpose16(__m512i r[16]) { transpose16x16_epi32(r); }
 };
 }  // namespace
 }  // namespace podlet::kernels
