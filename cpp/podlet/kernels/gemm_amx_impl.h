@@ -4,7 +4,8 @@
 //
 // Packed operands, each (row group or column panel, K chunk) one 1 KiB tile:
 //   A block of a task: [groups of 16 rows][K chunks of its K block][16 rows][32 bf16];
-//   B (once per call): [panels of 16 columns][K chunks][16 K pairs][16 columns x 2 bf16].
+//   B (once per call, or per task and K block when streamed: tile_gemm):
+//     [panels of 16 columns][K chunks][16 K pairs][16 columns x 2 bf16].
 // Rows past M, columns past N and K past K are zeros (a zero product leaves a sum as it
 // is). The micro-kernel keeps a 2 x 2 block of accumulator tiles (32 x 32 outputs) and
 // per K chunk loads 2 A and 2 B tiles for 4 TDPBF16PS.
