@@ -26,7 +26,7 @@ inline __m256i load16_bf16(const uint16_t* p, int64_t n) {
 // The first n (<= 32) bf16 of p, zeros after.
 inline __m512i load32_bf16(const uint16_t* p, int64_t n) {
   if (n >= 32) return _mm512_loadu_si512(p);
-  return _mm512_maskz_loadu_epi16(__mmask32(n <= 0 ? 0u : (n >= 32 ? ~0u : (1u << n) - 1)), p);
+  return _mm512_maskz_loadu_epi16(__mmask32(n <= 0 ? 0u : (1u << n) - 1), p);
 }
 // Element i of `even` and of `odd` side by side: [e0, o0, e1, o1, ... e15, o15].
 inline __m512i interleave16_bf16(__m256i even, __m256i odd) {
@@ -36,24 +36,10 @@ inline __m512i interleave16_bf16(__m256i even, __m256i odd) {
   return _mm512_permutex2var_epi16(_mm512_castsi256_si512(even), idx, _mm512_castsi256_si512(odd));
 }
 
-// One A tile (rows 16, K 32, row stride 64 bytes) whose rows r < nr start at row0 + r
-// (consecutive in memory) and whose K k < nk is at offset k_off[k] from them: pairs of K
-// interleaved, then transposed. Rows past nr and K past nk are zeros.
-inline void a_tile_from_k_major(const uint16_t* row0, const int64_t* k_off, int64_t nr, int64_t nk, uint16_t* dst) {
-  __m512i r[16];
-  for (int p = 0; p < 16; ++p) {
-    const int64_t k = 2 * p;
-    const __m256i e = k < nk ? load16_bf16(row0 + k_off[k], nr) : _mm256_setzero_si256();
-    const __m256i o = k + 1 < nk ? load16_bf16(row0 + k_off[k + 1], nr) : _mm256_setzero_si256();
-    r[p] = interleave16_bf16(e, o);
-  }
-  transpose16x16_epi32(r);
-  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, r[i]);
-}
-
-// The same A tile when each K has a pointer of its own to its 16 rows' values (the
-// shifted input a backward-filter convolution reads at a tap: null where the tap falls
-// in the padding, read as zeros): rows[k][r] for r < nr, k < 32.
+// One A tile (rows 16, K 32, row stride 64 bytes) when each K has a pointer of its own to
+// its 16 rows' values (the shifted input a backward-filter convolution reads at a tap:
+// null where the tap falls in the padding, read as zeros): rows[k][r] for r < nr, k < 32;
+// pairs of K interleaved, then transposed. Rows past nr are zeros.
 inline void a_tile_from_k_rows(const uint16_t* const* rows, int64_t nr, uint16_t* dst) {
   __m512i r[16];
   for (int p = 0; p < 16; ++p) {
@@ -63,6 +49,14 @@ inline void a_tile_from_k_rows(const uint16_t* const* rows, int64_t nr, uint16_t
   }
   transpose16x16_epi32(r);
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 32, r[i]);
+}
+
+// The same tile when its rows r < nr start at row0 + r (consecutive in memory) and K
+// k < nk is at offset k_off[k] from them; K past nk are zeros.
+inline void a_tile_from_k_major(const uint16_t* row0, const int64_t* k_off, int64_t nr, int64_t nk, uint16_t* dst) {
+  const uint16_t* rows[32];
+  for (int k = 0; k < 32; ++k) rows[k] = k < nk ? row0 + k_off[k] : nullptr;
+  a_tile_from_k_rows(rows, nr, dst);
 }
 
 // One B tile (VNNI: 16 K pairs x 16 columns x 2) whose columns c < nc start at

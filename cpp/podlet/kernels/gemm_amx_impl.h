@@ -16,6 +16,7 @@
 #pragma once
 #include "podlet/kernels/amx_pack_avx512.h"
 #include "podlet/kernels/amx_tiles.h"
+#include "podlet/kernels/convert.h"
 #include "podlet/kernels/engine_common.h"
 #include "podlet/kernels/gemm.h"
 #include "podlet/parallel.h"
@@ -37,8 +38,8 @@ constexpr int64_t kMaxMC = 128;
 template <class T> inline uint16_t bits_of(const T& x) { return x.bits; }
 
 // n f32 sums to dst[off, off + n) of an f32 or bf16 output (the kernels' preconditions).
-// bf16: round_bf16's integer rounding 16 lanes at a time where the object has AVX-512
-// (the same bits: no conversion instruction, whose DAZ and NaN rules differ).
+// bf16 where the object has AVX-512: convert_element_type's loop (convert.h: round_bf16's
+// rule 16 lanes at a time, the same bits).
 inline void store_out(DType d, void* dst, int64_t off, int64_t n, const float* src) {
   if (d == DType::f32) {
     std::memcpy(static_cast<float*>(dst) + off, src, sizeof(float) * size_t(n));
@@ -46,19 +47,7 @@ inline void store_out(DType d, void* dst, int64_t off, int64_t n, const float* s
   }
   uint16_t* p = static_cast<uint16_t*>(dst) + off;
 #if defined(__AVX512F__) && defined(__AVX512BW__)
-  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-  const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
-  const __m512i sign = _mm512_set1_epi32(0x8000), qnan = _mm512_set1_epi32(0x7fc0);
-  for (int64_t i = 0; i < n; i += 16) {
-    const int64_t k = imin(16, n - i);
-    const __mmask16 m = k == 16 ? __mmask16(0xffff) : __mmask16((1u << k) - 1);
-    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
-    const __m512i hi = _mm512_srli_epi32(u, 16);
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(bias, _mm512_and_si512(hi, one))), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_and_si512(hi, sign), qnan));
-    _mm256_mask_storeu_epi16(p + i, m, _mm512_cvtepi32_epi16(r));
-  }
+  convert_f32_bf16_avx512(src, p, 0, n);
 #else
   for (int64_t i = 0; i < n; ++i) p[i] = round_bf16(src[i]);
 #endif
