@@ -1,12 +1,17 @@
-"""Fused programs compiled to AVX-512 code (cpp/podlet/prims/fused_jit.cc): for every
-instruction the generator emits, the compiled program gives the interpreter's bits and
-the unfused graph's bits (special values: NaNs of both signs and with payloads, infinities,
-signed zeros, subnormals, values that round to infinity in bf16, the branch points of
-exp / tanh / logistic), on 1 and 2 threads, with periodic, per-row and scalar operands,
-partial last vectors, non-temporal outputs and fused sums. Each test checks that compiled
-code really ran (the JIT's run counter moved), so a program the generator refused cannot
-pass for one it compiled. On a host without AVX-512 the same tests check that nothing is
-compiled and the interpreter keeps the bits."""
+"""Fused programs compiled to machine code: AVX-512 (cpp/podlet/prims/fused_jit.cc) and
+AVX2 (fused_jit_ymm.cc). For every instruction the generators emit, the compiled program
+gives the interpreter's bits and the unfused graph's bits (special values: NaNs of both
+signs and with payloads, infinities, signed zeros, subnormals, values that round to
+infinity in bf16, the branch points of exp / tanh / logistic), on 1 and 2 threads, with
+periodic, per-row and scalar operands, partial last vectors, non-temporal outputs and
+fused sums. Each test checks that compiled code really ran (the JIT's run counter moved),
+so a program the generator refused cannot pass for one it compiled.
+
+Every test runs once per generator the host can run (the `isa` fixture: AVX2, and the
+best ISA where it is AVX-512), so an AVX-512 host checks the AVX2 code too. Where the two
+differ the tests say so: the AVX2 code refuses periods that are not multiples of 8 and
+leaf sums (the interpreter keeps those), and chooses its vectors per iteration by what
+fits in its 16 registers."""
 import numpy as np
 import pytest
 
@@ -15,7 +20,28 @@ import podlet.numpy as jnp
 from podlet import _core, lax
 from fusion_chains import BF16, assert_same_bits, bn_statistics, random_chain
 
-HAVE_JIT = podlet.cpu_info()["active_isa"] in ("avx512", "avx512bf16", "amx")  # PODLET_ISA may force a lower one
+JIT_ISAS = [i for i in dict.fromkeys(["avx2", podlet.cpu_info()["best_isa"]]) if i in podlet.cpu_info()["available_isas"]]
+
+
+@pytest.fixture(autouse=True, params=JIT_ISAS or ["ref"])
+def isa(request):
+    """Runs the test with the active ISA set to each that has a code generator (back to the
+    host's after)."""
+    old = _core.active_isa()
+    _core.set_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        _core.set_isa(old)
+
+
+def have_jit():
+    return _core.active_isa() in ("avx2", "avx512", "avx512bf16", "amx")
+
+
+def ymm():
+    """The AVX2 generator is the one in use (8 lanes, periods in 8s, no leaf sums)."""
+    return _core.active_isa() == "avx2"
 
 
 def _special(rng, shape, dtype=np.float32):
@@ -38,9 +64,9 @@ def _special(rng, shape, dtype=np.float32):
 
 def _run(fun, *args, expect_compiled=True):
     """Unfused outputs, and the fused graph's outputs interpreted and compiled (1 and 2
-    threads). Asserts the compiled runs happened (or, expect_compiled=False or without
-    AVX-512, did not)."""
-    expect_compiled = expect_compiled and HAVE_JIT
+    threads). Asserts the compiled runs happened (or, expect_compiled=False or below AVX2,
+    did not; None: some of its programs may be compiled, some not)."""
+    expect_compiled = expect_compiled and have_jit() if expect_compiled is not None else None
     g = podlet.make_graph(fun, *args)
     fg = _core.fuse_elementwise(g)
     assert "fused_elementwise" in fg.prim_counts()
@@ -56,7 +82,7 @@ def _run(fun, *args, expect_compiled=True):
             before = _core.fused_jit_stats()["runs"]
             compiled.append(fg.run(arrs))
             ran = _core.fused_jit_stats()["runs"] - before
-            assert (ran > 0) == expect_compiled, (ran, fg.dump())
+            assert expect_compiled is None or (ran > 0) == expect_compiled, (ran, fg.dump())
     finally:
         _core.set_fused_jit(True)
         podlet.config.update("num_threads", 2)
@@ -112,13 +138,15 @@ def _jit_chain(seed, n_ops=16):
 @pytest.mark.parametrize("seed", range(6))
 def test_compiled_random_chains_keep_the_bits(seed, dtype, channels):
     # Per-channel operands whose period is a multiple of 16 (one load per vector) and not
-    # (the lanes past the period's end read its start: two masked loads).
+    # (the lanes past the period's end read its start: two masked loads). The AVX2 code
+    # takes periods in 8s (24 but not 197: the chain's programs that read the per-channel
+    # operand are interpreted there, the others compiled).
     rng = np.random.default_rng(500 + seed)
     shape = (3, 5, 7, channels)
     x, y, z = (_special(rng, shape, dtype) for _ in range(3))
     c = _special(rng, (channels,), dtype)
     s = np.asarray(rng.standard_normal(), dtype)
-    _run(_jit_chain(seed), x, y, z, c, s)
+    _run(_jit_chain(seed), x, y, z, c, s, expect_compiled=None if ymm() and channels % 8 else True)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["f32", "bf16"])
@@ -212,10 +240,11 @@ def test_fused_sums_come_out_of_compiled_passes(shape, dtype):
     before, before_reg = _leaf_runs(), _reg_leaf_runs()
     fg = _run(f, x)
     assert "reduce_sum" not in fg.prim_counts()
-    assert (_leaf_runs() > before) == (HAVE_JIT and shape[-1] != 48)
+    # (the AVX2 code writes every chunk's rows)
+    assert (_leaf_runs() > before) == (have_jit() and not ymm() and shape[-1] != 48)
     # The two sums' leaves in registers up to 128 columns (16 accumulators); in memory
     # slots at 256 and 512.
-    assert (_reg_leaf_runs() > before_reg) == (HAVE_JIT and shape[-1] in (16, 64, 128))
+    assert (_reg_leaf_runs() > before_reg) == (have_jit() and not ymm() and shape[-1] in (16, 64, 128))
 
 
 def test_leaf_sums_start_like_the_rows_path():
@@ -243,8 +272,8 @@ def test_leaf_sums_start_like_the_rows_path():
     before, before_reg = _leaf_runs(), _reg_leaf_runs()
     fg = _run(f, x)
     assert "reduce_sum" not in fg.prim_counts()
-    assert (_leaf_runs() > before) == HAVE_JIT
-    assert (_reg_leaf_runs() > before_reg) == HAVE_JIT
+    assert (_leaf_runs() > before) == (have_jit() and not ymm())
+    assert (_reg_leaf_runs() > before_reg) == (have_jit() and not ymm())
 
 
 @pytest.mark.parametrize("channels", [64, 512, 80])
@@ -268,8 +297,8 @@ def test_fused_sums_keep_the_first_nan(channels):
             rows[0, j] = np.inf
     before, before_reg = _leaf_runs(), _reg_leaf_runs()
     _run(bn_statistics(4, np.float32), x)
-    assert (_leaf_runs() > before) == (HAVE_JIT and channels != 80)  # 256 rows: whole chunks
-    assert (_reg_leaf_runs() > before_reg) == (HAVE_JIT and channels == 64)  # 512: memory slots
+    assert (_leaf_runs() > before) == (have_jit() and not ymm() and channels != 80)  # 256 rows: whole chunks
+    assert (_reg_leaf_runs() > before_reg) == (have_jit() and not ymm() and channels == 64)  # 512: memory slots
 
 
 def test_batchnorm_train_pass_forward_and_backward():
@@ -299,28 +328,38 @@ def test_programs_it_cannot_compile_are_interpreted():
     before = _core.fused_jit_stats()["refused"]
     fg = _run(lambda x: jnp.log(x * 0.5) * x + 1.0, x, expect_compiled=False)
     assert fg.prim_counts().get("fused_elementwise") == 1
-    assert (_core.fused_jit_stats()["refused"] > before) == HAVE_JIT
+    assert (_core.fused_jit_stats()["refused"] > before) == have_jit()
 
 
-def test_off_below_avx512_and_by_switch():
+def test_off_below_avx2_and_by_switch():
     isa = _core.active_isa()
     try:
-        _core.set_isa("avx2")
+        _core.set_isa("ref")
         assert not _core.fused_jit_stats()["enabled"]
     finally:
         _core.set_isa(isa)
-    assert _core.fused_jit_stats()["enabled"] == podlet.cpu_info()["fused_jit"] == HAVE_JIT
+    assert _core.fused_jit_stats()["enabled"] == podlet.cpu_info()["fused_jit"] == have_jit()
     podlet.config.update("fused_jit", False)
     try:
         assert not podlet.config.fused_jit
         assert not _core.fused_jit_stats()["enabled"] and not podlet.cpu_info()["fused_jit"]
     finally:
         podlet.config.update("fused_jit", True)
-    assert podlet.config.fused_jit and podlet.cpu_info()["fused_jit"] == HAVE_JIT
+    assert podlet.config.fused_jit and podlet.cpu_info()["fused_jit"] == have_jit()
 
 
 def _way_runs():
     return np.asarray(_core.fused_jit_stats()["way_runs"])
+
+
+def _ymm_ways(ran_w, total, channels, ways):
+    """The AVX2 code's vectors per iteration (fused_jit_ymm.cc choose_ways: the most whose
+    values mostly fit its 16 registers): every run at one W, a power of two of at least 2
+    and at most `ways`, in whole period rows (the period a multiple of 8 W)."""
+    used = np.flatnonzero(ran_w)
+    assert len(used) == 1 and ran_w[used[0]] == total > 0, ran_w
+    w = int(used[0]) + 1
+    assert w & (w - 1) == 0 and 2 <= w <= ways and channels % (8 * w) == 0, ran_w
 
 
 @pytest.fixture
@@ -361,8 +400,11 @@ def test_several_vectors_per_iteration_keep_the_bits(channels, ways, dtype, max_
         ran[w] = _way_runs() - before
     # (f's live values take too many registers for 8 sets)
     expect = max(w for w in (1, 2, 4) if w <= ways and channels % (16 * w) == 0)
-    if HAVE_JIT:
+    if have_jit():
         assert ran[1][0] > 0 and ran[1][1:].sum() == 0, ran
+    if ymm():
+        _ymm_ways(ran[ways], ran[1][0], channels, ways)
+    elif have_jit():
         assert ran[ways][expect - 1] == ran[1][0] and ran[ways].sum() == ran[1][0], (ran, expect)
 
 
@@ -388,7 +430,9 @@ def test_eight_vectors_per_iteration(channels, dtype, max_ways):
         ran[w] = _way_runs() - before
         outs.append(fg.run([podlet._src.core.to_array(a) for a in (x, y, c, s)]))
     assert_same_bits(outs[0], outs[1])
-    if HAVE_JIT:
+    if ymm():
+        _ymm_ways(ran[8], ran[1][0], channels, 8)
+    elif have_jit():
         expect = 8 if channels % 128 == 0 else 4
         assert ran[8][expect - 1] == ran[1][0] > 0 and ran[8].sum() == ran[1][0], (ran, expect)
 
@@ -425,7 +469,10 @@ def test_scalars_kept_in_memory_for_more_vectors(special_scalars, dtype, max_way
         ran[w] = (_way_runs() - before[0], _core.fused_jit_stats()["spill_runs"] - before[1])
         outs.append(fg.run([podlet._src.core.to_array(a) for a in (x, y, c, *ss)]))
     assert_same_bits(outs[0], outs[1])
-    if HAVE_JIT:
+    if ymm():  # values and scalars beyond the 8 value registers go to stack slots
+        _ymm_ways(ran[4][0], ran[1][0][0], 64, 4)
+        assert ran[4][1] == ran[1][0][0], ran
+    elif have_jit():
         assert ran[1][1] == 0 and ran[4][1] == ran[1][0][0] > 0, ran
         assert ran[4][0][3] == ran[1][0][0], ran
 
@@ -446,7 +493,7 @@ def test_random_chains_on_one_and_several_vectors_per_iteration(seed, dtype, max
         before = _way_runs()
         fg = _run(_jit_chain(seed), x, y, z, c, s)
         ran = _way_runs() - before
-        assert (ran[0] > 0) == (ways == 1 and HAVE_JIT) and (ways == 1 or not HAVE_JIT or ran[1:].sum() > 0), ran
+        assert (ran[0] > 0) == (ways == 1 and have_jit()) and (ways == 1 or not have_jit() or ran[1:].sum() > 0), ran
         arrs = [podlet._src.core.to_array(a) for a in (x, y, z, c, s)]
         outs.append(fg.run(arrs))
     assert_same_bits(outs[0], outs[1])
@@ -471,6 +518,6 @@ def test_bf16_rounding_with_and_without_avx512_bf16(isa):
     try:
         _core.set_isa(isa)
         _run(lambda x, s: ((x * s).astype(BF16) * np.asarray(1.5, BF16), (x + s).astype(BF16)), x, np.float32(1.0),
-             expect_compiled=_core.active_isa() in ("avx512", "avx512bf16", "amx"))
+             expect_compiled=have_jit())
     finally:
         _core.set_isa(old)

@@ -34,9 +34,11 @@
 
 #include "podlet/cpu/isa.h"
 #include "podlet/error.h"
+#include "podlet/prims/fused_jit_detail.h"
 
 namespace podlet::fused_jit {
 using namespace fused;
+using namespace detail;
 
 namespace {
 std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0}, g_leaf_runs{0}, g_reg_leaf_runs{0};
@@ -44,40 +46,17 @@ std::atomic<int64_t> g_way_runs[kMaxWays + 1], g_spill_runs{0};  // runs of prog
 std::atomic<int> g_max_ways{-1};     // -1: not read from PODLET_FUSED_JIT_WAYS yet
 std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
 
-// Why a program is not compiled (the generator throws it; compile() returns null and,
-// with PODLET_FUSED_JIT_DEBUG set, says why on stderr).
-struct Refuse { const char* why; };
-
-// Bit patterns the code reads from its constant pool (one 64-byte row of 16 copies per
-// distinct value: read whole or as a {1to16} broadcast).
-constexpr uint32_t kOneU32 = 1u, kRound = 0x7fffu, kHighHalf = 0xffff0000u, kSignBit = 0x80000000u,
-                   kAbsMask = 0x7fffffffu, kQuietNaN = 0x7fc00000u;
-uint32_t f32(float x) { return __builtin_bit_cast(uint32_t, x); }
 
 constexpr int kFirstReg = 8;   // zmm0-7 are scratch inside one instruction
 constexpr int kNumRegs = 32;
-constexpr int kMaxPeriods = 3;  // r8, r9, r10 count the lanes' offset within a period
 // Bytes ahead of the current vector at which each streamed input is prefetched into L2.
 constexpr int kPrefetchBytes = 4096;
 
-// args[] of the generated function (rdi): begin, end, then the base of every load, then
-// every output (for kRows outputs, already moved back by `begin` elements).
-constexpr int kArgBegin = 0, kArgEnd = 1, kArgFirst = 2;
 
 using Xbyak::Zmm;
 using Xbyak::Reg64;
 
-const char* op_name(int64_t op) {
-  static const char* const names[] = {"load", "neg", "abs", "sign", "exp", "log", "log1p", "expm1", "tanh",
-                                      "logistic", "sqrt", "rsqrt", "erf", "floor", "ceil", "integer_pow",
-                                      "is_finite", "not", "convert", "add", "sub", "mul", "div", "max", "min",
-                                      "pow", "and", "or", "xor", "eq", "ne", "lt", "le", "gt", "ge", "select",
-                                      "clamp", "table"};
-  return op >= 0 && op < int64_t(sizeof names / sizeof *names) ? names[op] : "an unknown op";
-}
 
-bool is_float_reg(DType d) { return d == DType::f32 || d == DType::bf16; }
-int storage_scale(DType d) { return d == DType::f32 ? 4 : d == DType::bf16 ? 2 : 1; }
 
 class Gen : public Xbyak::CodeGenerator {
  public:
@@ -543,51 +522,7 @@ class Gen : public Xbyak::CodeGenerator {
   }
 
   // Refuses what body() cannot emit with the interpreter's bits.
-  void check(const Instr& ins) {
-    const int64_t op = ins.op;
-    if (op == kLoad) {
-      if (ins.a < 0 || ins.a >= int64_t(s_.load_kind.size())) throw Refuse{"load index out of range"};
-      const LoadKind lk = s_.load_kind[ins.a];
-      if (lk == LoadKind::kOther || lk == LoadKind::kTable || !(is_float_reg(ins.d) || ins.d == DType::boolean))
-        throw Refuse{"load layout or dtype"};
-      return;
-    }
-    if (op == kTable) {
-      if (ins.b < 0 || ins.b >= int64_t(s_.load_kind.size()) || s_.load_kind[ins.b] != LoadKind::kTable ||
-          ins.d != DType::bf16 || ins.rd != DType::bf16)
-        throw Refuse{"table"};
-      return;
-    }
-    if (op == kConvert) {
-      const bool identity = identity_convert(ins);
-      if (identity && (is_float_reg(ins.d) || ins.d == DType::boolean)) return;
-      if (ins.d == DType::f32 && ins.rd == DType::bf16) return;
-      if (is_float_reg(ins.d) && ins.rd == DType::boolean) return;
-      if (ins.d == DType::boolean && is_float_reg(ins.rd)) return;
-      throw Refuse{"convert between these dtypes"};
-    }
-    if (op == kSelect) {
-      if (!(is_float_reg(ins.rd) || ins.rd == DType::boolean)) throw Refuse{"select of this dtype"};
-      return;
-    }
-    if (op == kNot || op == kAnd || op == kOr || op == kXor) {
-      if (ins.d != DType::boolean) throw Refuse{"logical op on a non-bool"};
-      return;
-    }
-    if (op >= kEq && op <= kGe) {
-      if (!(is_float_reg(ins.d) || ins.d == DType::boolean)) throw Refuse{"compare of this dtype"};
-      return;
-    }
-    if (!is_float_reg(ins.d)) throw Refuse{"arithmetic on this dtype"};
-    switch (op) {
-      case kNeg: case kAbs: case kSqrt: case kRsqrt: case kIntPow: case kIsFinite: case kExp: case kTanh: case kLogistic:
-      case kErf:
-      case kAdd: case kSub: case kMul: case kDiv: case kMax: case kMin: case kClamp:
-        return;
-      default:
-        throw Refuse{op_name(op)};
-    }
-  }
+  void check(const Instr& ins) { check_instr(s_, ins); }
 
   // dst = round_bf16(src) (fastmath.h): round to nearest even, NaN -> quiet NaN with the
   // sign kept. With AVX512_BF16, vcvtneps2bf16 rounds a vector in one instruction (the
@@ -851,17 +786,17 @@ class Gen : public Xbyak::CodeGenerator {
   // zmm1, zmm3-5 and k2; x is read up to the last instruction, so it may be dst or any
   // other register.
   void exp_(const Zmm& dst, const Zmm& x) {
-    vmaxps(zmm3, x, cb(f32(-104.0f)));  // xc (a NaN lane becomes -104 here and x again below)
-    vminps(zmm3, zmm3, cb(f32(89.0f)));
-    vmovaps(zmm4, cvec(f32(12582912.0f)));  // fn = fma(xc, 1/ln2, 1.5 2^23) - 1.5 2^23
-    vfmadd231ps(zmm4, zmm3, cb(f32(1.44269504088896341f)));
-    vsubps(zmm4, zmm4, cb(f32(12582912.0f)));
-    vfmadd231ps(zmm3, zmm4, cb(f32(-0.693359375f)));  // r = fma(fn, -ln2_hi, xc)
-    vfmadd231ps(zmm3, zmm4, cb(f32(2.12194440e-4f)));  // r = fma(fn, -ln2_lo, r)
+    vmaxps(zmm3, x, cb(f32(kExpLo)));  // xc (a NaN lane becomes -104 here and x again below)
+    vminps(zmm3, zmm3, cb(f32(kExpHi)));
+    vmovaps(zmm4, cvec(f32(kExpShift)));  // fn = fma(xc, 1/ln2, 1.5 2^23) - 1.5 2^23
+    vfmadd231ps(zmm4, zmm3, cb(f32(kLog2e)));
+    vsubps(zmm4, zmm4, cb(f32(kExpShift)));
+    vfmadd231ps(zmm3, zmm4, cb(f32(kLn2Hi)));  // r = fma(fn, -ln2_hi, xc)
+    vfmadd231ps(zmm3, zmm4, cb(f32(kLn2Lo)));  // r = fma(fn, -ln2_lo, r)
     vmulps(zmm1, zmm3, zmm3);  // z
-    vmovaps(zmm5, cvec(f32(1.3981999507E-3f)));  // p
-    vfmadd231ps(zmm5, zmm3, cb(f32(1.9875691500E-4f)));
-    for (float c : {8.3334519073E-3f, 4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f})
+    vmovaps(zmm5, cvec(f32(kExpP0)));  // p
+    vfmadd231ps(zmm5, zmm3, cb(f32(kExpP1)));
+    for (float c : kExpPoly)
       vfmadd213ps(zmm5, zmm3, cb(f32(c)));  // p = fma(p, r, c)
     vfmadd213ps(zmm5, zmm1, zmm3);  // fma(p, z, r) + 1
     vaddps(zmm5, zmm5, cb(f32(1.0f)));
@@ -889,24 +824,17 @@ class Gen : public Xbyak::CodeGenerator {
   // dst = fm::tanh(x) (kernels/fastmath.h): x P(x^2) / Q(x^2) on x clamped to +-7.9988,
   // x itself below |x| = 0.0004 or when NaN. Scratch: zmm0-4 and k1; dst written last.
   void tanh_(const Zmm& dst, const Zmm& x) {
-    static const float kP[] = {-2.76076847742355e-16f, 2.00018790482477e-13f, -8.60467152213735e-11f,
-                               5.12229709037114e-08f, 1.48572235717979e-05f, 6.37261928875436e-04f,
-                               4.89352455891786e-03f};
-    static const float kQ[] = {1.19825839466702e-06f, 1.18534705686654e-04f, 2.26843463243900e-03f,
-                               4.89352518554385e-03f};
-    odd_rational(x, 7.99881172180175781f, kP, 7, kQ, 4);
+    const OddRational t = tanh_rational();
+    odd_rational(x, t.clamp, t.p, t.np, t.q, t.nq);
     vpandd(zmm0, x, cb(kAbsMask));
-    vcmpps(k1, zmm0, cb(f32(0.0004f)), 0x19);  // not |x| >= 0.0004 (true for NaN)
+    vcmpps(k1, zmm0, cb(f32(kTanhSmall)), 0x19);  // not |x| >= 0.0004 (true for NaN)
     vblendmps(dst | k1, zmm3, x);
   }
   // dst = fm::erf(x): x P(x^2) / Q(x^2) on x clamped to +-3.8325; a NaN as it came.
   // Scratch: zmm1-4 and k1; dst written last.
   void erf_(const Zmm& dst, const Zmm& x) {
-    static const float kP[] = {0.00022905065861350646f, 0.0034082910107109506f, 0.050955695062380861f,
-                               0.18520832239976145f, 1.128379143519084f};
-    static const float kQ[] = {-1.1791602954361697e-7f, 0.000023547966471313185f, 0.0010179625278914885f,
-                               0.014070470171167667f, 0.11098505178285362f, 0.49746925110067538f, 1.0f};
-    odd_rational(x, 3.832506856900711f, kP, 5, kQ, 7);
+    const OddRational e = erf_rational();
+    odd_rational(x, e.clamp, e.p, e.np, e.q, e.nq);
     vcmpps(k1, x, x, 3);  // unordered: x is NaN
     vblendmps(dst | k1, zmm3, x);
   }
@@ -985,7 +913,8 @@ class Gen : public Xbyak::CodeGenerator {
   }
 };
 
-std::string key_of(const Spec& s, int max_ways, bool cvt_bf16) {
+// flavour: 0 zmm, 1 zmm with vcvtneps2bf16, 2 ymm (fused_jit_ymm.cc).
+std::string key_of(const Spec& s, int max_ways, int flavour) {
   std::string key;
   auto put = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
   put(int64_t(s.code.size()));
@@ -996,21 +925,11 @@ std::string key_of(const Spec& s, int max_ways, bool cvt_bf16) {
   for (const auto& o : s.outs) { put(o.slot); put(int64_t(o.mode)); }
   put(s.leaf_k);
   put(int64_t(max_ways));
-  put(int64_t(cvt_bf16));
+  put(int64_t(flavour));
   return key;
 }
 }  // namespace
 
-class Kernel {
- public:
-  std::unique_ptr<Xbyak::CodeGenerator> gen;  // owns the code
-  void (*fn)(const uint64_t*) = nullptr;
-  std::vector<int64_t> periods;
-  size_t nloads = 0, nouts = 0, nspill = 0;
-  bool leaves = false;  // has kLeaves outputs
-  bool reg_leaves = false;  // ... added in registers (Gen::leaf_loop)
-  int ways = 1;  // vectors per iteration (Gen::body)
-};
 
 int max_ways() {
   int e = g_max_ways.load();
@@ -1029,12 +948,30 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
   const int ways = max_ways();
   // PODLET_ISA / set_isa may lower the active ISA at run time: part of the key.
   const bool cvt_bf16 = int(cpu::active_isa()) >= int(cpu::Isa::avx512bf16);
-  const std::string key = key_of(spec, ways, cvt_bf16);
+  const bool ymm = int(cpu::active_isa()) < int(cpu::Isa::avx512);
+  const std::string key = key_of(spec, ways, ymm ? 2 : int(cvt_bf16));
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   std::shared_ptr<Kernel> k;
   try {
     auto kern = std::make_shared<Kernel>();
+    kern->nloads = spec.load_kind.size();
+    kern->nouts = spec.outs.size();
+    if (ymm) {
+      generate_ymm(spec, ways, *kern);
+      // The bounce buffers of a partial last vector (run_ymm): bytes per element.
+      kern->load_kind = spec.load_kind;
+      kern->load_scale.assign(spec.load_kind.size(), 0);
+      for (const Instr& ins : spec.code)
+        if (ins.op == kLoad && ins.a >= 0 && size_t(ins.a) < spec.load_kind.size())
+          kern->load_scale[size_t(ins.a)] = storage_scale(ins.d);
+      for (const auto& o : spec.outs)
+        kern->out_scale.push_back(o.mode == OutMode::kRows ? 4 : storage_scale(spec.code[size_t(o.slot)].rd));
+      k = kern;
+      ++g_compiled;
+      cache.emplace(key, k);
+      return k;
+    }
     // The bodies: one-vector loop and masked tail, plus the W-vector loop's W (and room
     // for the out-of-line roundings); leaf_loop's are small programs.
     const size_t bytes = (16384 + spec.code.size() * (3 + ways) * 512 + 4095) / 4096 * 4096;
@@ -1047,8 +984,6 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
     kern->ways = gen->ways();
     kern->nspill = size_t(gen->nspill());
     kern->gen = std::move(gen);
-    kern->nloads = spec.load_kind.size();
-    kern->nouts = spec.outs.size();
     for (const auto& o : spec.outs) kern->leaves |= o.mode == OutMode::kLeaves;
     k = kern;
     ++g_compiled;
@@ -1063,9 +998,43 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
   return k;
 }
 
+namespace {
+// The ymm code runs whole vectors: [begin, whole) directly, then a partial last vector
+// through 64-byte bounce blocks (its streamed inputs copied in, zero-padded, the outputs
+// copied back). Periodic, per-row and scalar inputs are read in place: a vector starting
+// on a multiple of 8 of a period (a multiple of 8) stays inside its row.
+void run_ymm(const Kernel& k, int64_t begin, int64_t end, uint64_t* args, void* const* out) {
+  const int64_t whole = begin + (end - begin) / 8 * 8;
+  if (whole > begin) {
+    args[kArgEnd] = uint64_t(whole);
+    k.fn(args);
+  }
+  if (whole == end) return;
+  const int64_t rem = end - whole;
+  std::vector<uint8_t> mem(64 * (k.nloads + k.nouts + 1), 0);
+  uint8_t* blk = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(mem.data()) + 63) & ~uintptr_t(63));
+  for (size_t l = 0; l < k.nloads; ++l) {
+    if (k.load_kind[l] != LoadKind::kFull) continue;
+    uint8_t* b = blk + 64 * l;
+    const int sc = k.load_scale[l];
+    std::memcpy(b, reinterpret_cast<const uint8_t*>(args[kArgFirst + l]) + whole * sc, size_t(rem * sc));
+    args[kArgFirst + l] = reinterpret_cast<uint64_t>(b) - uint64_t(whole * sc);
+  }
+  for (size_t o = 0; o < k.nouts; ++o)
+    args[kArgFirst + k.nloads + o] = reinterpret_cast<uint64_t>(blk + 64 * (k.nloads + o)) - uint64_t(whole * k.out_scale[o]);
+  args[kArgBegin] = uint64_t(whole);
+  args[kArgEnd] = uint64_t(whole + 8);
+  k.fn(args);
+  for (size_t o = 0; o < k.nouts; ++o) {
+    const int sc = k.out_scale[o];
+    std::memcpy(static_cast<uint8_t*>(out[o]) + whole * sc, blk + 64 * (k.nloads + o), size_t(rem * sc));
+  }
+}
+}  // namespace
+
 bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out) {
   for (int64_t p : k.periods)
-    if ((begin % p) % (16 * k.ways)) return false;
+    if ((begin % p) % (k.lanes * k.ways)) return false;
   uint64_t stack_args[64];
   std::vector<uint64_t> heap_args;
   const size_t na = kArgFirst + k.nloads + k.nouts + k.nspill;  // the spilled scalars' slots last
@@ -1075,12 +1044,13 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
   args[kArgEnd] = uint64_t(end);
   for (size_t l = 0; l < k.nloads; ++l) args[kArgFirst + l] = reinterpret_cast<uint64_t>(load_src[l]);
   for (size_t o = 0; o < k.nouts; ++o) args[kArgFirst + k.nloads + o] = reinterpret_cast<uint64_t>(out[o]);
-  k.fn(args);
+  if (k.lanes == 8) run_ymm(k, begin, end, args, out);
+  else k.fn(args);
   g_runs.fetch_add(1, std::memory_order_relaxed);
   if (k.leaves) g_leaf_runs.fetch_add(1, std::memory_order_relaxed);
   if (k.reg_leaves) g_reg_leaf_runs.fetch_add(1, std::memory_order_relaxed);
   g_way_runs[k.ways].fetch_add(1, std::memory_order_relaxed);
-  if (k.nspill) g_spill_runs.fetch_add(1, std::memory_order_relaxed);
+  if (k.nspill || k.stack_slots) g_spill_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -1091,7 +1061,7 @@ bool enabled() {
     e = !(v && std::strcmp(v, "0") == 0);
     g_enabled = e;
   }
-  return e && int(cpu::active_isa()) >= int(cpu::Isa::avx512);
+  return e && int(cpu::active_isa()) >= int(cpu::Isa::avx2);
 }
 void set_enabled(bool on) { g_enabled = on ? 1 : 0; }
 void set_max_ways(int w) { g_max_ways = w < 1 ? 1 : w > kMaxWays ? kMaxWays : w; }

@@ -84,7 +84,7 @@ constexpr int kMaxWays = 8;  // set_max_ways' bound and default
 struct Stats {
   int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0, reg_leaf_runs = 0;
   int64_t way_runs[kMaxWays + 1] = {};
-  int64_t spill_runs = 0;  // runs of programs with broadcast scalars kept in memory
+  int64_t spill_runs = 0;  // runs of programs with broadcast scalars (ymm: any values) kept in memory
 };
 Stats stats();
 
