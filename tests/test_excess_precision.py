@@ -12,7 +12,7 @@ import podlet.numpy as jnp
 from podlet import _core
 from fusion_chains import BF16, assert_same_bits, bits
 
-HAVE_JIT = podlet.cpu_info()["active_isa"] in ("avx512", "avx512bf16", "amx")
+HAVE_JIT = podlet.cpu_info()["active_isa"] in ("avx2", "avx512", "avx512bf16", "amx")  # fused_jit.h: AVX2 and up
 
 
 def chain(x, y):

@@ -1,5 +1,7 @@
-// AVX-512 machine code for fused elementwise programs (prims/fused.cc), generated at run
-// time with Xbyak. The interpreter runs a program one instruction at a time over tiles
+// Machine code for fused elementwise programs (prims/fused.cc), generated at run time
+// with Xbyak: AVX-512 (fused_jit.cc, described here) or, on hosts whose best ISA is AVX2,
+// ymm code from the same programs (fused_jit_ymm.cc: 8 lanes, 16 registers with stack
+// slots for the rest, periods in 8s, no leaf sums; same bits). The interpreter runs a program one instruction at a time over tiles
 // of 1024 elements held in L1: every instruction of every element loads its operands and
 // stores its result, and at two or three memory operations per vector the L1 ports, not
 // the arithmetic, set the pace (~1.2 ns per instruction per 16 elements measured, even
@@ -68,8 +70,8 @@ std::shared_ptr<const Kernel> compile(const Spec& spec);
 // tests count that every chunk ran compiled).
 bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_src, void* const* out);
 
-// Whether fused programs may be compiled (the active ISA is AVX-512 and PODLET_FUSED_JIT
-// is not 0), and the number of programs compiled / refused since start (tests).
+// Whether fused programs may be compiled (the active ISA is AVX2 or better and
+// PODLET_FUSED_JIT is not 0), and the number of programs compiled / refused since start (tests).
 bool enabled();
 void set_enabled(bool on);
 // The most vectors per iteration of programs compiled from now on (1-8, of which 1, 2, 4
