@@ -46,17 +46,13 @@ std::atomic<int64_t> g_way_runs[kMaxWays + 1], g_spill_runs{0};  // runs of prog
 std::atomic<int> g_max_ways{-1};     // -1: not read from PODLET_FUSED_JIT_WAYS yet
 std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
 
-
 constexpr int kFirstReg = 8;   // zmm0-7 are scratch inside one instruction
 constexpr int kNumRegs = 32;
 // Bytes ahead of the current vector at which each streamed input is prefetched into L2.
 constexpr int kPrefetchBytes = 4096;
 
-
 using Xbyak::Zmm;
 using Xbyak::Reg64;
-
-
 
 class Gen : public Xbyak::CodeGenerator {
  public:
@@ -417,6 +413,8 @@ class Gen : public Xbyak::CodeGenerator {
     pool_.push_back(v);
     return int(pool_.size()) - 1;
   }
+  // The constant pool: one 64-byte row of 16 copies per distinct value, read whole or as
+  // a {1to16} broadcast.
   Xbyak::Address cvec(uint32_t v) { return ptr[rip + consts_ + 64 * row_of(v)]; }
   Xbyak::Address cb(uint32_t v) { return ptr_b[rip + consts_ + 64 * row_of(v)]; }
 
