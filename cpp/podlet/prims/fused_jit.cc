@@ -957,32 +957,21 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
     kern->nouts = spec.outs.size();
     if (ymm) {
       generate_ymm(spec, ways, *kern);
-      // The bounce buffers of a partial last vector (run_ymm): bytes per element.
-      kern->load_kind = spec.load_kind;
-      kern->load_scale.assign(spec.load_kind.size(), 0);
-      for (const Instr& ins : spec.code)
-        if (ins.op == kLoad && ins.a >= 0 && size_t(ins.a) < spec.load_kind.size())
-          kern->load_scale[size_t(ins.a)] = storage_scale(ins.d);
-      for (const auto& o : spec.outs)
-        kern->out_scale.push_back(o.mode == OutMode::kRows ? 4 : storage_scale(spec.code[size_t(o.slot)].rd));
-      k = kern;
-      ++g_compiled;
-      cache.emplace(key, k);
-      return k;
+    } else {
+      // The bodies: one-vector loop and masked tail, plus the W-vector loop's W (and room
+      // for the out-of-line roundings); leaf_loop's are small programs.
+      const size_t bytes = (16384 + spec.code.size() * (3 + ways) * 512 + 4095) / 4096 * 4096;
+      auto gen = std::make_unique<Gen>(spec, bytes, ways, cvt_bf16);
+      gen->generate();
+      gen->setProtectModeRE();
+      kern->fn = gen->getCode<void (*)(const uint64_t*)>();
+      kern->periods = gen->aligned_periods();
+      kern->reg_leaves = gen->reg_leaves();
+      kern->ways = gen->ways();
+      kern->nspill = size_t(gen->nspill());
+      kern->gen = std::move(gen);
+      for (const auto& o : spec.outs) kern->leaves |= o.mode == OutMode::kLeaves;
     }
-    // The bodies: one-vector loop and masked tail, plus the W-vector loop's W (and room
-    // for the out-of-line roundings); leaf_loop's are small programs.
-    const size_t bytes = (16384 + spec.code.size() * (3 + ways) * 512 + 4095) / 4096 * 4096;
-    auto gen = std::make_unique<Gen>(spec, bytes, ways, cvt_bf16);
-    gen->generate();
-    gen->setProtectModeRE();
-    kern->fn = gen->getCode<void (*)(const uint64_t*)>();
-    kern->periods = gen->aligned_periods();
-    kern->reg_leaves = gen->reg_leaves();
-    kern->ways = gen->ways();
-    kern->nspill = size_t(gen->nspill());
-    kern->gen = std::move(gen);
-    for (const auto& o : spec.outs) kern->leaves |= o.mode == OutMode::kLeaves;
     k = kern;
     ++g_compiled;
   } catch (const Refuse& r) {

@@ -622,6 +622,13 @@ void generate_ymm(const Spec& spec, int max_ways, Kernel& kern) {
   kern.ways = gen->ways();
   kern.lanes = kLanes;
   kern.stack_slots = gen->nslots();
+  // The bounce blocks of a partial last vector (fused_jit::run): bytes per element.
+  kern.load_kind = spec.load_kind;
+  kern.load_scale.assign(spec.load_kind.size(), 0);
+  for (const Instr& ins : spec.code)
+    if (ins.op == kLoad) kern.load_scale[size_t(ins.a)] = storage_scale(ins.d);  // plan() checked ins.a
+  for (const auto& o : spec.outs)
+    kern.out_scale.push_back(o.mode == OutMode::kRows ? 4 : storage_scale(spec.code[size_t(o.slot)].rd));
   kern.gen = std::move(gen);
 }
 
