@@ -70,6 +70,13 @@ def dot_cases(rng, dtype):
         b = rng.standard_normal((nb, n, k) if rc == 2 else (nb, k, n)).astype(dtype)
         attrs = dict(lhs_contracting=[lc], rhs_contracting=[rc], lhs_batch=[0], rhs_batch=[0])
         return name, ("dot_general", [arr(a), arr(b)], attrs), 2.0 * nb * m * n * k
+
+    def heads(name, ls, rs, lc, rc, lb, rb, k):
+        """A product over batch x heads as an attention layer does it (k: contraction length)."""
+        a, b = rng.standard_normal(ls).astype(dtype), rng.standard_normal(rs).astype(dtype)
+        attrs = dict(lhs_contracting=[lc], rhs_contracting=[rc], lhs_batch=lb, rhs_batch=rb)
+        out = np.prod(ls) // ls[lc] * (np.prod(rs) // rs[rc]) // np.prod([rs[i] for i in rb])
+        return name, ("dot_general", [arr(a), arr(b)], attrs), 2.0 * out * k
     return [dot(1024, 1024, 1024),
             dot(128, 784, 1024, name="mlp fwd  x[128,784] @ W[784,1024]"),
             dot(784, 128, 1024, lc=0, name="mlp dW   x^T[784,128] @ g[128,1024]"),
@@ -82,7 +89,13 @@ def dot_cases(rng, dtype):
             dot(192, 6304, 768, lc=0, name="vit dW   x^T[192,6304] @ g[6304,768]"),
             dot(100352, 96, 384, name="swin fc1 x[100352,96] @ W[96,384]"),
             batched(96, 197, 64, 197, 2, 2, name="vit QK^T 96 x q[197,64] @ k^T[64,197]"),
-            batched(96, 64, 197, 197, 1, 1, name="vit dK^T 96 x q^T[64,197] @ dS[197,197]")]
+            batched(96, 64, 197, 197, 1, 1, name="vit dK^T 96 x q^T[64,197] @ dS[197,197]"),
+            # the same heads in the step's layout (Flax's einsums on [B, T, N, H] and
+            # [B, N, T, S]): each of these patterns is two of a layer's six products
+            heads("vit attn S = Q K^T (and dP = dO V^T)", (32, 197, 3, 64), (32, 197, 3, 64), 3, 3, [0, 2], [0, 2], 64),
+            heads("vit attn O = P V (and dQ = dS K)", (32, 3, 197, 197), (32, 197, 3, 64), 3, 1, [0, 1], [0, 2], 197),
+            heads("vit attn dV = P^T dO (and dK = dS^T Q)", (32, 3, 197, 197), (32, 197, 3, 64), 2, 1, [0, 1], [0, 2],
+                  197)]
 
 
 # Every distinct ResNet-34 convolution at 224x224x1 input: (input H, Cin, Cout, kernel,

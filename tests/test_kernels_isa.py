@@ -175,6 +175,12 @@ DOT_CASES = {
     "batch_not_leading": ((20, 4, 30), (30, 4, 17), dot_attrs([2], [0], [1], [1])),
     # B packed per task (batched): two K blocks, two column tiles, kept across row tiles
     "batched_k_blocks": ((2, 40, 600), (2, 600, 150), dot_attrs([2], [1], [0], [0])),
+    # B packed per task with two column tiles per entry (the kept panels change hands)
+    "batched_wide": ((3, 130, 70), (3, 70, 300), dot_attrs([2], [1], [0], [0])),
+    # attention's heads: [B, T, N, H] operands, P^T dO read k-major, 197 = 12 x 16 + 5
+    "heads_pv": ((2, 3, 197, 197), (2, 197, 3, 64), dot_attrs([3], [1], [0, 1], [0, 2])),
+    "heads_ptdo": ((2, 3, 197, 197), (2, 197, 3, 64), dot_attrs([2], [1], [0, 1], [0, 2])),
+    "heads_qkt": ((2, 197, 3, 64), (2, 197, 3, 64), dot_attrs([3], [3], [0, 2], [0, 2])),
     "matvec": ((40, 600), (600,), dot_attrs([1], [0])),
     "skinny": ((1, 8), (8, 1), dot_attrs([1], [0])),
     "empty_k": ((5, 0), (0, 7), dot_attrs([1], [0])),

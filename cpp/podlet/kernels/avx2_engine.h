@@ -6,8 +6,10 @@
 //     (zero-padded past N), so the microkernel reads it with aligned contiguous loads;
 //     a long sum packs it per task and K block instead (gemm_avx2.cc, Scratch::b);
 //   * A is packed per task and K block by a caller-supplied packer, row-major [mb][kb]
-//     (an im2col block for convolutions, a plain row copy for matmuls, bf16 widened);
-//   * the 6x16 microkernel keeps a 6x16 C block in 12 ymm registers, broadcasting A.
+//     (an im2col block for convolutions, a plain row copy for matmuls, bf16 widened),
+//     or k-major [kb][mb] when A is stored with M contiguous (one copy per K row);
+//   * the 6x16 microkernel keeps a 6x16 C block in 12 ymm registers, broadcasting A
+//     (6x8 for a tile's last panel when at most 8 of its columns are real).
 // Determinism: K is cut into fixed blocks of KC = kGemmTileK, each summed in order by
 // one FMA chain per output element and added to C block after block; output tiles are
 // independent tasks. No reduction is ever split across threads, so the bits depend on
@@ -62,6 +64,10 @@ struct FBuf {
     free_raw_buffer(p, got);
     p = nullptr;
     p = static_cast<float*>(alloc_raw_buffer(size_t(round_up(imax(n, 1) * 4, 64)), &got));
+  }
+  // At least n floats (contents not kept when it grows).
+  void reserve(int64_t n) {
+    if (!p || size_t(imax(n, 1)) * 4 > got) reset(n);
   }
   void zero(int64_t n) { std::memset(p, 0, size_t(n) * 4); }
 };
@@ -145,42 +151,131 @@ inline void store_out(DType d, void* out, int64_t off, const float* s, int64_t n
   }
 }
 
-// ---- the microkernel: C[6, 16] (+)= A[6, kc] B[kc, 16] ----
-// a: 6 rows of a row-major block (stride lda); b: a panel slice [kc][16], 32-byte
-// aligned; c: row stride ldc. add=false stores the block sum, add=true adds it to C.
-// Each element is one FMA chain over k = 0..kc-1, then at most one addition to C.
+// bf16 bits of 8 floats, rounded as bf16_round (nearest even, NaN kept quiet), each in
+// the low half of its 32-bit lane.
+inline __m256i bf16_bits8(__m256 v) {
+  const __m256i u = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+  const __m256i q = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x0040));
+  return _mm256_blendv_epi8(r, q, nan);
+}
+// 8 floats as 8 bf16, in order.
+inline __m128i bf16_round8(__m256 v) {
+  const __m256i w = bf16_bits8(v);
+  return _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+}
+// 16 floats (two vectors) as 16 bf16, in order (packus works per 128-bit lane).
+inline __m256i bf16_round16(__m256 lo, __m256 hi) {
+  return _mm256_permute4x64_epi64(_mm256_packus_epi32(bf16_bits8(lo), bf16_bits8(hi)), 0xD8);
+}
+
+// Where a tile's last K block goes when it bypasses the C tile: the output itself, row
+// stride ld elements, rows x cols valid from p (the block's first element), rounded to
+// bf16 or stored as f32 from the registers that summed it (avx512_engine.h's OutBlock).
+struct OutBlock {
+  DType dtype;
+  void* p;
+  int64_t ld;
+  int rows, cols;
+};
+
+template <int NV> inline void store_block(const __m256 (&acc)[MR][NV], float* c, int64_t ldc, bool add) {
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    float* p = c + r * ldc;
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      __m256 x = acc[r][v];
+      if (add) x = _mm256_add_ps(_mm256_loadu_ps(p + 8 * v), x);
+      _mm256_storeu_ps(p + 8 * v, x);
+    }
+  }
+}
+// The block's valid rows and columns into the output: the same sums as store_block then
+// store_out (C + block, then rounded), without the pass over the C tile. Partial rows go
+// through a stack row (AVX2 has no masked 16-bit stores).
+template <int NV>
+inline void store_block_out(const __m256 (&acc)[MR][NV], const float* c, int64_t ldc, bool add, const OutBlock& o) {
+  const bool full = o.cols >= 8 * NV;
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    if (r >= o.rows) break;
+    __m256 x[NV];
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      x[v] = acc[r][v];
+      if (add) x[v] = _mm256_add_ps(_mm256_loadu_ps(c + r * ldc + 8 * v), x[v]);
+    }
+    if (o.dtype == DType::f32) {
+      float* p = static_cast<float*>(o.p) + r * o.ld;
+      if (full) {
+        for (int v = 0; v < NV; ++v) _mm256_storeu_ps(p + 8 * v, x[v]);
+      } else {
+        alignas(32) float t[8 * NV];
+        for (int v = 0; v < NV; ++v) _mm256_store_ps(t + 8 * v, x[v]);
+        std::memcpy(p, t, size_t(o.cols) * 4);
+      }
+    } else {
+      uint16_t* p = static_cast<uint16_t*>(o.p) + r * o.ld;
+      alignas(32) uint16_t t[8 * NV];
+      if constexpr (NV == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(full ? p : t), bf16_round16(x[0], x[1]));
+      else _mm_store_si128(reinterpret_cast<__m128i*>(t), bf16_round8(x[0]));
+      if constexpr (NV == 2) {
+        if (!full) std::memcpy(p, t, size_t(o.cols) * 2);
+      } else {
+        std::memcpy(p, t, size_t(full ? 8 : o.cols) * 2);
+      }
+    }
+  }
+}
+
+// ---- the microkernel: C[6, 8 NV] (+)= A[6, kc] B[kc, 8 NV] ----
+// a: 6 rows of a row-major block (row stride lda), or k-major (KMajor: the 6 rows'
+// elements of step k at a + k * lda); b: a panel slice [kc][16], 32-byte aligned, of
+// which NV vectors are read (NV = 1: a tile's last panel with at most 8 real columns);
+// c: row stride ldc. add=false stores the block sum, add=true adds it to C. Each element
+// is one FMA chain over k = 0..kc-1, then at most one addition to C. With `out` the
+// result goes to the output instead of c (store_block_out), the bits unchanged.
 // Never inlined: on its own the register allocator keeps the 12 accumulators, 2 B
 // vectors and 6 row pointers in registers (inlined into a big caller it spilled them).
-__attribute__((noinline)) void f32_gemm_ukernel_6x16(int64_t kc, const float* a, int64_t lda, const float* b, float* c, int64_t ldc,
-                                  bool add) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
-  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
-  const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-    b += NR;
-    __m256 t;
-    t = _mm256_broadcast_ss(a0 + k); c00 = _mm256_fmadd_ps(t, b0, c00); c01 = _mm256_fmadd_ps(t, b1, c01);
-    t = _mm256_broadcast_ss(a1 + k); c10 = _mm256_fmadd_ps(t, b0, c10); c11 = _mm256_fmadd_ps(t, b1, c11);
-    t = _mm256_broadcast_ss(a2 + k); c20 = _mm256_fmadd_ps(t, b0, c20); c21 = _mm256_fmadd_ps(t, b1, c21);
-    t = _mm256_broadcast_ss(a3 + k); c30 = _mm256_fmadd_ps(t, b0, c30); c31 = _mm256_fmadd_ps(t, b1, c31);
-    t = _mm256_broadcast_ss(a4 + k); c40 = _mm256_fmadd_ps(t, b0, c40); c41 = _mm256_fmadd_ps(t, b1, c41);
-    t = _mm256_broadcast_ss(a5 + k); c50 = _mm256_fmadd_ps(t, b0, c50); c51 = _mm256_fmadd_ps(t, b1, c51);
-  }
-  auto put = [&](float* p, __m256 v0, __m256 v1) {
-    if (add) {
-      v0 = _mm256_add_ps(_mm256_loadu_ps(p), v0);
-      v1 = _mm256_add_ps(_mm256_loadu_ps(p + 8), v1);
+template <bool KMajor, int NV = 2>
+__attribute__((noinline)) void ukernel_6x16(int64_t kc, const float* a, int64_t lda, const float* b, float* c,
+                                            int64_t ldc, bool add, const OutBlock* out = nullptr) {
+  static_assert(NV == 1 || NV == 2, "a panel is two vectors wide");
+  __m256 acc[MR][NV];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_setzero_ps();
+  if constexpr (KMajor) {
+    for (int64_t k = 0; k < kc; ++k) {
+      __m256 bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = _mm256_load_ps(b + 8 * v);
+      b += NR;
+#pragma GCC unroll 6
+      for (int r = 0; r < MR; ++r) {
+        const __m256 t = _mm256_broadcast_ss(a + r);
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(t, bv[v], acc[r][v]);
+      }
+      a += lda;
     }
-    _mm256_storeu_ps(p, v0);
-    _mm256_storeu_ps(p + 8, v1);
-  };
-  put(c, c00, c01);
-  put(c + ldc, c10, c11);
-  put(c + 2 * ldc, c20, c21);
-  put(c + 3 * ldc, c30, c31);
-  put(c + 4 * ldc, c40, c41);
-  put(c + 5 * ldc, c50, c51);
+  } else {
+    const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda, *a4 = a + 4 * lda, *a5 = a + 5 * lda;
+    for (int64_t k = 0; k < kc; ++k) {
+      __m256 bv[NV];
+      for (int v = 0; v < NV; ++v) bv[v] = _mm256_load_ps(b + 8 * v);
+      b += NR;
+      const float* ar[MR] = {a0 + k, a1 + k, a2 + k, a3 + k, a4 + k, a5 + k};
+#pragma GCC unroll 6
+      for (int r = 0; r < MR; ++r) {
+        const __m256 t = _mm256_broadcast_ss(ar[r]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(t, bv[v], acc[r][v]);
+      }
+    }
+  }
+  if (out) store_block_out<NV>(acc, c, ldc, add, *out);
+  else store_block<NV>(acc, c, ldc, add);
 }
 
 // ---- tiling and tasks ----
@@ -205,7 +300,8 @@ inline Tiling choose_tiling(int64_t groups, int64_t M, int64_t N) {
 // Per-thread scratch: the packed A block and the C tile.
 struct Scratch {
   FBuf a, c;
-  FBuf b;  // a K block of B's panels, for kernels that pack B per block (allocated there)
+  FBuf b;  // B's panels, for kernels that pack B per block or per task (allocated there)
+  int64_t b_key = -1;  // which panels `b` holds, for kernels that keep them across tasks
   Scratch() : a(kMaxMC * KC), c(kMaxMC * kNC) {}
 };
 
@@ -234,32 +330,65 @@ struct PrepackedB {
 // round_up(nb, NR), rows up to round_up(mb, MR) written) the part k in [kbeg, kend) of
 // C = A B, summed in blocks of KC (kbeg, and kend unless it is K, multiples of KC):
 //   get_b(n0, nb, k0, kb, scratch) -> BView of B[k0:k0+kb, n0:n0+nb] (n0 a multiple of NR);
-//   pack_a(m0, mb, k0, kb, dst, lda) writes A[m0:m0+mb, k0:k0+kb] row-major into dst.
-template <class GetB, class PackA>
+//   pack_a(m0, mb, k0, kb, dst, lda) writes A[m0:m0+mb, k0:k0+kb] into dst, row-major
+//   (row stride lda = kb) or, KMajor, k-major (step k's mb elements at dst + k * lda,
+//   lda = round_up(mb, MR): A stored with M contiguous, one contiguous copy per step).
+// The A block's padding rows (up to round_up(mb, MR)) are zeroed here. With `out` (the
+// output at the tile's first element, row stride out->ld) the last block stores the
+// finished sums there, rounded to its dtype, instead of in ct: the C tile is then only
+// the running sum of the earlier blocks (with one block, never touched).
+struct OutTile {
+  DType dtype;
+  void* p;
+  int64_t ld;
+};
+template <bool KMajor = false, class GetB, class PackA>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t kbeg, int64_t kend, GetB&& get_b,
-                  PackA&& pack_a, Scratch& s, float* ct, int64_t ldc) {
+                  PackA&& pack_a, Scratch& s, float* ct, int64_t ldc, const OutTile* out = nullptr) {
   const int64_t mp = round_up(mb, MR), np = round_up(nb, NR);
   if (kend == 0) {  // empty sum
     for (int64_t i = 0; i < mp; ++i) zero_row(ct + i * ldc, np);
+    if (out)
+      for (int64_t i = 0; i < mb; ++i) store_out(out->dtype, out->p, i * out->ld, ct + i * ldc, nb);
     return;
   }
+  const int64_t esize = out && out->dtype == DType::f32 ? 4 : 2;
   for (int64_t k0 = kbeg; k0 < kend; k0 += KC) {
     const int64_t kb = imin(KC, kend - k0);
     float* ab = s.a.p;
-    pack_a(m0, mb, k0, kb, ab, kb);
-    zero_row(ab + mb * kb, (mp - mb) * kb);
+    if constexpr (KMajor) {
+      pack_a(m0, mb, k0, kb, ab, mp);
+      if (mb < mp)
+        for (int64_t k = 0; k < kb; ++k) zero_row(ab + k * mp + mb, mp - mb);
+    } else {
+      pack_a(m0, mb, k0, kb, ab, kb);
+      zero_row(ab + mb * kb, (mp - mb) * kb);
+    }
     const BView bv = get_b(n0, nb, k0, kb, s);
+    const bool last = out && k0 + kb == kend;
     for (int64_t j = 0; j < np; j += NR) {
       const float* bpan = bv.p + (j / NR) * bv.stride;
-      for (int64_t i = 0; i < mp; i += MR) f32_gemm_ukernel_6x16(kb, ab + i * kb, kb, bpan, ct + i * ldc + j, ldc, k0 > 0);
+      auto kernel = nb - j <= 8 ? ukernel_6x16<KMajor, 1> : ukernel_6x16<KMajor, 2>;
+      for (int64_t i = 0; i < mp; i += MR) {
+        const float* a = KMajor ? ab + i : ab + i * kb;
+        const int64_t lda = KMajor ? mp : kb;
+        if (last) {
+          const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,
+                            int(imin(MR, mb - i)), int(imin(NR, nb - j))};
+          kernel(kb, a, lda, bpan, ct + i * ldc + j, ldc, k0 > 0, &ob);
+        } else {
+          kernel(kb, a, lda, bpan, ct + i * ldc + j, ldc, k0 > 0, nullptr);
+        }
+      }
     }
   }
 }
-// The whole K range into the scratch C tile (s.c, row stride ldc).
-template <class GetB, class PackA>
+// The whole K range into the scratch C tile (s.c, row stride ldc), or with `out` into
+// the output.
+template <bool KMajor = false, class GetB, class PackA>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t K, GetB&& get_b, PackA&& pack_a, Scratch& s,
-                  int64_t ldc) {
-  tile_product(m0, mb, n0, nb, 0, K, get_b, pack_a, s, s.c.p, ldc);
+                  int64_t ldc, const OutTile* out = nullptr) {
+  tile_product<KMajor>(m0, mb, n0, nb, 0, K, get_b, pack_a, s, s.c.p, ldc, out);
 }
 
 }  // namespace

@@ -55,6 +55,20 @@ void pack_a_block(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t 
   }
 }
 
+// The same block k-major (A stored with M contiguous: x^T @ g, an attention's P^T @ dO):
+// step k's mb elements at dst + k * lda, one contiguous copy per K row.
+template <class T>
+void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t k0, int64_t kb, float* dst, int64_t lda) {
+  const GemmArgs& g = o.g;
+  const T* col = static_cast<const T*>(g.a) + g.a_batch[b] + g.a_row[m0];
+  const int64_t* ak = g.a_k.data() + k0;
+  for (int64_t k = 0; k < kb; ++k) copy_row(col + ak[k], mb, dst + k * lda);
+}
+
+// A batch entry's packed B up to this size is packed by the task that needs it, into its
+// scratch, and kept for the thread's next task of the same entry (avx512's kPerTaskBWords).
+constexpr int64_t kPerTaskBFloats = int64_t(64) << 10;  // 256 KB
+
 template <class TA, class TB> void run(const GemmArgs& g) {
   const Operands o{g, unit_stride(g.a_k.data(), g.K), unit_stride(g.a_row.data(), g.M),
                    unit_stride(g.b_col.data(), g.N), unit_stride(g.b_k.data(), g.K)};
@@ -69,28 +83,52 @@ template <class TA, class TB> void run(const GemmArgs& g) {
   // such products, one thread or two (AMD Zen 3). Each task packs its own columns, so B
   // is packed once per tile row: only where there are few (t.mt).
   const bool per_block = g.K > 2 * KC && t.mt <= 4;
-  FBuf bp(per_block ? 1 : g.B * bsize);
-  if (!per_block)
+  // Batched (attention's 96 heads of 197 x 64): each task packs its entry's columns into
+  // its scratch, kept for the thread's next task of the same entry (a thread's tasks are
+  // consecutive); the whole batch packed up front went through memory, 4.8 MB of f32
+  // written and read back for a [197, 64] x 96 operand.
+  const bool per_task_b = !per_block && g.B > 1 && bsize <= kPerTaskBFloats;
+  FBuf bp(per_block || per_task_b ? 1 : g.B * bsize);
+  if (!per_block && !per_task_b)
     run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
               [&](int64_t u) { pack_b_panel<TB>(o, u / panels, u % panels, 0, g.K, bp.p + u * g.K * NR); });
+  const bool kmajor = !o.a_k_unit && o.a_row_unit;
+  const int64_t esize = g.c_dtype == DType::f32 ? 4 : 2;
   run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
     const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
     const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
     const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
-    auto pack_a = [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
-      pack_a_block<TA>(o, b, m, rows, k0, kb, dst, lda);
-    };
-    if (per_block) {
-      if (!s.b.p) s.b.reset(KC * kNC);
-      auto get_b = [&](int64_t n0b, int64_t nbb, int64_t k0, int64_t kb, Scratch& sc) {
-        for (int64_t j = 0; j < cdiv(nbb, NR); ++j) pack_b_panel<TB>(o, b, n0b / NR + j, k0, kb, sc.b.p + j * kb * NR);
+    // The last K block's microkernels write the output (no pass over a C tile).
+    const OutTile out{g.c_dtype, static_cast<char*>(g.c) + (g.c_off(b, m0) + n0) * esize,
+                      g.c_batch.empty() ? g.N : g.c_ld};
+    auto get_b = [&](int64_t n0b, int64_t nbb, int64_t k0, int64_t kb, Scratch& sc) -> BView {
+      const int64_t np = cdiv(nbb, NR);
+      if (per_block) {
+        sc.b.reserve(KC * kNC);
+        for (int64_t j = 0; j < np; ++j) pack_b_panel<TB>(o, b, n0b / NR + j, k0, kb, sc.b.p + j * kb * NR);
         return BView{sc.b.p, kb * NR};
-      };
-      tile_product(m0, mb, n0, nb, g.K, get_b, pack_a, s, ldc);
-    } else {
-      tile_product(m0, mb, n0, nb, g.K, PrepackedB{bp.p + b * bsize, g.K}, pack_a, s, ldc);
-    }
-    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, g.c_off(b, m0 + i) + n0, s.c.p + i * ldc, nb);
+      }
+      if (per_task_b) {  // the entry's panels [n0b, n0b + nbb) over all of K, packed once
+        const int64_t key = b * panels + n0b / NR;
+        if (sc.b_key != key) {
+          sc.b.reserve(np * g.K * NR);
+          for (int64_t j = 0; j < np; ++j) pack_b_panel<TB>(o, b, n0b / NR + j, 0, g.K, sc.b.p + j * g.K * NR);
+          sc.b_key = key;
+        }
+        return BView{sc.b.p + k0 * NR, g.K * NR};
+      }
+      return PrepackedB{bp.p + b * bsize, g.K}(n0b, nbb, k0, kb, sc);
+    };
+    if (kmajor)
+      tile_product<true>(m0, mb, n0, nb, g.K, get_b,
+                         [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
+                           pack_a_kmajor<TA>(o, b, m, rows, k0, kb, dst, lda);
+                         }, s, ldc, &out);
+    else
+      tile_product<false>(m0, mb, n0, nb, g.K, get_b,
+                          [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
+                            pack_a_block<TA>(o, b, m, rows, k0, kb, dst, lda);
+                          }, s, ldc, &out);
   });
 }
 
