@@ -285,15 +285,25 @@ struct Tiling {
   int64_t mc, nc, mt, nt;  // tile sizes and tile counts along M and N
 };
 // Tile sizes for `groups` independent M x N products: large tiles, made smaller (down to
-// 24 rows) until there are a few tasks per thread. Only the speed depends on this.
+// 24 rows) until there are a few tasks per thread. When the tasks are few, the threads
+// wait for the one with most rows, so the tiles are then evened out: as many row tiles
+// as make the task count a multiple of the threads (768 rows: 8 x 96, not 6 x 120 + 48
+// nor 7 x 114, with 2 threads), all the same height (192 rows: 2 x 96, not 120 + 72),
+// and equal column tiles (384 columns: 2 x 192). Only the speed depends on this.
 inline Tiling choose_tiling(int64_t groups, int64_t M, int64_t N) {
+  M = imax(M, 1);
+  N = imax(N, 1);
   Tiling t;
-  t.nc = imin(round_up(imax(N, 1), NR), kNC);
-  t.nt = cdiv(imax(N, 1), t.nc);
-  t.mc = imin(kMaxMC, round_up(imax(M, 1), MR));
-  const int64_t want = 3 * int64_t(num_threads());
+  t.nt = cdiv(N, kNC);
+  t.nc = round_up(cdiv(N, t.nt), NR);
+  t.mc = imin(kMaxMC, round_up(M, MR));
+  const int64_t threads = num_threads(), want = 3 * threads;
   while (t.mc > 24 && groups * cdiv(M, t.mc) * t.nt < want) t.mc -= 24;
-  t.mt = cdiv(imax(M, 1), t.mc);
+  t.mt = cdiv(M, t.mc);
+  if (groups * t.mt * t.nt < 8 * threads)
+    while ((groups * t.mt * t.nt) % threads && cdiv(M, t.mt + 1) >= 4 * MR) ++t.mt;
+  t.mc = round_up(cdiv(M, t.mt), MR);
+  t.mt = cdiv(M, t.mc);
   return t;
 }
 
