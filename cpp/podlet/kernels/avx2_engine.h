@@ -220,13 +220,10 @@ inline void store_block_out(const __m256 (&acc)[MR][NV], const float* c, int64_t
     } else {
       uint16_t* p = static_cast<uint16_t*>(o.p) + r * o.ld;
       alignas(32) uint16_t t[8 * NV];
-      if constexpr (NV == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(full ? p : t), bf16_round16(x[0], x[1]));
-      else _mm_store_si128(reinterpret_cast<__m128i*>(t), bf16_round8(x[0]));
-      if constexpr (NV == 2) {
-        if (!full) std::memcpy(p, t, size_t(o.cols) * 2);
-      } else {
-        std::memcpy(p, t, size_t(full ? 8 : o.cols) * 2);
-      }
+      uint16_t* d = full ? p : t;
+      if constexpr (NV == 2) _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), bf16_round16(x[0], x[1]));
+      else _mm_storeu_si128(reinterpret_cast<__m128i*>(d), bf16_round8(x[0]));
+      if (!full) std::memcpy(p, t, size_t(o.cols) * 2);
     }
   }
 }
