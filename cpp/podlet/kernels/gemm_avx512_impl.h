@@ -127,6 +127,7 @@ void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t
 // function of the shape only (never of the thread count), like conv backward-filter's.
 constexpr int64_t kKChunk = 1024;   // k steps per chunk (at least)
 constexpr int64_t kPerTaskBWords = int64_t(64) << 10;  // a batch entry's packed B up to 256 KB
+constexpr int64_t kStreamBWords = int64_t(512) << 10;  // a weight gradient's B above 2 MB (past L2): per block
 inline int64_t k_chunks(int64_t B, int64_t M, int64_t N, int64_t Kq) {
   const int64_t tiles = B * cdiv(M, kMaxMC) * cdiv(N, kNC);  // at full tile size
   if (tiles >= 8 || Kq < 2 * kKChunk) return 1;
@@ -154,12 +155,18 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   // thread's tasks are consecutive): the whole batch packed up front went through
   // memory, 2.75 MB written and read back (11% of a QK^T).
   const bool per_task_b = nch == 1 && g.B > 1 && bsize <= kPerTaskBWords;
-  WBuf bp(nch == 1 && !per_task_b ? g.B * bsize : 1);
-  if (nch == 1 && !per_task_b)
+  // A weight gradient's long, wide B (x^T[384, 6272] @ g[6272, 1536]: 19 MB packed) packed
+  // block by block inside the tasks, as the K chunks do: packed up front it went to memory
+  // and came back once per row tile (3-5% of the product on Zen 4; no change where the
+  // packed B fits in L2, so the threshold is L2's size).
+  const bool kmajor = !o.a_k_unit && o.a_row_unit;
+  const bool stream_b = nch == 1 && g.B == 1 && kmajor && o.b_col_unit && bsize > kStreamBWords;
+  const bool blocked_b = nch > 1 || stream_b;  // B packed per K block, per task
+  WBuf bp(nch == 1 && !per_task_b && !stream_b ? g.B * bsize : 1);
+  if (nch == 1 && !per_task_b && !stream_b)
     run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
               [&](int64_t u) { pack_b_panel<Kind, TB>(o, u / panels, u % panels, 0, Kq, bp.p + u * Kq * NR); });
 
-  const bool kmajor = !o.a_k_unit && o.a_row_unit;
   // The rows the packers read for steps [q0, q0 + nq) of a tile, when they step evenly:
   // A's (K rows of the block's columns when k-major, else its rows' K range) and, when B
   // is packed per block (K chunks), B's.
@@ -171,7 +178,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
     const int64_t ea = sizeof(TA), eb = sizeof(TB);
     if (kmajor && a_ke) ps.s[0] = pf_stream(a, a_ks * ea, kb, mb * ea);
     else if (o.a_k_unit && a_re) ps.s[0] = pf_stream(a, a_rs * ea, mb, kb * ea);
-    if (nch == 1) return;  // B packed up front or per task, not per block
+    if (!blocked_b) return;  // B packed up front or per task, not per block
     const TB* bp_ = static_cast<const TB*>(g.b) + g.b_batch[b] + g.b_k[k0] + g.b_col[n0];
     if (o.b_col_unit && b_ke) ps.s[1] = pf_stream(bp_, b_ks * eb, kb, nb * eb);
     else if (o.b_k_unit && b_ce) ps.s[1] = pf_stream(bp_, b_cs * eb, nb, kb * eb);
@@ -199,7 +206,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
         }
         return {sc.b.p + q0 * NR, Kq * NR};
       }
-      if (nch == 1) return PrepackedB{bp.p + b * bsize, Kq}(n0_, nb_, q0, nq, sc);
+      if (!blocked_b) return PrepackedB{bp.p + b * bsize, Kq}(n0_, nb_, q0, nq, sc);
       const int64_t np = cdiv(nb_, NR);
       sc.b.reserve(np * nq * NR);
       for (int64_t j = 0; j < np; ++j) pack_b_panel<Kind, TB>(o, b, n0_ / NR + j, q0, nq, sc.b.p + j * nq * NR);
