@@ -187,7 +187,7 @@ DOT_CASES = {
     # long K, small output: summed in K chunks (gemm_avx512_impl.h k_chunks), each task
     # packing its own B blocks; odd K ends in a half pair inside the last chunk
     "long_k_weight_grad": ((9000, 40), (9000, 70), dot_attrs([0], [0])),    # x^T g, B rows
-    # x^T g with a packed B past L2 (550 steps x 1,024 columns): packed per K block inside
+    # x^T g with a packed B past L2 (551 steps x 1,024 columns): packed per K block inside
     # each task, not up front (gemm_avx512_impl.h stream_b); odd K's half pair at the end
     "weight_grad_streamed_b": ((1101, 300), (1101, 1000), dot_attrs([0], [0])),
     "long_k_odd_rows": ((30, 9001), (50, 9001), dot_attrs([1], [1])),       # B columns contiguous in K

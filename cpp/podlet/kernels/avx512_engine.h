@@ -338,9 +338,10 @@ struct OutBlock {
 };
 // The block's output lines requested for writing (prefetchw: every AVX-512 CPU has it)
 // before a short block's microkernel runs, so that their reads for ownership overlap its
-// products instead of stalling its stores: with K <= 128 a call's dot products are too
-// few to hide them (ViT's QK^T writes 7.4 MB of bf16 logits per call from 32 k steps;
-// Swin's K = 96 products). Longer blocks measured no change.
+// products instead of stalling its stores: with at most 64 k steps (K <= 128 in bf16) a
+// call's products are too few to hide them (ViT's QK^T writes 7.4 MB of bf16 logits per
+// call from 32 k steps; Swin's K = 96 products). Longer blocks measured no gain, and
+// P V (99 steps) 3-5% slower with it.
 constexpr int64_t kPrefetchStoreSteps = 64;
 inline void prefetch_for_store(const OutBlock& ob, int64_t esize) {
   const char* p = static_cast<const char*>(ob.p);
