@@ -162,8 +162,9 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   const bool kmajor = !o.a_k_unit && o.a_row_unit;
   const bool stream_b = nch == 1 && g.B == 1 && kmajor && o.b_col_unit && bsize > kStreamBWords;
   const bool blocked_b = nch > 1 || stream_b;  // B packed per K block, per task
-  WBuf bp(nch == 1 && !per_task_b && !stream_b ? g.B * bsize : 1);
-  if (nch == 1 && !per_task_b && !stream_b)
+  const bool prepacked_b = !per_task_b && !blocked_b;  // B packed once, up front, for every task
+  WBuf bp(prepacked_b ? g.B * bsize : 1);
+  if (prepacked_b)
     run_units(g.B * panels, double(g.B) * double(g.K) * double(g.N),
               [&](int64_t u) { pack_b_panel<Kind, TB>(o, u / panels, u % panels, 0, Kq, bp.p + u * Kq * NR); });
 
@@ -214,7 +215,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
         }
         return {sc.b.p + q0 * NR, Kq * NR};
       }
-      if (!blocked_b) return PrepackedB{bp.p + b * bsize, Kq}(n0_, nb_, q0, nq, sc);
+      if (prepacked_b) return PrepackedB{bp.p + b * bsize, Kq}(n0_, nb_, q0, nq, sc);
       const int64_t np = cdiv(nb_, NR);
       sc.b.reserve(np * nq * NR);
       for (int64_t j = 0; j < np; ++j) pack_b_panel<Kind, TB>(o, b, n0_ / NR + j, q0, nq, sc.b.p + j * nq * NR);
