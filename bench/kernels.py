@@ -17,9 +17,9 @@ the stride-2 ones, the 1x1/2 projections) at --batch (default 32), in forward,
 backward-data and backward-filter; the fused attention primitive forward and backward at
 ViT's L = 197 and Swin's window L = 49, head dims 32 and 64, and Swin's shifted windows
 (L = 49, H = 32, with the relative position bias and the shift's mask). The machine is
-shared: each figure is the best of --reps runs. Results also go to --out (default
-bench/results/kernels.json; give a partial run, --only or one dtype, a file of its own so
-it does not replace the committed full run). A figure for notes, not a test.
+shared: each figure is the best of at least --reps runs and --min-seconds of runs.
+Results also go to --out (default bench/results/kernels.json; give a partial run, --only
+or one dtype, a file of its own so it does not replace the committed full run). A figure for notes, not a test.
 """
 import argparse
 import os
@@ -46,10 +46,14 @@ def arr(x):
     return _core.Array.from_numpy(np.ascontiguousarray(x))
 
 
-def best_time(f, reps):
+def best_time(f, reps, min_seconds=0.0):
+    """The best of at least `reps` calls, repeated until `min_seconds` of calls have run:
+    on a host whose speed drifts, two calls can both land in a slow minute (ViT's P V
+    product read 65% of peak as the best of 2 and 82% as the best of a 5-second loop)."""
     f()  # warm-up (and first-touch of the output)
     ts = []
-    for _ in range(reps):
+    start = time.perf_counter()
+    while len(ts) < reps or time.perf_counter() - start < min_seconds:
         t0 = time.perf_counter()
         f()
         ts.append(time.perf_counter() - t0)
@@ -166,6 +170,8 @@ def attention_cases(rng, batch, dtype):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--min-seconds", type=float, default=1.0,
+                   help="time each case for at least this long (best call counts; default 1.0)")
     p.add_argument("--threads", type=int, default=0, help="kernel threads (default: all)")
     p.add_argument("--only", choices=["dot", "conv", "attention"], default=None)
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "kernels.json"),
@@ -238,7 +244,7 @@ def main():
             pk_isa = apeak if isa == "amx" and str(ins[0].dtype) == "bfloat16" else pk
             _core.set_isa("avx512bf16" if isa == "wino" else isa)
             _core.set_conv_winograd(isa == "wino")
-            t = best_time(lambda: _core.apply(prim, ins, attrs), args.reps)
+            t = best_time(lambda: _core.apply(prim, ins, attrs), args.reps, args.min_seconds)
             totals[isa][0] += flops
             totals[isa][1] += t
             if name.startswith("conv") and "bwd_d 7x7 224x224x1" not in name:
