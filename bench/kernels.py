@@ -19,7 +19,8 @@ ViT's L = 197 and Swin's window L = 49, head dims 32 and 64, and Swin's shifted 
 (L = 49, H = 32, with the relative position bias and the shift's mask). The machine is
 shared: each figure is the best of at least --reps runs and --min-seconds of runs.
 Results also go to --out (default bench/results/kernels.json; give a partial run, --only
-or one dtype, a file of its own so it does not replace the committed full run). A figure for notes, not a test.
+or one dtype, a file of its own so it does not replace the committed full run). A figure
+for notes, not a test.
 """
 import argparse
 import os
