@@ -521,3 +521,115 @@ def test_bf16_rounding_with_and_without_avx512_bf16(isa):
              expect_compiled=have_jit())
     finally:
         _core.set_isa(old)
+
+
+# --- the unchecked bf16 loop (fused_jit.cc Gen::unchecked_ways_loop) ---
+# On AVX512_BF16 hosts a bf16 program run several vectors per iteration rounds the results
+# of arithmetic without checking each rounding's inputs; a block of iterations is checked
+# at its end by the MXCSR underflow / denormal flags (the loop runs under FTZ) and by the
+# NaNs it stored, and a flagged block sends the rest of the run back to the checked loop.
+# Values that must be caught are planted one at a time, late in the array (after blocks
+# that ran unchecked) and mid-block: a subnormal product of normal inputs and an exp that
+# underflows (the underflow flag), a subnormal behind a negation (a bit operation: its
+# rounding stays checked), a subnormal a maximum passes on (the denormal flag), a NaN with
+# a payload (the NaN check). Each is seen by exactly one of the checks: a mutation that
+# drops a check fails its case.
+
+
+def _unchecked_loop():
+    """The active ISA compiles the unchecked loop (the zmm generator with vcvtne2ps2bf16)."""
+    return _core.active_isa() in ("avx512bf16", "amx")
+
+
+def _unchecked_stats():
+    s = _core.fused_jit_stats()
+    return np.asarray([s["unchecked_runs"], s["unchecked_fallbacks"]])
+
+
+@pytest.fixture
+def no_tables():
+    """Values of one bf16 value computed, not read from tables (the tables are built by a
+    program of their own over every bf16 value, subnormals and NaNs included, whose blocks
+    fall back: counted by the same statistics)."""
+    _core.set_fused_tables(False)
+    try:
+        yield
+    finally:
+        _core.set_fused_tables(True)
+
+
+def _unchecked_program(x, y, z, c, r):
+    # Six outputs, a per-channel operand (period 256: the loop's period counters) and a
+    # per-row one (its rows), the transcendentals and a negation. x * y and exp(x * y) reach
+    # outputs directly (a subnormal flushed there shows); z reaches them through a maximum
+    # and an addition only (no product to underflow: the denormal flag and the NaN check
+    # alone see what is planted there).
+    p = x * y
+    ep = jnp.exp(p)
+    h = jnp.tanh(x * c + y) * r
+    e = ep - (-x) * c
+    return h * e, e + y * y, jnp.maximum(z, x * c), z + x, p, ep * r
+
+
+def _unchecked_inputs(plant, seed=0):
+    rng = np.random.default_rng(seed)
+    shape = (48, 9, 256)  # 110,592 elements: runs of several blocks of 8 x 8 vectors
+    x, y, z = ((rng.standard_normal(shape) * 2).astype(BF16) for _ in range(3))
+    c = (rng.standard_normal((256,)) + 0.5).astype(BF16)
+    r = (rng.standard_normal((48, 9, 1)) + 0.5).astype(BF16)
+    i = np.unravel_index(x.size - 3000, shape)
+    if plant == "subnormal_result":  # x * y below the normal range from two normal values
+        x[i], y[i] = np.asarray(3e-20, BF16), np.asarray(2e-19, BF16)
+    elif plant == "exp_underflow":  # exp(x * y) = exp(-90) = 8.2e-40: a bf16 subnormal
+        x[i], y[i] = np.asarray(9.0, BF16), np.asarray(-10.0, BF16)
+    elif plant == "negated_subnormal":
+        x[i] = np.asarray(-2e-39, BF16)
+    elif plant == "max_of_subnormal":  # max(z, x * c) = z, subnormal: only the denormal flag
+        z[i], x[i] = np.asarray(1e-39, BF16), np.asarray(-1.0, BF16) * np.sign(c[i[-1]].astype(np.float32))
+    elif plant == "nan_payload":  # a NaN with a payload through max and add: only the NaN check
+        z.view(np.uint16)[i] = 0x7fc1
+    return x, y, z, c, r
+
+
+@pytest.mark.parametrize("plant", ["none", "subnormal_result", "exp_underflow", "negated_subnormal", "max_of_subnormal",
+                                   "nan_payload"])
+def test_unchecked_rounding_keeps_the_bits(plant, no_tables):
+    args = _unchecked_inputs(plant)
+    before = _unchecked_stats()
+    _run(_unchecked_program, *args)
+    runs, fallbacks = _unchecked_stats() - before
+    if not _unchecked_loop():
+        assert runs == 0 and fallbacks == 0
+        return
+    assert runs > 0
+    # Two compiled runs of the graph (1 and 2 threads): each meets the planted value (in
+    # each fused program that reads it).
+    assert (fallbacks == 0) if plant == "none" else (fallbacks >= 2), (plant, fallbacks)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_unchecked_rounding_with_tables_and_special_values(seed):
+    # Tables (values of one bf16 value gathered, subnormals among them) and _special's
+    # values scattered through the array: blocks fall back early and often.
+    rng = np.random.default_rng(100 + seed)
+    shape = (32, 7, 256)
+    x, y, z = (_special(rng, shape, BF16) for _ in range(3))
+    c = _special(rng, (256,), BF16)
+    r = (rng.standard_normal((32, 7, 1)) + 0.5).astype(BF16)
+    before = _unchecked_stats()
+    _run(_unchecked_program, x, y, z, c, r)
+    runs, _ = _unchecked_stats() - before
+    assert (runs > 0) == _unchecked_loop()
+
+
+def test_unchecked_rounding_off_by_switch(no_tables):
+    # set_fused_jit_unchecked(False): programs compiled from then on keep the check at
+    # every rounding (the same bits; no run of the unchecked loop).
+    args = _unchecked_inputs("subnormal_result", seed=1)
+    _core.set_fused_jit_unchecked(False)
+    try:
+        before = _unchecked_stats()
+        _run(lambda *a: [v * np.asarray(1.25, BF16) for v in _unchecked_program(*a)], *args)
+        assert (_unchecked_stats() - before == 0).all()
+    finally:
+        _core.set_fused_jit_unchecked(True)

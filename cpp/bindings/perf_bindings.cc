@@ -52,6 +52,7 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     py::dict d;
     d["compiled"] = s.compiled; d["refused"] = s.refused; d["runs"] = s.runs; d["leaf_runs"] = s.leaf_runs;
     d["reg_leaf_runs"] = s.reg_leaf_runs; d["spill_runs"] = s.spill_runs;
+    d["unchecked_runs"] = s.unchecked_runs; d["unchecked_fallbacks"] = s.fallbacks;
     py::list ways;
     for (int w = 1; w <= fused_jit::kMaxWays; ++w) ways.append(s.way_runs[w]);
     d["way_runs"] = py::tuple(ways);
@@ -59,7 +60,8 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     return d;
   }, "Fused programs compiled to AVX-512 code / left to the interpreter since start, chunks run compiled (and of those, "
      "with column sums added in the compiled code; way_runs: of programs running 1, 2, ..., 8 vectors per iteration; "
-     "spill_runs: of programs with broadcast scalars kept in memory), "
+     "spill_runs: of programs with broadcast scalars kept in memory; unchecked_runs: of programs with the unchecked "
+     "bf16 loop, unchecked_fallbacks: its blocks flagged, whose run the checked loop finished), "
      "and whether compiling is on (prims/fused_jit.h).");
   m.def("fused_tables_stats", []() {
     const auto s = fused_tables::stats();
@@ -74,6 +76,11 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   m.def("set_fused_jit_ways", &fused_jit::set_max_ways, py::arg("ways"),
         "The most vectors per iteration (1-8) of fused programs compiled from now on (default 8; PODLET_FUSED_JIT_WAYS "
         "sets it at start). Same bits whatever it is.");
+  m.def("set_fused_jit_unchecked", &fused_jit::set_unchecked_rounding, py::arg("on"),
+        "bf16 programs compiled from now on (AVX512_BF16 hosts) round arithmetic results without a check per rounding, "
+        "checking the MXCSR underflow / denormal flags and the stored NaNs of each block of iterations instead; a "
+        "flagged block and the rest of its run are computed again with the checks (default; "
+        "PODLET_FUSED_JIT_UNCHECKED=0 turns it off at start). Same bits either way.");
   m.def("set_fused_jit", &fused_jit::set_enabled, py::arg("on"),
         "Compile fused programs to AVX-512 code (default; PODLET_FUSED_JIT=0 turns it off) or interpret them.");
   m.def("conv_winograd_stats", []() {

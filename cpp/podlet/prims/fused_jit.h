@@ -78,6 +78,13 @@ void set_enabled(bool on);
 // and 8 are used; default 8, PODLET_FUSED_JIT_WAYS sets it at start). Same bits whatever it is.
 void set_max_ways(int w);
 constexpr int kMaxWays = 8;  // set_max_ways' bound and default
+// Whether programs compiled from now on round results of arithmetic without checking
+// each rounding's inputs, checking MXCSR flags and stored NaNs per block of iterations
+// (fused_jit.cc Gen::unchecked_ways_loop: AVX512_BF16 hosts, bf16 programs run several
+// vectors per iteration). Default on; PODLET_FUSED_JIT_UNCHECKED=0 turns it off at start.
+// Same bits either way.
+bool unchecked_rounding();
+void set_unchecked_rounding(bool on);
 // leaf_runs: with kLeaves outputs; reg_leaf_runs: of those, with the leaves in registers
 // (leaf_k / 16 accumulators per kLeaves output, when they fit beside the program's values)
 // way_runs[W]: runs of programs compiled W vectors per iteration (fused_jit.cc Gen::body:
@@ -87,6 +94,9 @@ struct Stats {
   int64_t compiled = 0, refused = 0, runs = 0, leaf_runs = 0, reg_leaf_runs = 0;
   int64_t way_runs[kMaxWays + 1] = {};
   int64_t spill_runs = 0;  // runs of programs with broadcast scalars (ymm: any values) kept in memory
+  // runs of programs with the unchecked loop, and its flagged blocks (each sent the rest of
+  // its run to the checked loop)
+  int64_t unchecked_runs = 0, fallbacks = 0;
 };
 Stats stats();
 

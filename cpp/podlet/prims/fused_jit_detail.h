@@ -126,6 +126,7 @@ class Kernel {
   bool leaves = false;  // has kLeaves outputs
   bool reg_leaves = false;  // ... added in registers (Gen::leaf_loop)
   int ways = 1;  // vectors per iteration (Gen::body)
+  bool unchecked = false;  // with Gen::unchecked_ways_loop
   // Lanes per vector: 16 (zmm, fused_jit.cc) or 8 (ymm, fused_jit_ymm.cc, whose code runs
   // whole vectors only: run() puts a partial last one through a bounce buffer).
   int lanes = 16;
