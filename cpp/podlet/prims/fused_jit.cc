@@ -33,6 +33,7 @@
 #include <unordered_map>
 
 #include "podlet/cpu/isa.h"
+#include "podlet/env.h"
 #include "podlet/error.h"
 #include "podlet/prims/fused_jit_detail.h"
 
@@ -1180,11 +1181,7 @@ void set_enabled(bool on) { g_enabled = on ? 1 : 0; }
 void set_max_ways(int w) { g_max_ways = w < 1 ? 1 : w > kMaxWays ? kMaxWays : w; }
 bool unchecked_rounding() {
   int e = g_unchecked.load();
-  if (e < 0) {
-    const char* v = std::getenv("PODLET_FUSED_JIT_UNCHECKED");
-    e = !(v && std::strcmp(v, "0") == 0);
-    g_unchecked = e;
-  }
+  if (e < 0) g_unchecked = e = env_flag("PODLET_FUSED_JIT_UNCHECKED", true);
   return e;
 }
 void set_unchecked_rounding(bool on) { g_unchecked = on ? 1 : 0; }

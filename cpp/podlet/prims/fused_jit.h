@@ -81,7 +81,7 @@ constexpr int kMaxWays = 8;  // set_max_ways' bound and default
 // Whether programs compiled from now on round results of arithmetic without checking
 // each rounding's inputs, checking MXCSR flags and stored NaNs per block of iterations
 // (fused_jit.cc Gen::unchecked_ways_loop: AVX512_BF16 hosts, bf16 programs run several
-// vectors per iteration). Default on; PODLET_FUSED_JIT_UNCHECKED=0 turns it off at start.
+// vectors per iteration). Default on; PODLET_FUSED_JIT_UNCHECKED=0 (or off) turns it off at start.
 // Same bits either way.
 bool unchecked_rounding();
 void set_unchecked_rounding(bool on);
