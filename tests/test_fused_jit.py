@@ -532,8 +532,8 @@ def test_bf16_rounding_with_and_without_avx512_bf16(isa):
 # that ran unchecked) and mid-block: a subnormal product of normal inputs and an exp that
 # underflows (the underflow flag), a subnormal behind a negation (a bit operation: its
 # rounding stays checked), a subnormal a maximum passes on (the denormal flag), a NaN with
-# a payload (the NaN check). Each is seen by exactly one of the checks: a mutation that
-# drops a check fails its case.
+# a payload (the NaN check). Each check, and FTZ, has a case here that gives other bits
+# without it (checked by building the generator with each one dropped).
 
 
 def _unchecked_loop():
