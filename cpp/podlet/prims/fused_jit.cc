@@ -349,10 +349,9 @@ class Gen : public Xbyak::CodeGenerator {
   }
   // Worth it from two unchecked roundings per vector (the bias + GELU forward has one, and
   // its outputs' NaN checks cost about what they save).
+  // (pair_round_: an even W >= 2, so no leaf sums, plan_ways; stores only.)
   bool unchecked_ok() const {
-    if (!unchecked_allowed_ || !pair_round_ || ways_ < 2 || any_leaves_) return false;
-    for (const auto& o : s_.outs)
-      if (o.mode == OutMode::kLeaves) return false;
+    if (!unchecked_allowed_ || !pair_round_) return false;
     int n = 0;
     for (int k = 0; k < S_; ++k)
       n += root_[k] == k && arith_round(s_.code[k]) && raises_flags(s_.code[k].op) &&
@@ -361,7 +360,6 @@ class Gen : public Xbyak::CodeGenerator {
   }
   void unchecked_ways_loop() {
     const int W = ways_, np = int(periods_.size());
-    has_unchecked_ = true;
     Xbyak::Label block, iter, check, fail, out;
     // [rsp]: the caller's MXCSR, [rsp + 4]: the loop's, [rsp + 8]: iterations left in the
     // block, [rsp + 12]: the flags read; from [rsp + 16]: i and the period counters and
@@ -416,7 +414,7 @@ class Gen : public Xbyak::CodeGenerator {
     add(rsp, frame);
   }
 
-  bool has_unchecked() const { return has_unchecked_; }
+  bool has_unchecked() const { return ways_ > 1 && unchecked_ok(); }  // ways_loop emitted it
 
   // Periods that are multiples of 16: a call must start a vector on a period boundary.
   std::vector<int64_t> aligned_periods() const {
@@ -449,7 +447,6 @@ class Gen : public Xbyak::CodeGenerator {
   bool pair_round_ = false, defer_round_ = false;
   const bool unchecked_allowed_;  // unchecked_rounding() when compiled
   bool unchecked_ = false;  // emitting unchecked_ways_loop's body
-  bool has_unchecked_ = false;
   struct SlowPair { Xbyak::Label slow, back; int x = 0, y = 0; };
   std::list<SlowPair> slow_pairs_;
   Xbyak::Label perm_lo_, perm_hi_;
@@ -871,29 +868,26 @@ class Gen : public Xbyak::CodeGenerator {
   // vcvtne2ps2bf16 packs both (x's words low), and a word permute per vector puts its
   // words back in the high halves (k6: the odd words; the even ones zeroed). A NaN or a
   // subnormal in either sends both to the integer form, out of line.
+  // Unchecked (unchecked_ways_loop, whose flags stand for the check): the conversion and
+  // permutes alone.
   void round_bf16_pair(const Zmm& x, const Zmm& y, bool checked = true) {
-    if (!checked) {  // unchecked_ways_loop: its flags stand for the check
-      vcvtne2ps2bf16(zmm0, y, x);
-      vmovdqu16(zmm1, ptr[rip + perm_lo_]);
-      vpermw(x | k6 | T_z, zmm1, zmm0);
-      vmovdqu16(zmm1, ptr[rip + perm_hi_]);
-      vpermw(y | k6 | T_z, zmm1, zmm0);
-      return;
+    SlowPair* sl = nullptr;
+    if (checked) {
+      sl = &slow_pairs_.emplace_back();
+      sl->x = x.getIdx();
+      sl->y = y.getIdx();
+      vfpclassps(k1, x, 0xa1);  // QNaN | SNaN | denormal
+      vfpclassps(k2, y, 0xa1);
+      korw(k1, k1, k2);
+      kortestw(k1, k1);
+      jnz(sl->slow, T_NEAR);
     }
-    SlowPair& sl = slow_pairs_.emplace_back();
-    sl.x = x.getIdx();
-    sl.y = y.getIdx();
-    vfpclassps(k1, x, 0xa1);  // QNaN | SNaN | denormal
-    vfpclassps(k2, y, 0xa1);
-    korw(k1, k1, k2);
-    kortestw(k1, k1);
-    jnz(sl.slow, T_NEAR);
     vcvtne2ps2bf16(zmm0, y, x);
     vmovdqu16(zmm1, ptr[rip + perm_lo_]);
     vpermw(x | k6 | T_z, zmm1, zmm0);
     vmovdqu16(zmm1, ptr[rip + perm_hi_]);
     vpermw(y | k6 | T_z, zmm1, zmm0);
-    L(sl.back);
+    if (sl) L(sl->back);
   }
 
   // dst = fm::exp(x) (kernels/fastmath.h): its operations in its order, the FMAs as
@@ -1034,7 +1028,8 @@ class Gen : public Xbyak::CodeGenerator {
   }
 };
 
-// flavour: 0 zmm, 1 zmm with vcvtneps2bf16, 2 ymm (fused_jit_ymm.cc).
+// flavour: 0 zmm, 1 zmm with vcvtneps2bf16, 2 ymm (fused_jit_ymm.cc), 3 as 1 with the
+// unchecked loop (Gen::unchecked_ways_loop).
 std::string key_of(const Spec& s, int max_ways, int flavour) {
   std::string key;
   auto put = [&](int64_t v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
@@ -1070,8 +1065,8 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
   // PODLET_ISA / set_isa may lower the active ISA at run time: part of the key.
   const bool cvt_bf16 = int(cpu::active_isa()) >= int(cpu::Isa::avx512bf16);
   const bool ymm = int(cpu::active_isa()) < int(cpu::Isa::avx512);
-  const bool unchecked = !ymm && cvt_bf16 && unchecked_rounding();
-  const std::string key = key_of(spec, ways, ymm ? 2 : int(cvt_bf16) + 3 * int(unchecked));
+  const bool unchecked = cvt_bf16 && unchecked_rounding();
+  const std::string key = key_of(spec, ways, ymm ? 2 : unchecked ? 3 : int(cvt_bf16));
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   std::shared_ptr<Kernel> k;
