@@ -12,6 +12,7 @@ import pytest
 import podlet
 import podlet.numpy as jnp
 from podlet import _core, nn
+from podlet.lax import erf as jax_erf
 from fusion_chains import assert_same_bits
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -130,6 +131,115 @@ def test_an_output_computed_anyway_takes_no_table_for_its_cone():
 
     _, used = _runs(f, x, y)
     assert used == 0
+
+
+# Every generator the host has: AVX2's (ymm, each read its own gather) and the host's best.
+JIT_ISAS = [i for i in dict.fromkeys(["avx2", "avx512", podlet.cpu_info()["best_isa"]])
+            if i in podlet.cpu_info()["available_isas"]]
+
+
+@pytest.fixture(params=JIT_ISAS)
+def isa(request):
+    old = _core.active_isa()
+    _core.set_isa(request.param)
+    try:
+        yield request.param
+    finally:
+        _core.set_isa(old)
+
+
+def _paired_runs(fun, *args):
+    """_runs, and the values read in pairs per run (the same in every run)."""
+    before = _core.fused_tables_stats()["paired"]
+    fg, used = _runs(fun, *args)
+    paired = _core.fused_tables_stats()["paired"] - before
+    assert paired % 3 == 0, paired  # three runs with tables
+    return fg, used, paired // 3
+
+
+def test_two_tables_of_one_root_share_a_gather(isa):
+    # The exact GELU's VJP reads two chains of x, erf's and exp's: both words of one pair
+    # table, side by side in the program (one gather where the generator can).
+    rng = np.random.default_rng(6)
+    x = _every_word(extra=0).reshape(256, 256)
+    dy = rng.standard_normal((256, 256)).astype(BF16)
+
+    def f(x, dy):
+        _, vjp = podlet.vjp(lambda x: nn.gelu(x, approximate=False), x)
+        return vjp(dy)[0]
+
+    _, used, paired = _paired_runs(f, x, dy)
+    assert (used, paired) == (2, 2)
+
+
+@pytest.mark.parametrize("read", ["first_stored", "second_stored", "both_read"])
+def test_pair_table_values_stored_or_read(isa, read):
+    # exp(u) and tanh(u) of one rounded u, a pair. A pair's first value only stored frees
+    # its register for the second (plan()): then each reads its own gather; read on, they
+    # share one.
+    x = _every_word()
+    y = np.random.default_rng(7).standard_normal(x.shape).astype(BF16)
+
+    def f(x, y):
+        u = x * 0.3
+        if read == "first_stored":
+            e = jnp.exp(u)
+            return e, jnp.tanh(u) * y
+        t = jnp.tanh(u)
+        e = jnp.exp(u)
+        if read == "second_stored":
+            return t * y, e
+        return t * y + e, e - y
+
+    _, used, paired = _paired_runs(f, x, y)
+    assert (used, paired) == (2, 2)
+
+
+def test_pair_whose_first_value_frees_its_register(isa):
+    # A program written out (the fusion pass does not group it so): exp(x) only stored,
+    # tanh(x) read, x read after both. The pair's first value frees its register at once
+    # and the second takes it (plan()), so a shared gather would overwrite exp(x) before
+    # its store: each reads its own.
+    LOAD, EXP, TANH, ADD, MUL, BF = 0, 4, 8, 19, 21, 1  # ir/fusion.h's ops; bf16's dtype code
+    x = _every_word()
+    y = np.random.default_rng(9).standard_normal(x.shape).astype(BF16)
+    n = x.size
+    code = [LOAD, BF, BF, 0, 0, 0, 0,   # 0: x
+            EXP, BF, BF, 0, 0, 0, 0,    # 1: exp(x), an output only
+            TANH, BF, BF, 0, 0, 0, 0,   # 2: tanh(x)
+            LOAD, BF, BF, 1, 0, 0, 0,   # 3: y
+            MUL, BF, BF, 2, 3, 0, 0,    # 4: tanh(x) y
+            ADD, BF, BF, 4, 0, 0, 0]    # 5: tanh(x) y + x
+    attrs = dict(n=n, code=code, loads=[0, 1, n, 1, 1, 1, n, 1], outs=[1, 1, n, 5, 1, n], flops=0,
+                 prims="exp,tanh,mul,add")
+    args = [podlet._src.core.to_array(a) for a in (x, y)]
+    run = lambda: [np.asarray(o) for o in _core.apply("fused_elementwise", args, attrs)]
+    try:
+        _core.set_fused_tables(False)
+        ref = run()
+        _core.set_fused_tables(True)
+        before = _core.fused_tables_stats()["paired"]
+        outs = [run()]
+        _core.set_fused_jit(False)
+        outs.append(run())
+    finally:
+        _core.set_fused_jit(True)
+        _core.set_fused_tables(True)
+    assert _core.fused_tables_stats()["paired"] - before == 4
+    for o in outs:
+        for a, b in zip(ref, o):
+            assert_same_bits(a, b)
+
+
+def test_an_odd_table_takes_a_partner(isa):
+    # tanh(x) is worth a table; x * 0.5, one product, is not, but it rides in the second
+    # word of tanh's entries for nothing. A third table of x has no partner left.
+    x = _every_word()
+    y = np.random.default_rng(8).standard_normal(x.shape).astype(BF16)
+    _, used, paired = _paired_runs(lambda x, y: jnp.tanh(x) * y + (x * 0.5) * y, x, y)
+    assert (used, paired) == (2, 2)
+    _, used, paired = _paired_runs(lambda x, y: (jnp.tanh(x) * y + jnp.exp(x) * y) + jax_erf(x) * y, x, y)
+    assert (used, paired) == (3, 2)
 
 
 def test_scalars_are_part_of_the_table():

@@ -66,10 +66,11 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   m.def("fused_tables_stats", []() {
     const auto s = fused_tables::stats();
     py::dict d;
-    d["built"] = s.built; d["used"] = s.used; d["runs"] = s.runs; d["enabled"] = fused_tables::enabled();
+    d["built"] = s.built; d["used"] = s.used; d["runs"] = s.runs; d["paired"] = s.paired; d["enabled"] = fused_tables::enabled();
     return d;
   }, "Tables of fused programs built since start, values read from tables (per program run), program runs with "
-     "tables, and whether tables are on (prims/fused_tables.h).");
+     "tables, of the values read those read in pairs (two values of one bf16 value by one gather), and whether tables "
+     "are on (prims/fused_tables.h).");
   m.def("set_fused_tables", &fused_tables::set_enabled, py::arg("on"),
         "Read values computed from one bf16 value from a table of their 65536 results (default; PODLET_FUSED_TABLES=0 "
         "turns it off). Same bits either way.");

@@ -72,7 +72,8 @@ enum Op : int64_t {
   kSelect,  // a = bool predicate, b = on true, c = on false
   kClamp,   // a = lo, b = x, c = hi
   // Internal to the kernel (prims/fused.cc's tables; never in a `code` attr): the bf16
-  // word at index (a's bf16 bits) of the table that load b points at.
+  // word at index (a's bf16 bits) of the table that load b points at; imm 1 / 2: the
+  // first / second word of a pair table's two-word entry at that index.
   kTable,
   kNumOps
 };

@@ -451,6 +451,17 @@ class Gen : public Xbyak::CodeGenerator {
   std::list<SlowPair> slow_pairs_;
   Xbyak::Label perm_lo_, perm_hi_;
   int reg(int k) const { return lane_ == 0 || scalar_[k] ? reg_[k] : reg_[k] + lane_ * shift_; }
+  // Whether kTable k's gather also gives k + 1 (the same entries' second word, the next
+  // instruction: tabulate() puts a pair table's two reads side by side). k + 1's register
+  // is free here or a's (read above), unless k's value is only stored and k + 1 took its
+  // register (plan()): then each gathers.
+  bool pair_gather(int k) const {
+    if (k + 1 >= S_) return false;
+    const Instr &i = s_.code[k], &j = s_.code[k + 1];
+    auto live = [&](int q) { return last_use_[q] >= 0 || !outs_of_[q].empty(); };
+    return i.op == kTable && j.op == kTable && i.imm == 1 && j.imm == 2 && i.a == j.a && i.b == j.b &&
+           root_[k] == k && root_[k + 1] == k + 1 && reg_[k + 1] != reg_[k] && live(k) && live(k + 1);
+  }
   // The operations whose operands may be spilled scalars: they read every operand before
   // writing a scratch register other than zmm0-2 (operand() stages operand q in zmm5 + q).
   static bool spillable(int64_t op) {
@@ -773,12 +784,14 @@ class Gen : public Xbyak::CodeGenerator {
     const Zmm d(reg(k));
     const Zmm a = operand(ins.a, 0);
     if (ins.op == kTable) {  // d = table[a's bf16 bits]: 32 bits gathered at 2 x index, the low word kept
-      mov(rax, ptr[rdi + 8 * (kArgFirst + ins.b)]);
+      mov(rax, ptr[rdi + 8 * (kArgFirst + ins.b)]);  // (a pair table: at 4 x index, either word)
       vpsrld(zmm1, a, 16);  // < 65536 in every lane, masked-off tail lanes included
       kxnorw(k1, k1, k1);
       vpxord(zmm0, zmm0, zmm0);
-      vpgatherdd(zmm0 | k1, ptr[rax + zmm1 * 2]);
-      vpslld(d, zmm0, 16);
+      vpgatherdd(zmm0 | k1, ins.imm ? ptr[rax + zmm1 * 4] : ptr[rax + zmm1 * 2]);
+      if (ins.imm == 2) vpandd(d, zmm0, cb(0xffff0000u));
+      else vpslld(d, zmm0, 16);
+      if (pair_gather(k)) vpandd(Zmm(reg(k + 1)), zmm0, cb(0xffff0000u));  // the pair's second word too
       return;
     }
     const Zmm b = ins.op >= kAdd ? operand(ins.b, 1) : Zmm(0);
@@ -999,7 +1012,7 @@ class Gen : public Xbyak::CodeGenerator {
     }
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
-      if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty())) {
+      if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty()) && !(k > 0 && pair_gather(k - 1))) {
         const bool pair = lanes > 1 && pair_round_ && arith_round(ins);
         defer_round_ = pair;
         for (lane_ = 0; lane_ < lanes; ++lane_) {

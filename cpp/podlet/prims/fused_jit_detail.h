@@ -52,7 +52,7 @@ inline void check_instr(const Spec& s, const Instr& ins) {
   }
   if (op == kTable) {
     if (ins.b < 0 || ins.b >= int64_t(s.load_kind.size()) || s.load_kind[ins.b] != LoadKind::kTable ||
-        ins.d != DType::bf16 || ins.rd != DType::bf16)
+        ins.d != DType::bf16 || ins.rd != DType::bf16 || ins.imm < 0 || ins.imm > 2)
       throw Refuse{"table"};
     return;
   }

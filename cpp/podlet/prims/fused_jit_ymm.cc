@@ -414,12 +414,13 @@ class GenY : public Xbyak::CodeGenerator {
     const Ymm d = result(k);
     const Ymm a = operand(ins.a, 0);
     if (ins.op == kTable) {  // d = table[a's bf16 bits]: 32 bits gathered at 2 x index, the low word kept
-      mov(rax, ptr[rdi + 8 * (kArgFirst + ins.b)]);
+      mov(rax, ptr[rdi + 8 * (kArgFirst + ins.b)]);  // (a pair table: at 4 x index, either word)
       vpsrld(ymm1, a, 16);
       vpcmpeqd(ymm3, ymm3, ymm3);
       vpxor(ymm0, ymm0, ymm0);
-      vpgatherdd(ymm0, ptr[rax + ymm1 * 2], ymm3);
-      vpslld(d, ymm0, 16);
+      vpgatherdd(ymm0, ins.imm ? ptr[rax + ymm1 * 4] : ptr[rax + ymm1 * 2], ymm3);
+      if (ins.imm == 2) vpand(d, ymm0, cvec(0xffff0000u));
+      else vpslld(d, ymm0, 16);
       spill_result(k);
       return;
     }

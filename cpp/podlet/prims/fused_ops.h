@@ -364,7 +364,10 @@ void exec_instr(const Instr& ins, const void* a, const void* b, const void* c, v
     auto x = static_cast<const uint32_t*>(a);
     auto t = static_cast<const uint16_t*>(b);
     auto z = static_cast<uint32_t*>(d);
-    for (int64_t j = 0; j < m; ++j) z[j] = uint32_t(t[x[j] >> 16]) << 16;
+    if (ins.imm == 0)  // a word per entry
+      for (int64_t j = 0; j < m; ++j) z[j] = uint32_t(t[x[j] >> 16]) << 16;
+    else  // a pair table: two words per entry, imm 1 the first, 2 the second
+      for (int64_t j = 0; j < m; ++j) z[j] = uint32_t(t[2 * (x[j] >> 16) + (ins.imm - 1)]) << 16;
   } else if (op == kConvert) {
     convert(ins.d, a, ins.rd, d, m);
   } else if (op == kSelect) {

@@ -11,8 +11,9 @@ bool enabled();
 void set_enabled(bool on);
 // built: tables built since start (each is cached by its instructions and scalars);
 // used: values read from a table, counted per program run; runs: program runs with at
-// least one table.
-struct Stats { int64_t built = 0, used = 0, runs = 0; };
+// least one table; paired: of the values used, those read two by one gather (a pair
+// table: two values of the same bf16 value side by side).
+struct Stats { int64_t built = 0, used = 0, runs = 0, paired = 0; };
 Stats stats();
 
 }  // namespace podlet::fused_tables
