@@ -122,6 +122,13 @@ class Gen : public Xbyak::CodeGenerator {
     if (pair_round_) {  // k6 (a split period's mask, unused with W > 1): the odd words
       mov(eax, 0xaaaaaaaa);
       kmovd(k6, eax);
+      // The permutes' indices in the two top registers when no vector's value reaches
+      // them: two loads fewer per rounding (the load ports are the gathers' too).
+      perm_regs_ = hi_reg_ + (ways_ - 1) * shift_ < kPermLo;
+      if (perm_regs_) {
+        vmovdqu16(Zmm(kPermLo), ptr[rip + perm_lo_]);
+        vmovdqu16(Zmm(kPermHi), ptr[rip + perm_hi_]);
+      }
     }
     if (ways_ > 1) ways_loop();
     L(loop);
@@ -450,6 +457,8 @@ class Gen : public Xbyak::CodeGenerator {
   struct SlowPair { Xbyak::Label slow, back; int x = 0, y = 0; };
   std::list<SlowPair> slow_pairs_;
   Xbyak::Label perm_lo_, perm_hi_;
+  static constexpr int kPermLo = kNumRegs - 2, kPermHi = kNumRegs - 1;
+  bool perm_regs_ = false;  // round_bf16_pair's indices held in kPermLo / kPermHi
   int reg(int k) const { return lane_ == 0 || scalar_[k] ? reg_[k] : reg_[k] + lane_ * shift_; }
   // Whether kTable k's gather also gives k + 1 (the same entries' second word, the next
   // instruction: tabulate() puts a pair table's two reads side by side). k + 1's register
@@ -896,10 +905,15 @@ class Gen : public Xbyak::CodeGenerator {
       jnz(sl->slow, T_NEAR);
     }
     vcvtne2ps2bf16(zmm0, y, x);
-    vmovdqu16(zmm1, ptr[rip + perm_lo_]);
-    vpermw(x | k6 | T_z, zmm1, zmm0);
-    vmovdqu16(zmm1, ptr[rip + perm_hi_]);
-    vpermw(y | k6 | T_z, zmm1, zmm0);
+    if (perm_regs_) {
+      vpermw(x | k6 | T_z, Zmm(kPermLo), zmm0);
+      vpermw(y | k6 | T_z, Zmm(kPermHi), zmm0);
+    } else {
+      vmovdqu16(zmm1, ptr[rip + perm_lo_]);
+      vpermw(x | k6 | T_z, zmm1, zmm0);
+      vmovdqu16(zmm1, ptr[rip + perm_hi_]);
+      vpermw(y | k6 | T_z, zmm1, zmm0);
+    }
     if (sl) L(sl->back);
   }
 
