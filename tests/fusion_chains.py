@@ -1,12 +1,25 @@
 """Helpers shared by the fusion tests (test_fusion.py, test_fused_jit.py): bitwise
 comparison of outputs and random elementwise chains."""
+import contextlib
+
 import numpy as np
 
 import podlet.numpy as jnp
-from podlet import lax
+from podlet import _core, lax
 from podlet._src import dtypes
 
 BF16 = dtypes.bfloat16
+
+
+@contextlib.contextmanager
+def active_isa(name):
+    """The active ISA set to `name` inside (the code generators follow it), the host's after."""
+    old = _core.active_isa()
+    _core.set_isa(name)
+    try:
+        yield name
+    finally:
+        _core.set_isa(old)
 
 
 def bits(a):

@@ -18,7 +18,7 @@ import pytest
 import podlet
 import podlet.numpy as jnp
 from podlet import _core, lax
-from fusion_chains import BF16, assert_same_bits, bn_statistics, random_chain
+from fusion_chains import BF16, active_isa, assert_same_bits, bn_statistics, random_chain
 
 JIT_ISAS = [i for i in dict.fromkeys(["avx2", podlet.cpu_info()["best_isa"]]) if i in podlet.cpu_info()["available_isas"]]
 
@@ -27,12 +27,8 @@ JIT_ISAS = [i for i in dict.fromkeys(["avx2", podlet.cpu_info()["best_isa"]]) if
 def isa(request):
     """Runs the test with the active ISA set to each that has a code generator (back to the
     host's after)."""
-    old = _core.active_isa()
-    _core.set_isa(request.param)
-    try:
-        yield request.param
-    finally:
-        _core.set_isa(old)
+    with active_isa(request.param) as name:
+        yield name
 
 
 def have_jit():
