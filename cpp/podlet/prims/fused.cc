@@ -721,22 +721,26 @@ int tabulate(Program& p, std::vector<Array>& in) {
     for (int j : readers[f]) any |= src[j] != r;
     return any;
   };
+  // f's whole cone down to its root and scalars, in slot order: its table's program.
+  auto cone_of = [&](int f) {
+    std::vector<int> cone;
+    walk(f, [&](int k) { return k == src[f]; }, [&](int k) { cone.push_back(k); });
+    std::sort(cone.begin(), cone.end());
+    return cone;
+  };
   for (int f = 0; f < S; ++f) {
     const int r = src[f];
     if (have[f] || !frontier(f)) continue;
-    // The cone down to the root and scalars: all of it (the table's program), and the
-    // part not computed yet, stopping at values computed or tabulated already (what it
-    // costs here).
-    std::vector<int> cone, fresh;
+    // The part of the cone not computed yet, stopping at values computed or tabulated
+    // already: what it costs here.
+    std::vector<int> fresh;
     double cost = 0;
-    walk(f, [&](int k) { return k == r; }, [&](int k) { cone.push_back(k); });
     walk(f, [&](int k) { return k == r || (have[k] && k != f); }, [&](int k) {
       fresh.push_back(k);
       cost += op_cost(p.code[k]);
     });
-    std::sort(cone.begin(), cone.end());
     if (cost >= kTableMinCost) {
-      plan.emplace_back(f, cone);
+      plan.emplace_back(f, cone_of(f));
       have[f] = 1;
     } else {
       for (int k : fresh) have[k] = 1;
@@ -763,10 +767,7 @@ int tabulate(Program& p, std::vector<Array>& in) {
         if (cost > best_cost) best = f, best_cost = cost;
       }
       if (best < 0) continue;
-      std::vector<int> cone;
-      walk(best, [&](int k) { return k == r; }, [&](int k) { cone.push_back(k); });
-      std::sort(cone.begin(), cone.end());
-      plan.emplace_back(best, cone);
+      plan.emplace_back(best, cone_of(best));
       planned[best] = 1;
     }
   }

@@ -361,8 +361,7 @@ class Gen : public Xbyak::CodeGenerator {
     if (!unchecked_allowed_ || !pair_round_) return false;
     int n = 0;
     for (int k = 0; k < S_; ++k)
-      n += root_[k] == k && arith_round(s_.code[k]) && raises_flags(s_.code[k].op) &&
-           (last_use_[k] >= 0 || !outs_of_[k].empty());
+      n += root_[k] == k && arith_round(s_.code[k]) && raises_flags(s_.code[k].op) && live(k);
     return n >= 2;
   }
   void unchecked_ways_loop() {
@@ -460,6 +459,7 @@ class Gen : public Xbyak::CodeGenerator {
   static constexpr int kPermLo = kNumRegs - 2, kPermHi = kNumRegs - 1;
   bool perm_regs_ = false;  // round_bf16_pair's indices held in kPermLo / kPermHi
   int reg(int k) const { return lane_ == 0 || scalar_[k] ? reg_[k] : reg_[k] + lane_ * shift_; }
+  bool live(int k) const { return last_use_[k] >= 0 || !outs_of_[k].empty(); }  // read or stored
   // Whether kTable k's gather also gives k + 1 (the same entries' second word, the next
   // instruction: tabulate() puts a pair table's two reads side by side). k + 1's register
   // is free here or a's (read above), unless k's value is only stored and k + 1 took its
@@ -467,7 +467,6 @@ class Gen : public Xbyak::CodeGenerator {
   bool pair_gather(int k) const {
     if (k + 1 >= S_) return false;
     const Instr &i = s_.code[k], &j = s_.code[k + 1];
-    auto live = [&](int q) { return last_use_[q] >= 0 || !outs_of_[q].empty(); };
     return i.op == kTable && j.op == kTable && i.imm == 1 && j.imm == 2 && i.a == j.a && i.b == j.b &&
            root_[k] == k && root_[k + 1] == k + 1 && reg_[k + 1] != reg_[k] && live(k) && live(k + 1);
   }
@@ -640,7 +639,7 @@ class Gen : public Xbyak::CodeGenerator {
         }
       }
       reg_[k] = take();
-      if (last_use_[k] < 0 && outs_of_[k].empty()) free_regs.push_back(reg_[k]);
+      if (!live(k)) free_regs.push_back(reg_[k]);
       else if (last_use_[k] == k) free_regs.push_back(reg_[k]);  // only stored here
     }
   }
@@ -1026,7 +1025,7 @@ class Gen : public Xbyak::CodeGenerator {
     }
     for (int k = 0; k < S_; ++k) {
       const Instr& ins = s_.code[k];
-      if (root_[k] == k && (last_use_[k] >= 0 || !outs_of_[k].empty()) && !(k > 0 && pair_gather(k - 1))) {
+      if (root_[k] == k && live(k) && !(k > 0 && pair_gather(k - 1))) {
         const bool pair = lanes > 1 && pair_round_ && arith_round(ins);
         defer_round_ = pair;
         for (lane_ = 0; lane_ < lanes; ++lane_) {
