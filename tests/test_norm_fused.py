@@ -426,12 +426,14 @@ def test_rows_in_groups_of_16_give_the_reference_bits(C, dtype):
     # lane sums of 16 rows reduce together, LayerNorm's statistics as vectors. Every count
     # of rows in the last group, special rows (NaN, infinities, -0, subnormals) at every
     # position of a group, a row whose rounded variance goes below 0, parallel chunks of
-    # 16384 / C rows (rounded up to 16) that end mid-stream, and outputs of 4 MB and more,
-    # which go out with non-temporal stores (C = 17, 49: 4 MB + 21 rows).
+    # 16384 / C rows (rounded up to 16) that end mid-stream, and outputs large enough to
+    # go out with non-temporal stores: the softmax's from 4 MB (C = 17, 49: 4 MB + 21
+    # rows), LayerNorm's y and dx from 8 MB (C = 96: 8 MB + 21 rows).
     specials = _special_rows(C, 7 * C)[:9]
     rs = np.random.RandomState(C)
     chunks = 2 * 16384 // C + 37
-    nbig = (4 << 20) // (C * dtype.itemsize) + 21 if C in (17, 49) else max(chunks, 160)
+    stream_bytes = {17: 4 << 20, 49: 4 << 20, 96: 8 << 20}.get(C)
+    nbig = stream_bytes // (C * dtype.itemsize) + 21 if stream_bytes else max(chunks, 160)
     big = (rs.normal(size=(nbig, C)) * 3 + 5).astype(np.float32)
     big[10] = 1e4 + rs.normal(size=C).astype(np.float32) * 1e-3  # sum2 / n - mu mu may round below 0
     for k, i in enumerate(range(0, nbig, max(17, nbig // 40))):  # specials land in every lane group
