@@ -465,7 +465,8 @@ def test_column_sums_same_bits_on_every_isa(dtype):
     old = _core.active_isa()
     try:
         for shape, axes in [((5, 37), [0]), ((16, 64), [0]), ((17, 300), [0]), ((300, 3, 70), [0, 1]),
-                            ((3, 1000, 70), [1]), ((2, 33, 257), [1]), ((6272, 48), [0]), ((40, 49, 1152), [0, 1])]:
+                            ((3, 1000, 70), [1]), ((2, 33, 257), [1]), ((6272, 48), [0]), ((40, 49, 1152), [0, 1]),
+                            ((300, 768), [0]), ((2, 70, 2100), [1])]:
             x = (r.standard_normal(shape) * 100).astype(np.float32)
             u = x.reshape(-1).view(np.uint32)
             for k, bits in enumerate([0x7FC00123, 0xFFC00456, 0x7F800000, 0xFF800000, 0x80000000]):
