@@ -96,7 +96,7 @@ template <class T> struct Buf {
 
 
 constexpr int64_t kRedChunk = 1 << 14;   // elements per chunk of a contiguous row
-constexpr int64_t kColTile = 256;        // columns that size a column reduction's row chunks (and tasks of arg reductions)
+constexpr int64_t kColTile = 256;        // columns that size a column reduction's row chunks (and arg / cumulative ops' tasks)
 constexpr int64_t kColTask = 1024;       // output columns per task of a column reduction (reduce_cols)
 constexpr int64_t kBase = 128;           // pairwise recursion stops here
 
