@@ -431,3 +431,37 @@ def test_strided_copies_with_size_one_and_mergeable_dims(seed):
                 assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes(), (name, attrs)
     finally:
         podlet.config.update("num_threads", n0)
+
+
+@pytest.mark.parametrize("dtype", [BF16, np.float32, np.uint8], ids=["bf16", "f32", "u8"])
+def test_large_copies_with_contiguous_rows_equal_numpy(dtype):
+    # Outputs of 8 MB and more whose rows are contiguous on both sides go out with
+    # non-temporal stores (copy_strided, prims/common.cc), each row's unaligned head and
+    # tail by memcpy: Swin's window partition (rows of 7 x 96 elements), a patch merge's
+    # rows of 96, a slice that starts 3 elements into each row (every row's start and end
+    # unaligned), a concatenation; on 1 and 2 threads.
+    r = np.random.default_rng(7)
+    n = (10 << 20) // np.dtype(dtype).itemsize  # elements of a little under 10 MB once whole images
+    x = r.integers(0, 250, size=n // (56 * 56 * 96) * 56 * 56 * 96).astype(np.float32).astype(dtype)
+    x = x.reshape(-1, 56, 56, 96)
+    px = pa(x)
+    b = x.shape[0]
+    win = x.reshape(b, 8, 7, 8, 7, 96)
+    cases = [
+        ("transpose", (pa(win),), dict(permutation=[0, 1, 3, 2, 4, 5]), win.transpose(0, 1, 3, 2, 4, 5)),
+        ("transpose", (pa(x.reshape(b, 28, 2, 28, 2, 96)),), dict(permutation=[0, 1, 3, 4, 2, 5]),
+         x.reshape(b, 28, 2, 28, 2, 96).transpose(0, 1, 3, 4, 2, 5)),
+        ("slice", (px,), dict(start_indices=[0, 0, 0, 3], limit_indices=[b, 56, 56, 96], strides=[1, 1, 1, 1]),
+         x[..., 3:]),
+        ("concatenate", (px, px), dict(dimension=3), np.concatenate([x, x], axis=3)),
+    ]
+    n0 = podlet.config.num_threads
+    try:
+        for threads in (1, 2):
+            podlet.config.update("num_threads", threads)
+            for name, args, attrs, want in cases:
+                got = np.asarray(bind(name, *args, **attrs))
+                assert got.nbytes >= 8 << 20, name
+                assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes(), (name, threads)
+    finally:
+        podlet.config.update("num_threads", n0)
