@@ -422,12 +422,18 @@ def test_strided_copies_with_size_one_and_mergeable_dims(seed):
     padded = np.pad(x, [(max(a, 0), b) for a, b in zip(lo, hi)])[tuple(slice(max(-a, 0), None) for a in lo)]
     cases.append(("pad", (px, pa(zero)), dict(low=lo, high=hi, interior=[0] * len(shape)), padded))
     cases.append(("rev", (px,), dict(dimensions=[0, len(shape) - 1]), np.flip(x, (0, len(shape) - 1))))
+    _copies_equal_numpy(cases)
+
+
+def _copies_equal_numpy(cases, min_bytes=0):
+    # Each (primitive, operands, attrs, NumPy's result) on 1 and 2 threads, bit for bit.
     n0 = podlet.config.num_threads
     try:
         for threads in (1, 2):
             podlet.config.update("num_threads", threads)
             for name, args, attrs, want in cases:
                 got = np.asarray(bind(name, *args, **attrs))
+                assert got.nbytes >= min_bytes, name
                 assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes(), (name, attrs)
     finally:
         podlet.config.update("num_threads", n0)
@@ -455,13 +461,4 @@ def test_large_copies_with_contiguous_rows_equal_numpy(dtype):
          x[..., 3:]),
         ("concatenate", (px, px), dict(dimension=3), np.concatenate([x, x], axis=3)),
     ]
-    n0 = podlet.config.num_threads
-    try:
-        for threads in (1, 2):
-            podlet.config.update("num_threads", threads)
-            for name, args, attrs, want in cases:
-                got = np.asarray(bind(name, *args, **attrs))
-                assert got.nbytes >= 8 << 20, name
-                assert got.shape == want.shape and got.tobytes() == np.ascontiguousarray(want).tobytes(), (name, threads)
-    finally:
-        podlet.config.update("num_threads", n0)
+    _copies_equal_numpy(cases, min_bytes=8 << 20)
