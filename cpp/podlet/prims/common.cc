@@ -73,11 +73,11 @@ void copy_strided(const void* src, int64_t sbase, const Shape& src_st, void* dst
   const int64_t inner = r ? sh[r - 1] : 1;
   const int64_t si = r ? ss[r - 1] : 0, di = r ? ds[r - 1] : 0;
   const int64_t rows = n / inner;
-  // Rows contiguous on both sides, the output at least kStreamCopyBytes: the rows go out
-  // with non-temporal stores (SSE2, the baseline), each row's unaligned head and tail by
-  // memcpy. Swin-T's window partition (rows of 1344 bytes, 19 MB) ran 1.46-1.59x faster
+  // Rows of at least a line contiguous on both sides, the output at least
+  // kStreamCopyBytes: the rows go out with non-temporal stores (SSE2, the baseline), each
+  // row's unaligned head and tail by memcpy. Swin-T's window partition (rows of 1344 bytes, 19 MB) ran 1.46-1.59x faster
   // alone, its patch merging's f32 rows (384 bytes, 38 MB) 1.23-1.32x.
-  const bool stream = si == 1 && di == 1 && n * int64_t(isz) >= kStreamCopyBytes;
+  const bool stream = si == 1 && di == 1 && inner * int64_t(isz) >= 64 && n * int64_t(isz) >= kStreamCopyBytes;
   auto stream_copy = [](char* d, const char* s, size_t bytes) {
     const size_t head = std::min(bytes, size_t((16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15));
     std::memcpy(d, s, head);
