@@ -62,17 +62,30 @@ inline void store_tail(O* p, __mmask16 m, __m512 v) {
   else _mm256_mask_storeu_epi16(p, m, round16(v, m));
 }
 
-// LayerNorm's output rows (y forward, dx backward) go out with non-temporal stores when
-// the output is at least kStreamRowsBytes and every row's whole vectors are aligned (C a
-// multiple of 16, the output on a vector boundary). Written once and read back by no one
-// here: at Swin-T's stage 1 and 2 sizes (9.6-38.5 MB) streaming measured 1.1-1.27x faster
-// in both directions; at 4.8 MB (stage 3 bf16, stage 4 f32: kStreamOutBytes' reach) it
-// measured 0.7-1.3x across runs, so the rows start streaming at twice that.
+// out[j : j + 16] of a group of n (only its lanes below n): non-temporal when `stream`.
+template <class T>
+inline void group_store(T* p, int64_t j, int64_t n, __m512 v, bool stream) {
+  if (j + 16 > n) store_tail(p + j, tail16(n - j), v);
+  else if (stream) store_stream(p + j, v);
+  else store(p + j, v);
+}
+// A large output goes out with non-temporal stores, as the fused elementwise outputs do
+// (kStreamOutBytes, stream_out.h): written once, not read here, so not read for
+// ownership first. A group starts at 16 C elements (32 C bytes, 64 C for f32), so every
+// whole vector of it is aligned when the output is.
+template <class T>
+inline bool stream_groups(int64_t rows, int64_t C, const T* out) {
+  return rows * C * int64_t(sizeof(T)) >= kStreamOutBytes && !(reinterpret_cast<uintptr_t>(out) & (16 * sizeof(T) - 1));
+}
+// LayerNorm's output rows (y forward, dx backward) stream from kStreamRowsBytes, and only
+// when C is a multiple of 16, so that every row's whole vectors are aligned as well: at
+// Swin-T's stage 1 and 2 sizes (9.6-38.5 MB) streaming measured 1.1-1.27x faster in both
+// directions; at 4.8 MB (stage 3 bf16, stage 4 f32: kStreamOutBytes' reach) it measured
+// 0.7-1.3x across runs, so the rows start streaming at twice that.
 constexpr int64_t kStreamRowsBytes = 2 * kStreamOutBytes;
 template <class T>
 inline bool stream_rows(int64_t rows, int64_t C, const T* out) {
-  return rows * C * int64_t(sizeof(T)) >= kStreamRowsBytes && C % kLanes == 0 &&
-         !(reinterpret_cast<uintptr_t>(out) & (16 * sizeof(T) - 1));
+  return C % kLanes == 0 && rows * C * int64_t(sizeof(T)) >= kStreamRowsBytes && stream_groups(rows, C, out);
 }
 
 inline nk::f32x8 half(__m512 v, int h) {
@@ -168,12 +181,9 @@ void ln_fwd(const NormRows& p, const T* x, const float* scale, const float* bias
         auto out = [&](__m512 v, __m512 s, __m512 b) {
           return _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, muv), _mm512_mul_ps(rsv, s)), b);
         };
-        for (int64_t j = 0; j < Cf; j += kLanes) {
-          const __m512 v = out(load16(xr + j), scale ? _mm512_loadu_ps(scale + j) : one,
-                               bias ? _mm512_loadu_ps(bias + j) : nzero);
-          if (stream) store_stream(yr + j, v);
-          else store(yr + j, v);
-        }
+        for (int64_t j = 0; j < Cf; j += kLanes)
+          group_store(yr, j, C, out(load16(xr + j), scale ? _mm512_loadu_ps(scale + j) : one,
+                                    bias ? _mm512_loadu_ps(bias + j) : nzero), stream);
         if (Cf < C)
           store_tail(yr + Cf, mt, out(load_tail(xr + Cf, mt, 0.0f), scale ? _mm512_maskz_loadu_ps(mt, scale + Cf) : one,
                                       bias ? _mm512_maskz_loadu_ps(mt, bias + Cf) : nzero));
@@ -253,10 +263,7 @@ void ln_bwd(const NormRows& p, const O* dy, const T* x, const float* mean, const
           const __m512 a = p.use_mean ? _mm512_sub_ps(gv, mav) : gv;
           return _mm512_mul_ps(_mm512_sub_ps(a, _mm512_mul_ps(h, mbv)), rsv);
         };
-        for (int64_t j = 0; j < Cf; j += kLanes) {
-          if (stream) store_stream(dxr + j, second(j, 0xffff));
-          else store(dxr + j, second(j, 0xffff));
-        }
+        for (int64_t j = 0; j < Cf; j += kLanes) group_store(dxr, j, C, second(j, 0xffff), stream);
         if (Cf < C) store_tail(dxr + Cf, mt, second(Cf, mt));
         dyp[r - r0] = wide_dy ? reinterpret_cast<const float*>(dyr) : dw;
       }
@@ -351,21 +358,6 @@ struct RowWalk {
 template <class T>
 inline __m512 group_at(const T* p, int64_t j, int64_t n) {
   return j + 16 <= n ? load16(p + j) : maskload16(p + j, tail16(std::clamp<int64_t>(n - j, 0, 16)));
-}
-// out[j : j + 16] of a group of n (only its lanes below n): non-temporal when `stream`.
-template <class T>
-inline void group_store(T* p, int64_t j, int64_t n, __m512 v, bool stream) {
-  if (j + 16 > n) store_tail(p + j, tail16(n - j), v);
-  else if (stream) store_stream(p + j, v);
-  else store(p + j, v);
-}
-// A large output goes out with non-temporal stores, as the fused elementwise outputs do
-// (kStreamOutBytes, stream_out.h): written once, not read here, so not read for
-// ownership first. A group starts at 16 C elements (32 C bytes, 64 C for f32), so every
-// whole vector of it is aligned when the output is.
-template <class T>
-inline bool stream_groups(int64_t rows, int64_t C, const T* out) {
-  return rows * C * int64_t(sizeof(T)) >= kStreamOutBytes && !(reinterpret_cast<uintptr_t>(out) & (16 * sizeof(T) - 1));
 }
 // Parallel over groups of 16 rows: fn(first row, rows in the group) for each, in tasks of
 // about kChunkElems elements; the task fences its non-temporal stores.

@@ -1,6 +1,5 @@
 #include "podlet/prims/common.h"
 #include <cstring>
-#include <emmintrin.h>
 #include "podlet/kernels/stream_out.h"
 #include <algorithm>
 #include <vector>
@@ -74,18 +73,11 @@ void copy_strided(const void* src, int64_t sbase, const Shape& src_st, void* dst
   const int64_t si = r ? ss[r - 1] : 0, di = r ? ds[r - 1] : 0;
   const int64_t rows = n / inner;
   // Rows of at least a line contiguous on both sides, the output at least
-  // kStreamCopyBytes: the rows go out with non-temporal stores (SSE2, the baseline), each
-  // row's unaligned head and tail by memcpy. Swin-T's window partition (rows of 1344 bytes, 19 MB) ran 1.46-1.59x faster
-  // alone, its patch merging's f32 rows (384 bytes, 38 MB) 1.23-1.32x.
+  // kStreamCopyBytes: the rows go out with non-temporal stores (kernels::stream_bytes,
+  // SSE2 in this baseline build), each row's unaligned head and tail by memcpy. Swin-T's
+  // window partition (rows of 1344 bytes, 19 MB) ran 1.46-1.59x faster alone, its patch
+  // merging's f32 rows (384 bytes, 38 MB) 1.23-1.32x.
   const bool stream = si == 1 && di == 1 && inner * int64_t(isz) >= 64 && n * int64_t(isz) >= kStreamCopyBytes;
-  auto stream_copy = [](char* d, const char* s, size_t bytes) {
-    const size_t head = std::min(bytes, size_t((16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15));
-    std::memcpy(d, s, head);
-    size_t i = head;
-    for (; i + 16 <= bytes; i += 16)
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-    std::memcpy(d + i, s + i, bytes - i);
-  };
   auto body = [&](auto tag) {
     using E = decltype(tag);
     const E* xs = static_cast<const E*>(src);
@@ -96,7 +88,7 @@ void copy_strided(const void* src, int64_t sbase, const Shape& src_st, void* dst
       int64_t rem = b, so = sbase, dof = dbase;
       for (int d = r - 2; d >= 0; --d) { idx[d] = rem % sh[d]; rem /= sh[d]; so += idx[d] * ss[d]; dof += idx[d] * ds[d]; }
       for (int64_t row = b; row < e; ++row) {
-        if (stream) stream_copy(reinterpret_cast<char*>(ys + dof), reinterpret_cast<const char*>(xs + so), size_t(inner) * sizeof(E));
+        if (stream) kernels::stream_bytes(ys + dof, xs + so, size_t(inner) * sizeof(E));
         else if (si == 1 && di == 1) std::memcpy(ys + dof, xs + so, size_t(inner) * sizeof(E));
         else for (int64_t j = 0; j < inner; ++j) ys[dof + j * di] = xs[so + j * si];
         for (int d = r - 2; d >= 0; --d) {

@@ -25,6 +25,7 @@
 #include "podlet/dtype.h"
 #include "podlet/ir/fusion.h"
 #include "podlet/kernels/fastmath.h"
+#include "podlet/kernels/stream_out.h"
 #include "podlet/kernels/first_nan_add.h"
 
 namespace podlet::fused_ops {
@@ -246,14 +247,7 @@ void store_elems_stream(DType dt, const void* reg, void* dst, int64_t base, int6
   char* d = static_cast<char*>(dst) + base * isz;
   const size_t bytes = size_t(m) * isz;
   store_elems(dt, reg, stage, 0, m);
-  const char* s = static_cast<const char*>(stage);
-  size_t head = (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63;
-  if (head > bytes) head = bytes;
-  std::memcpy(d, s, head);
-  size_t q = head;
-  for (; q + 64 <= bytes; q += 64)
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + q), _mm512_loadu_si512(s + q));
-  std::memcpy(d + q, s + q, bytes - q);
+  kernels::stream_bytes(d, stage, bytes);
 #else
   (void)stage;
   store_elems(dt, reg, dst, base, m);
