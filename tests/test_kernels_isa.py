@@ -282,6 +282,28 @@ def test_dot_fast_path_is_taken(isa):
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
 @pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("case", ["rows", "rows_strided", "odd_k"])
+def test_dot_row_bits_do_not_depend_on_the_rows_beside_it(isa, dtype, case):
+    """Each output row is the same sum whatever other rows are multiplied with it. The
+    AVX-512 kernels read whole 12-row groups of a row-major A in place and pack only a
+    tile's last partial group (ARows in avx512_engine.h), so a product of 40 rows mixes
+    both; one row alone is always packed. K = 600 is two K blocks (the in-place rows
+    are read from the second block's offset); rows 120 elements apart (a batch dim
+    between M and K) and odd K (bf16 pairs that cannot be read in place) too."""
+    rng = np.random.default_rng(11)
+    ls, rs, attrs = {"rows": ((40, 600), (600, 70), dot_attrs([1], [0])),
+                     "rows_strided": ((40, 3, 600), (3, 600, 50), dot_attrs([2], [1], [1], [0])),
+                     "odd_k": ((40, 301), (301, 70), dot_attrs([1], [0]))}[case]
+    a, b = rand(rng, ls, dtype), rand(rng, rs, dtype)
+    whole = run(isa, "dot_general", [a, b], attrs)
+    for i in (0, 11, 12, 23, 35, 36, 39):
+        one = run(isa, "dot_general", [np.ascontiguousarray(a[i:i + 1]), b], attrs)
+        got = whole[:, i:i + 1] if case == "rows_strided" else whole[i:i + 1]
+        assert one.tobytes() == np.ascontiguousarray(got).tobytes(), (case, i)
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
 def test_dot_bits_do_not_depend_on_thread_count(isa, dtype):
     rng = np.random.default_rng(3)
     cases = [((250, 530), (530, 300), dot_attrs([1], [0])), ((530, 70), (90, 530), dot_attrs([0], [1])),

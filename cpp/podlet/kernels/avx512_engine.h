@@ -607,11 +607,21 @@ struct OutTile {
 struct NoNext {
   void operator()(int64_t, int64_t, PfStreams&) const {}
 };
+// A row-major A whose rows already are the packed rows (K contiguous, in the kernel's
+// words, rows `ld` words apart): row m0 + i at step q is p[i * ld + q]. The microkernels
+// then read the tile's whole 12-row groups where they are, and only a last partial group
+// is packed (with its zero rows): packing copied every A block once per column tile,
+// stalled on its loads (~70% of tile_product's samples in the ViT-Tiny and Swin-T steps).
+struct ARows {
+  const uint32_t* p;
+  int64_t ld;
+};
 template <class Kind, bool KMajor, class GetB, class PackA, class Next = NoNext>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, int64_t qend, GetB&& get_b,
                   PackA&& pack_a, Scratch& s, float* ct, int64_t ldc, const OutTile* out = nullptr,
-                  const Next& next = Next()) {
+                  const Next& next = Next(), const ARows* in_place = nullptr) {
   const int64_t mr = KMajor ? kmajor_rows(mb) : MR, mp = round_up(mb, mr), np = round_up(nb, NR);
+  const int64_t direct = !KMajor && in_place ? mb / MR * MR : 0;  // rows read in place
   if (qend == qbeg) {  // empty sum
     for (int64_t i = 0; i < mp; ++i) std::memset(ct + i * ldc, 0, size_t(np) * 4);
     if (out)
@@ -627,9 +637,9 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
       pack_a(m0, mb, q0, nq, ab);
       if (mb < mp)  // the last group's missing rows
         for (int64_t q = 0; q < nq; ++q) zero_words(ab + q * mp + mb, mp - mb);
-    } else {
-      pack_a(m0, mb, q0, nq, ab);
-      zero_words(ab + mb * nq, (mp - mb) * nq);
+    } else if (direct < mb) {  // the rows not read in place, from row `direct` of the tile
+      pack_a(m0 + direct, mb - direct, q0, nq, ab);
+      zero_words(ab + (mb - direct) * nq, (mp - mb) * nq);
     }
     const BView bv = get_b(n0, nb, q0, nq, s);
     const bool last = out && q0 + nq == qend;
@@ -646,15 +656,17 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
       if constexpr (KMajor)
         if (mr == 8) kernel = narrow ? ukernel_x32<Kind, true, 8, 1> : ukernel_x32<Kind, true, 8>;
       for (int64_t i = 0; i < mp; i += mr, ++call) {
-        const uint32_t* a = KMajor ? ab + i : ab + i * nq;
+        const bool here = i < direct;
+        const uint32_t* a = KMajor ? ab + i : here ? in_place->p + i * in_place->ld + q0 : ab + (i - direct) * nq;
+        const int64_t lda = KMajor ? mp : here ? in_place->ld : nq;
         PfCursor* pc = plan.at(call);
         if (last) {
           const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,
                             int(imin(mr, mb - i)), int(imin(NR, nb - j))};
           if (nq <= kPrefetchStoreSteps) prefetch_for_store(ob, esize);
-          kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, &ob, pc);
+          kernel(nq, a, lda, bpan, ct + i * ldc + j, ldc, q0 > qbeg, &ob, pc);
         } else {
-          kernel(nq, a, KMajor ? mp : nq, bpan, ct + i * ldc + j, ldc, q0 > qbeg, nullptr, pc);
+          kernel(nq, a, lda, bpan, ct + i * ldc + j, ldc, q0 > qbeg, nullptr, pc);
         }
       }
     }
