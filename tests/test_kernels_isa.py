@@ -287,9 +287,9 @@ def test_dot_row_bits_do_not_depend_on_the_rows_beside_it(isa, dtype, case):
     """Each output row is the same sum whatever other rows are multiplied with it. The
     AVX-512 kernels read whole 12-row groups of a row-major A in place and pack only a
     tile's last partial group (ARows in avx512_engine.h), so a product of 40 rows mixes
-    both; one row alone is always packed. K = 600 is two K blocks (the in-place rows
-    are read from the second block's offset); rows 120 elements apart (a batch dim
-    between M and K) and odd K (bf16 pairs that cannot be read in place) too."""
+    both; one row alone is always packed. K = 600 is several K blocks (the in-place rows
+    are read from each block's offset); rows 1,800 elements apart (a batch dim between M
+    and K) and odd K (bf16 pairs that cannot be read in place) too."""
     rng = np.random.default_rng(11)
     ls, rs, attrs = {"rows": ((40, 600), (600, 70), dot_attrs([1], [0])),
                      "rows_strided": ((40, 3, 600), (3, 600, 50), dot_attrs([2], [1], [1], [0])),

@@ -611,7 +611,7 @@ struct NoNext {
 // words, rows `ld` words apart): row m0 + i at step q is p[i * ld + q]. The microkernels
 // then read the tile's whole 12-row groups where they are, and only a last partial group
 // is packed (with its zero rows): packing copied every A block once per column tile,
-// stalled on its loads (~70% of tile_product's samples in the ViT-Tiny and Swin-T steps).
+// stalled on its loads (~70% of tile_product's own samples in a Swin-T bf16 step).
 struct ARows {
   const uint32_t* p;
   int64_t ld;
