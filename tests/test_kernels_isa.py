@@ -404,6 +404,24 @@ def test_conv_fast_vs_ref(isa, name, dtypes):
 
 
 @pytest.mark.parametrize("isa", FAST_ISAS)
+@pytest.mark.parametrize("dtype", [np.float32, BF16])
+@pytest.mark.parametrize("C", [600, 301, 2048])
+def test_conv_1x1_pixel_bits_do_not_depend_on_the_pixels_beside_it(isa, dtype, C):
+    """A 1x1 stride-1 layer's patch rows are x's pixels: the AVX-512 kernels read whole
+    12-pixel groups in place (conv_fwd_run's ARows) and pack a tile's last partial group;
+    one pixel alone is always packed. 40 pixels (three groups in place, 4 packed) against
+    each pixel alone; C = 301 (bf16: odd, packed) and 2048 (rows 4 or 8 KB apart, packed:
+    in_place_stride_ok)."""
+    rng = np.random.default_rng(12)
+    x, w = rand(rng, (1, 5, 8, C), dtype), rand(rng, (1, 1, C, 40), dtype)
+    a = conv_attrs()
+    whole = run(isa, "conv_general_dilated", [x, w], a)
+    for h, c in ((0, 0), (1, 3), (1, 4), (2, 7), (4, 3), (4, 7)):
+        one = run(isa, "conv_general_dilated", [np.ascontiguousarray(x[:, h:h + 1, c:c + 1]), w], a)
+        assert one.tobytes() == np.ascontiguousarray(whole[:, h:h + 1, c:c + 1]).tobytes(), (h, c)
+
+
+@pytest.mark.parametrize("isa", FAST_ISAS)
 def test_conv_bf16_with_f32_output(isa):
     x, w, g, a = conv_args("resnet_3x3_s2", (BF16, BF16))
     for prim, args, attrs in conv_calls(x, w, g, a):

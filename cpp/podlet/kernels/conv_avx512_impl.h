@@ -402,11 +402,36 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
     pack_panel_rows<Kind, TW>(K, imin(NR, Og - n0), [&](int64_t k) { return w + k * O + gi * Og + n0; },
                               bp.p + u * Kq * NR);
   });
+  // A 1x1 layer of stride 1 without padding or groups (ResNet-50's bottlenecks): its patch
+  // rows are x's pixels, C contiguous, so the microkernels read them in place (ARows)
+  // when they are the kernel's words (f32; bf16 pairs with C even), as the GEMM does,
+  // and the rows of the next block (or the next task's first) are prefetched as the
+  // GEMM's are (without the prefetch, in place ran 0.89x at 256 -> 64 channels).
+  constexpr bool x_words = std::is_same_v<Kind, F32Kind> ? std::is_same_v<TX, float> : std::is_same_v<TX, bf16>;
+  const bool pixels_in_place = x_words && G == 1 && q.KH == 1 && q.KW == 1 && q.sh == 1 && q.sw == 1 &&
+                               q.ph == 0 && q.pw == 0 && q.ldh == 1 && q.ldw == 1 && q.Ho == q.H && q.Wo == q.W &&
+                               (Kind::kstep == 1 || C % 2 == 0) && reinterpret_cast<uintptr_t>(x) % 4 == 0 &&
+                               in_place_stride_ok(C * int64_t(sizeof(TX)));
   const Tiling t = choose_tiling(G, M, Og);
-  run_tasks(G * t.mt * t.nt, 2.0 * double(M) * double(K) * double(O), [&](int64_t task, Scratch& s) {
+  const int64_t ntasks = G * t.mt * t.nt;
+  run_tasks(ntasks, 2.0 * double(M) * double(K) * double(O), [&](int64_t task, Scratch& s) {
     const int64_t gi = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
     const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
     const int64_t mb = imin(t.mc, M - m0), nb = imin(t.nc, Og - n0), ldc = round_up(nb, NR);
+    const ARows pixels{reinterpret_cast<const uint32_t*>(x + m0 * C), C / Kind::kstep};
+    auto next_pixels = [&](int64_t q0, int64_t nq, PfStreams& ps) {
+      int64_t mm = m0, rows = mb;
+      if (q0 >= Kq) {  // the next task's first block, unless it is these rows' only block again
+        if (task + 1 >= ntasks) return;
+        const int64_t r2 = (task + 1) % (t.mt * t.nt);
+        mm = (r2 / t.nt) * t.mc;
+        rows = imin(t.mc, M - mm);
+        if (mm == m0 && nq >= Kq) return;
+        q0 = 0;
+      }
+      const int64_t k0 = q0 * Kind::kstep, kb = imin(nq * Kind::kstep, K - k0);
+      ps.s[0] = pf_stream(x + mm * C + k0, C * int64_t(sizeof(TX)), rows, kb * int64_t(sizeof(TX)));
+    };
     auto pack = [&](int64_t mm, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
       const int64_t k0 = q0 * Kind::kstep, k1 = imin(K, k0 + nq * Kind::kstep);
       Pixel px(q, mm);
@@ -434,7 +459,11 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
         zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
       }
     };
-    tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, PrepackedB{bp.p + gi * gsize, Kq}, pack, s, s.c.f(), ldc);
+    if (pixels_in_place)
+      tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, PrepackedB{bp.p + gi * gsize, Kq}, pack, s, s.c.f(), ldc,
+                                nullptr, next_pixels, &pixels);
+    else
+      tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, PrepackedB{bp.p + gi * gsize, Kq}, pack, s, s.c.f(), ldc);
     for (int64_t i = 0; i < mb; ++i)
       (stream ? store_out_stream : store_out)(yd, y, (m0 + i) * O + gi * Og + n0, s.c.f() + i * ldc, nb);
     if (stream) _mm_sfence();

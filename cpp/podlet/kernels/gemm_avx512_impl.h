@@ -194,10 +194,12 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   };
   // A's rows read in place (ARows) when they are the packed rows already: K contiguous
   // in the kernel's words (f32 for F32Kind; bf16 pairs for Bf16Kind: K even, the rows and
-  // their start on whole words) and rows evenly spaced.
+  // their start on whole words), rows evenly spaced, and not a multiple of 4 KB apart
+  // (in_place_stride_ok).
   constexpr bool a_words = std::is_same_v<Kind, F32Kind> ? std::is_same_v<TA, float> : std::is_same_v<TA, bf16>;
   const bool rows_in_place = a_words && o.a_k_unit && a_re && a_rs >= 0 &&
-                             (Kind::kstep == 1 || (g.K % 2 == 0 && a_rs % 2 == 0));
+                             (Kind::kstep == 1 || (g.K % 2 == 0 && a_rs % 2 == 0)) &&
+                             in_place_stride_ok(a_rs * int64_t(sizeof(TA)));
   auto a_in_place = [&](int64_t b, int64_t m0, ARows& ar) -> const ARows* {
     if (!rows_in_place || g.M == 0 || g.K == 0) return nullptr;
     const TA* first = static_cast<const TA*>(g.a) + g.a_batch[b] + g.a_row[m0] + g.a_k[0];
