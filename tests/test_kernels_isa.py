@@ -408,10 +408,10 @@ def test_conv_fast_vs_ref(isa, name, dtypes):
 @pytest.mark.parametrize("C", [600, 301, 2048])
 def test_conv_1x1_pixel_bits_do_not_depend_on_the_pixels_beside_it(isa, dtype, C):
     """A 1x1 stride-1 layer's patch rows are x's pixels: the AVX-512 kernels read whole
-    12-pixel groups in place (conv_fwd_run's ARows) and pack a tile's last partial group;
+    12-pixel groups in place (conv_fwd_run, rows_in_place) and pack a tile's last partial group;
     one pixel alone is always packed. 40 pixels (three groups in place, 4 packed) against
     each pixel alone; C = 301 (bf16: odd, packed) and 2048 (rows 4 or 8 KB apart, packed:
-    in_place_stride_ok)."""
+    rows_in_place's 4 KB rule)."""
     rng = np.random.default_rng(12)
     x, w = rand(rng, (1, 5, 8, C), dtype), rand(rng, (1, 1, C, 40), dtype)
     a = conv_attrs()

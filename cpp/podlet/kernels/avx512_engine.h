@@ -612,21 +612,30 @@ struct NoNext {
 // then read the tile's whole 12-row groups where they are, and only a last partial group
 // is packed (with its zero rows): packing copied every A block once per column tile,
 // stalled on its loads (~70% of tile_product's own samples in a Swin-T bf16 step).
+// p null: every row is packed.
 struct ARows {
-  const uint32_t* p;
-  int64_t ld;
+  const uint32_t* p = nullptr;
+  int64_t ld = 0;
 };
-// Whether rows `stride` bytes apart may be read in place: not when the stride is a
-// multiple of 4 KB, where a group's 12 rows share one L1 set (8 ways) and evict each other
+// Rows of K elements of T from `first`, `stride` elements apart (K contiguous), as ARows
+// when they are the kernel's words in place: f32 for F32Kind, bf16 pairs for Bf16Kind (K
+// and the stride even, `first` on a word); else none. Not when the stride is a multiple
+// of 4 KB either: a group's 12 rows would share one L1 set (8 ways) and evict each other
 // at every step (K = 2048 / 4096 bf16: 0.93-0.94x against packing; 2048-byte strides,
 // two sets, measured 1.02x).
-inline bool in_place_stride_ok(int64_t stride) { return stride % 4096 != 0; }
+template <class Kind, class T>
+inline ARows rows_in_place(const T* first, int64_t K, int64_t stride) {
+  constexpr bool words = std::is_same_v<Kind, F32Kind> ? std::is_same_v<T, float> : std::is_same_v<T, bf16>;
+  if (!words || K <= 0 || stride < 0 || stride * int64_t(sizeof(T)) % 4096 == 0) return {};
+  if (Kind::kstep == 2 && (K % 2 || stride % 2 || reinterpret_cast<uintptr_t>(first) % 4)) return {};
+  return {reinterpret_cast<const uint32_t*>(first), stride / Kind::kstep};
+}
 template <class Kind, bool KMajor, class GetB, class PackA, class Next = NoNext>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, int64_t qend, GetB&& get_b,
                   PackA&& pack_a, Scratch& s, float* ct, int64_t ldc, const OutTile* out = nullptr,
-                  const Next& next = Next(), const ARows* in_place = nullptr) {
+                  const Next& next = Next(), const ARows& in_place = ARows()) {
   const int64_t mr = KMajor ? kmajor_rows(mb) : MR, mp = round_up(mb, mr), np = round_up(nb, NR);
-  const int64_t direct = !KMajor && in_place ? mb / MR * MR : 0;  // rows read in place
+  const int64_t direct = !KMajor && in_place.p ? mb / MR * MR : 0;  // rows read in place
   if (qend == qbeg) {  // empty sum
     for (int64_t i = 0; i < mp; ++i) std::memset(ct + i * ldc, 0, size_t(np) * 4);
     if (out)
@@ -662,8 +671,8 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qbeg, 
         if (mr == 8) kernel = narrow ? ukernel_x32<Kind, true, 8, 1> : ukernel_x32<Kind, true, 8>;
       for (int64_t i = 0; i < mp; i += mr, ++call) {
         const bool here = i < direct;
-        const uint32_t* a = KMajor ? ab + i : here ? in_place->p + i * in_place->ld + q0 : ab + (i - direct) * nq;
-        const int64_t lda = KMajor ? mp : here ? in_place->ld : nq;
+        const uint32_t* a = KMajor ? ab + i : here ? in_place.p + i * in_place.ld + q0 : ab + (i - direct) * nq;
+        const int64_t lda = KMajor ? mp : here ? in_place.ld : nq;
         PfCursor* pc = plan.at(call);
         if (last) {
           const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,

@@ -403,23 +403,21 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
                               bp.p + u * Kq * NR);
   });
   // A 1x1 layer of stride 1 without padding or groups (ResNet-50's bottlenecks): its patch
-  // rows are x's pixels, C contiguous, so the microkernels read them in place (ARows)
-  // when they are the kernel's words (f32; bf16 pairs with C even), as the GEMM does,
-  // and the rows of the next block (or the next task's first) are prefetched as the
-  // GEMM's are (without the prefetch, in place ran 0.89x at 256 -> 64 channels).
-  constexpr bool x_words = std::is_same_v<Kind, F32Kind> ? std::is_same_v<TX, float> : std::is_same_v<TX, bf16>;
-  const bool pixels_in_place = x_words && G == 1 && q.KH == 1 && q.KW == 1 && q.sh == 1 && q.sw == 1 &&
-                               q.ph == 0 && q.pw == 0 && q.ldh == 1 && q.ldw == 1 && q.Ho == q.H && q.Wo == q.W &&
-                               (Kind::kstep == 1 || C % 2 == 0) && reinterpret_cast<uintptr_t>(x) % 4 == 0 &&
-                               in_place_stride_ok(C * int64_t(sizeof(TX)));
+  // rows are x's pixels, C contiguous, so the microkernels read them in place
+  // (rows_in_place), as the GEMM does, and the rows of the next block (or the next task's
+  // first) are prefetched as the GEMM's are (without the prefetch, in place ran 0.89x at
+  // 256 -> 64 channels).
+  const bool pixels = G == 1 && q.KH == 1 && q.KW == 1 && q.sh == 1 && q.sw == 1 && q.ph == 0 && q.pw == 0 &&
+                      q.ldh == 1 && q.ldw == 1 && q.Ho == q.H && q.Wo == q.W;
   const Tiling t = choose_tiling(G, M, Og);
   const int64_t ntasks = G * t.mt * t.nt;
   run_tasks(ntasks, 2.0 * double(M) * double(K) * double(O), [&](int64_t task, Scratch& s) {
     const int64_t gi = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
     const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
     const int64_t mb = imin(t.mc, M - m0), nb = imin(t.nc, Og - n0), ldc = round_up(nb, NR);
-    const ARows pixels{reinterpret_cast<const uint32_t*>(x + m0 * C), C / Kind::kstep};
+    const ARows in_place = pixels ? rows_in_place<Kind>(x + m0 * C, C, C) : ARows();
     auto next_pixels = [&](int64_t q0, int64_t nq, PfStreams& ps) {
+      if (!in_place.p) return;
       int64_t mm = m0, rows = mb;
       if (q0 >= Kq) {  // the next task's first block, unless it is these rows' only block again
         if (task + 1 >= ntasks) return;
@@ -459,11 +457,8 @@ void conv_fwd_run(const ConvGeom& q, const void* xv, const void* wv, DType yd, v
         zero_elems(d + (k1 - k0), nq * Kind::kstep - (k1 - k0));
       }
     };
-    if (pixels_in_place)
-      tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, PrepackedB{bp.p + gi * gsize, Kq}, pack, s, s.c.f(), ldc,
-                                nullptr, next_pixels, &pixels);
-    else
-      tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, PrepackedB{bp.p + gi * gsize, Kq}, pack, s, s.c.f(), ldc);
+    tile_product<Kind, false>(m0, mb, n0, nb, 0, Kq, PrepackedB{bp.p + gi * gsize, Kq}, pack, s, s.c.f(), ldc,
+                              nullptr, next_pixels, in_place);
     for (int64_t i = 0; i < mb; ++i)
       (stream ? store_out_stream : store_out)(yd, y, (m0 + i) * O + gi * Og + n0, s.c.f() + i * ldc, nb);
     if (stream) _mm_sfence();

@@ -192,24 +192,14 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   struct TileAt {
     int64_t b, m0, mb, n0, nb;
   };
-  // A's rows read in place (ARows) when they are the packed rows already: K contiguous
-  // in the kernel's words (f32 for F32Kind; bf16 pairs for Bf16Kind: K even, the rows and
-  // their start on whole words), rows evenly spaced, and not a multiple of 4 KB apart
-  // (in_place_stride_ok).
-  constexpr bool a_words = std::is_same_v<Kind, F32Kind> ? std::is_same_v<TA, float> : std::is_same_v<TA, bf16>;
-  const bool rows_in_place = a_words && o.a_k_unit && a_re && a_rs >= 0 &&
-                             (Kind::kstep == 1 || (g.K % 2 == 0 && a_rs % 2 == 0)) &&
-                             in_place_stride_ok(a_rs * int64_t(sizeof(TA)));
-  auto a_in_place = [&](int64_t b, int64_t m0, ARows& ar) -> const ARows* {
-    if (!rows_in_place || g.M == 0 || g.K == 0) return nullptr;
-    const TA* first = static_cast<const TA*>(g.a) + g.a_batch[b] + g.a_row[m0] + g.a_k[0];
-    if (reinterpret_cast<uintptr_t>(first) % 4) return nullptr;
-    ar = ARows{reinterpret_cast<const uint32_t*>(first), a_rs / Kind::kstep};
-    return &ar;
+  // A's rows read in place (rows_in_place) when K is contiguous and the rows evenly spaced.
+  const bool rows_even = o.a_k_unit && a_re && g.M > 0 && g.K > 0;
+  auto a_in_place = [&](int64_t b, int64_t m0) {
+    return rows_even ? rows_in_place<Kind>(static_cast<const TA*>(g.a) + g.a_batch[b] + g.a_row[m0] + g.a_k[0], g.K, a_rs)
+                     : ARows();
   };
   auto product = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qb, int64_t qe, Scratch& s,
                      float* ct, int64_t ldc, const OutTile* out, const TileAt* following) {
-    ARows ar{};
     auto next = [&](int64_t q0, int64_t nq, PfStreams& ps) {
       if (q0 < Kq) return next_rows(b, m0, mb, n0, nb, q0, nq, ps, true, blocked_b);
       // The next task's first block: its A rows, unless they are these, and its B rows
@@ -246,7 +236,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
       tile_product<Kind, false>(m0, mb, n0, nb, qb, qe, pb,
                                 [&](int64_t m, int64_t rows, int64_t q0, int64_t nq, uint32_t* dst) {
                                   pack_a_rows<Kind, TA>(o, b, m, rows, q0, nq, dst);
-                                }, s, ct, ldc, out, next, a_in_place(b, m0, ar));
+                                }, s, ct, ldc, out, next, a_in_place(b, m0));
   };
   const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
   const int64_t esize = g.c_dtype == DType::f32 ? 4 : 2;
