@@ -187,10 +187,10 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
     else if (o.b_k_unit && b_ce) ps.s[1] = pf_stream(bp_, b_cs * eb, nb, kb * eb);
   };
   // C tile [m0, m0 + mb) x [n0, n0 + nb) of batch entry b over k steps [qb, qe) into ct;
-  // `following` (or null) is the tile this thread will most likely do next, whose first
+  // `following` (or null) is the task this thread will most likely do next, whose first
   // block the last block's microkernels prefetch (its A rows, unless they are this tile's).
   struct TileAt {
-    int64_t b, m0, mb, n0, nb;
+    int64_t b, m0, mb, n0, nb, qb = 0;
   };
   // A's rows read in place (rows_in_place) when K is contiguous and the rows evenly spaced.
   const bool rows_even = o.a_k_unit && a_re && g.M > 0 && g.K > 0;
@@ -201,15 +201,17 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   auto product = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t qb, int64_t qe, Scratch& s,
                      float* ct, int64_t ldc, const OutTile* out, const TileAt* following) {
     auto next = [&](int64_t q0, int64_t nq, PfStreams& ps) {
-      if (q0 < Kq) return next_rows(b, m0, mb, n0, nb, q0, nq, ps, true, blocked_b);
+      if (q0 < qe) return next_rows(b, m0, mb, n0, nb, q0, nq, ps, true, blocked_b);
       // The next task's first block: its A rows, unless they are these, and its B rows
       // when it packs a B this task did not (a batched product's next entry: its rows
-      // came from DRAM inside pack_b_panel, 1.02-1.23x on attention's heads).
+      // came from DRAM inside pack_b_panel, 1.02-1.23x on attention's heads; a K chunk's
+      // next tile: its B rows, and its A rows, read a whole chunk ago).
       const TileAt* f = following;
       if (!f) return;
-      const bool a_again = f->b == b && f->m0 == m0 && nq >= Kq;
-      const bool b_new = per_task_b && (f->b != b || f->n0 != n0);
-      if (!a_again || b_new) next_rows(f->b, f->m0, f->mb, f->n0, f->nb, 0, nq, ps, !a_again, blocked_b || b_new);
+      const bool a_again = f->b == b && f->m0 == m0 && f->qb == qb && nq >= qe - qb;
+      const bool b_new = (per_task_b || blocked_b) && (f->b != b || f->n0 != n0 || f->qb != qb);
+      if (!a_again || b_new)
+        next_rows(f->b, f->m0, f->mb, f->n0, f->nb, f->qb, nq, ps, !a_again, blocked_b || b_new);
     };
     auto pb = [&](int64_t n0_, int64_t nb_, int64_t q0, int64_t nq, Scratch& sc) -> BView {
       if (per_task_b) {  // the entry's panels [n0_, n0_ + nb_) over all of K, packed once
@@ -265,11 +267,20 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   const int64_t mc = round_up(cdiv(g.M, cdiv(g.M, kMaxMC)), MR), nc = round_up(cdiv(g.N, cdiv(g.N, kNC)), NR);
   const int64_t mt = cdiv(g.M, mc), nt = cdiv(g.N, nc), ntiles = g.B * mt * nt, tile_size = mc * nc;
   WBuf part(nch * ntiles * tile_size);
-  run_tasks(nch * ntiles, flops, [&](int64_t task, Scratch& s) {
+  auto chunk_at = [&](int64_t task) {
     const int64_t c = task / ntiles, tile = task % ntiles;
     const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
-    const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc, mb = imin(mc, g.M - m0), nb = imin(nc, g.N - n0);
-    product(b, m0, mb, n0, nb, c * Kq / nch, (c + 1) * Kq / nch, s, part.f() + task * tile_size, nc, nullptr, nullptr);
+    const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc;
+    return TileAt{b, m0, imin(mc, g.M - m0), n0, imin(nc, g.N - n0), c * Kq / nch};
+  };
+  const int64_t ntasks = nch * ntiles;
+  run_tasks(ntasks, flops, [&](int64_t task, Scratch& s) {
+    // The next task's first block is prefetched: without it each chunk's first block
+    // (a fifth of its rows) was read from DRAM inside the packers.
+    const TileAt x = chunk_at(task), f = chunk_at(imin(task + 1, ntasks - 1));
+    const int64_t c = task / ntiles;
+    product(x.b, x.m0, x.mb, x.n0, x.nb, x.qb, (c + 1) * Kq / nch, s, part.f() + task * tile_size, nc, nullptr,
+            task + 1 < ntasks ? &f : nullptr);
   });
   run_units(ntiles, double(nch) * double(tile_size), [&](int64_t tile) {
     const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
