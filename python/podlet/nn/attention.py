@@ -6,7 +6,9 @@ MultiHeadDotProductAttention (alias MultiHeadAttention), SelfAttention, and the 
 
 Params (as Flax's): ``query``, ``key``, ``value`` are DenseGeneral layers with kernel
 ``(features, num_heads, head_dim)`` and bias ``(num_heads, head_dim)``; ``out`` has kernel
-``(num_heads, head_dim, out_features)``. Only ``decode=False`` is supported.
+``(num_heads, head_dim, out_features)``. ``decode=True`` keeps Flax's autoregressive cache
+(the ``cache`` collection: ``cached_key``, ``cached_value``, ``cache_index``; apply with
+``mutable=["cache"]``, one position per call after an ``init`` on the full length).
 """
 import functools
 import inspect
@@ -167,7 +169,8 @@ class MultiHeadDotProductAttention(Module):
         (``out_kernel_init`` / ``out_bias_init`` override them for ``out``).
       use_bias: whether the projections have biases (default True).
       attention_fn: ``dot_product_attention`` or a compatible function.
-      decode: must be False (no autoregressive cache in podlet).
+      decode: keep an autoregressive cache in the ``cache`` collection (as Flax's): ``init``
+        on a full-length input makes it, each later call takes one position.
       normalize_qk: LayerNorm (no bias) on queries and keys (``query_ln``, ``key_ln``).
       force_fp32_for_softmax: softmax in float32 for half-precision inputs.
     """
