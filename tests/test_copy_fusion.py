@@ -108,6 +108,36 @@ def test_chain_ends_next_to_ops_that_move_the_last_dimension():
         assert np.asarray(podlet.jit(f)(jnp.asarray(x))).tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("shape, perm, moves", [
+    ((2, 1, 1, 7, 7, 32), (0, 1, 3, 2, 4, 5), False),  # Swin's last stage: one 7 x 7 window
+    ((3, 1, 5), (1, 0, 2), False),
+    ((1, 4, 1, 6), (2, 0, 1, 3), False),
+    ((3, 1, 5), (2, 1, 0), True),  # an element moves: stays a transpose
+    ((2, 1, 3, 4), (0, 2, 1, 3), False),
+])
+def test_transposes_that_move_no_element_are_reshapes(shape, perm, moves, monkeypatch):
+    """A transpose whose permutation is the identity once the size-1 axes are dropped
+    becomes a reshape (no copy); its values, and its gradient's, are NumPy's and those of
+    the graph with the pass off."""
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+
+    def f(a):
+        return jnp.transpose(a, perm), jnp.sum(jnp.transpose(a * 2.0, perm) ** 2)
+
+    prims = _prims(_exec_graph(f, jnp.asarray(x)))
+    assert ("transpose" in prims) == moves, prims
+    got = podlet.jit(f)(jnp.asarray(x))
+    assert np.asarray(got[0]).shape == np.transpose(x, perm).shape
+    assert np.asarray(got[0]).tobytes() == np.ascontiguousarray(np.transpose(x, perm)).tobytes()
+    grad = podlet.jit(podlet.grad(lambda a: f(a)[1]))
+    g_on = np.asarray(grad(jnp.asarray(x)))
+    monkeypatch.setenv("PODLET_COPY_FUSION", "0")
+    assert "transpose" in _prims(_exec_graph(f, jnp.asarray(x)))
+    g_off = np.asarray(podlet.jit(podlet.grad(lambda a: f(a)[1]))(jnp.asarray(x)))
+    assert g_on.tobytes() == g_off.tobytes()
+    np.testing.assert_allclose(g_on, 8.0 * x, rtol=1e-6)
+
+
 def _window_block_grads(x, monkeypatch, on):
     """value_and_grad of a shifted Swin window attention (bf16) with the pass on or off."""
     from podlet.models import swin

@@ -60,9 +60,40 @@ Attrs row_attrs(const Node& n) {
   return a;
 }
 
+// Whether a transpose leaves every element where it was: its permutation, with the
+// axes of size 1 dropped, is the identity (Swin's window partition of a 7 x 7 map into
+// one window swaps an axis of 7 with one of 1). Such a transpose is a reshape.
+bool keeps_layout(const Node& n, const Graph& g) {
+  if (n.prim->name != "transpose" || n.in.size() != 1 || n.out.size() != 1) return false;
+  const Shape& s = g.aval(n.in[0]).shape;
+  int64_t last = -1;
+  for (int64_t p : n.attrs.ints("permutation")) {
+    if (s[size_t(p)] == 1) continue;
+    if (p < last) return false;
+    last = p;
+  }
+  return true;
+}
+
 }  // namespace
 
-Graph fuse_copies(const Graph& g, CopyFusionStats* stats) {
+Graph fuse_copies(const Graph& in_graph, CopyFusionStats* stats) {
+  // Layout-keeping transposes first become reshapes (no copy, the input's buffer shared;
+  // a copy of 2.4 MB per call at Swin-T's last stage), and as reshapes join the chains.
+  Graph canon;
+  const Graph* gp = &in_graph;
+  int relaid = 0;
+  for (const Node& n : in_graph.nodes) relaid += keeps_layout(n, in_graph);
+  if (relaid) {
+    canon = in_graph;
+    for (Node& n : canon.nodes)
+      if (keeps_layout(n, canon)) {
+        n.prim = &lookup_prim("reshape");
+        n.attrs = Attrs{{"new_sizes", canon.aval(n.out[0]).shape}};
+      }
+    gp = &canon;
+  }
+  const Graph& g = *gp;
   const int N = int(g.nodes.size()), V = g.num_values();
   std::vector<Move> move(N, Move::none);
   std::vector<int> root(V);
@@ -132,13 +163,13 @@ Graph fuse_copies(const Graph& g, CopyFusionStats* stats) {
     ++st.chains;
   }
   if (st.chains) out.dce();  // the chains' nodes nothing else reads
-  if (stats && st.chains) {  // a count for the stats only: not on jit's path
+  if (stats && (st.chains || relaid)) {  // a count for the stats only: not on jit's path
     auto copies = [](const Graph& x) {
       int c = 0;
       for (auto& n : x.nodes) c += row_move(n, x) == Move::copy;
       return c;
     };
-    st.copies_removed = copies(g) - copies(out);
+    st.copies_removed = copies(in_graph) - copies(out);
   }
   if (stats) *stats = st;
   return out;

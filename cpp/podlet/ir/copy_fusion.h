@@ -14,6 +14,10 @@
 // and a row is at least kMinRowBytes long (shorter rows would make the gather an
 // element-by-element one). Copies move bits: results are identical.
 //
+// First, a transpose that moves no element (its permutation is the identity once the
+// axes of size 1 are dropped) becomes a reshape: it shares its input's buffer, as XLA
+// makes such a transpose a bitcast.
+//
 // Runs on executable graphs, after rematerialisation and before elementwise fusion; value
 // ids keep their meaning (the table is a new constant), nodes left without readers go.
 #pragma once

@@ -82,6 +82,19 @@ void copy_strided(const void* src, int64_t sbase, const Shape& src_st, void* dst
     using E = decltype(tag);
     const E* xs = static_cast<const E*>(src);
     E* ys = static_cast<E*>(dst);
+    if (rows == 1 && si == 1 && di == 1) {  // one contiguous run (a slice of leading rows, a
+      // concatenation's part): cut into chunks for the threads, where a row per task left
+      // one thread copying it all
+      parallel_for(inner, 4 * kGrain, [&](int64_t b, int64_t e) {
+        if (stream) {
+          kernels::stream_bytes(ys + dbase + b, xs + sbase + b, size_t(e - b) * sizeof(E));
+          _mm_sfence();
+        } else {
+          std::memcpy(ys + dbase + b, xs + sbase + b, size_t(e - b) * sizeof(E));
+        }
+      });
+      return;
+    }
     parallel_for(rows, std::max<int64_t>(1, kGrain / inner), [&](int64_t b, int64_t e) {
       // The first row's index by division, the next ones by counting.
       std::vector<int64_t> idx(size_t(std::max(r, 1)), 0);
