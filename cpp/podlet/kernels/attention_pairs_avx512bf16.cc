@@ -22,8 +22,8 @@ struct HwPairs {
   // pack_pairs_across for an even head size: K's (or V's) rows are [sk][H/2] 32-bit
   // words, the operand is their transpose [H/2][cols]; 16 x 16 blocks transposed in
   // registers (the plain loop moved one word per several scalar instructions, ~10% of the
-  // kernel at Swin's 49-token windows). Rows past sk are zero; masked loads read only
-  // the head's own words.
+  // kernel at Swin's 49-token windows). Rows past sk are zero; loads read only the head's
+  // own words (masked only where fewer than 16 of them remain).
   static bool pack_across(const bf16* X, int64_t ldx, int64_t sk, int64_t H, int64_t cols, uint32_t* out) {
     if (H % 2 || cols % 16) return false;
     const int64_t HP = H / 2;
@@ -34,7 +34,9 @@ struct HwPairs {
       for (int64_t sb = 0; sb < cols; sb += 16) {
         __m512i r[16];
         for (int i = 0; i < 16; ++i)
-          r[i] = sb + i < sk ? _mm512_maskz_loadu_epi32(hm, x + (sb + i) * ldx + 2 * hb) : _mm512_setzero_si512();
+          r[i] = sb + i >= sk ? _mm512_setzero_si512()
+                 : nh == 16 ? _mm512_loadu_si512(x + (sb + i) * ldx + 2 * hb)
+                            : _mm512_maskz_loadu_epi32(hm, x + (sb + i) * ldx + 2 * hb);
         transpose16(r);
         for (int j = 0; j < nh; ++j) _mm512_storeu_si512(out + (hb + j) * cols + sb, r[j]);
       }
@@ -69,14 +71,17 @@ struct HwPairs {
     }
     return true;
   }
-  // pack_rows_plain with a masked load and store of 32 elements (an odd n's pad from the
-  // load's zero lane): GCC's loop of 16-bit copies took ~5% of the forward at Swin's
-  // windows.
+  // pack_rows_plain with a load and store of 32 elements, masked only for a row's last
+  // partial chunk (an odd n's pad from the load's zero lane): GCC's loop of 16-bit copies
+  // took ~5% of the forward at Swin's windows, and masked moves of the whole chunks over
+  // a third of the packing's time on Zen 4 (rdtsc by phase, cached windows).
   static bool pack_rows(const bf16* X, int64_t ldx, int64_t rows, int64_t n, uint32_t* out, int64_t ldo) {
     for (int64_t i = 0; i < rows; ++i) {
       const uint16_t* x = &X[i * ldx].bits;
       uint16_t* o = reinterpret_cast<uint16_t*>(out + i * ldo);
-      for (int64_t j = 0; j < n; j += 32) {
+      int64_t j = 0;
+      for (; j + 32 <= n; j += 32) _mm512_storeu_si512(o + j, _mm512_loadu_si512(x + j));
+      for (; j < n; j += 32) {
         const int64_t w = std::min<int64_t>(32, n - j);
         const __mmask32 ld = __mmask32((uint64_t(1) << w) - 1), st = __mmask32((uint64_t(1) << (w + (w & 1))) - 1);
         _mm512_mask_storeu_epi16(o + j, st, _mm512_maskz_loadu_epi16(ld, x + j));
