@@ -80,20 +80,19 @@ bool keeps_layout(const Node& n, const Graph& g) {
 Graph fuse_copies(const Graph& in_graph, CopyFusionStats* stats) {
   // Layout-keeping transposes first become reshapes (no copy, the input's buffer shared;
   // a copy of 2.4 MB per call at Swin-T's last stage), and as reshapes join the chains.
+  std::vector<int> relaid;
+  for (int i = 0; i < int(in_graph.nodes.size()); ++i)
+    if (keeps_layout(in_graph.nodes[i], in_graph)) relaid.push_back(i);
   Graph canon;
-  const Graph* gp = &in_graph;
-  int relaid = 0;
-  for (const Node& n : in_graph.nodes) relaid += keeps_layout(n, in_graph);
-  if (relaid) {
+  if (!relaid.empty()) {
     canon = in_graph;
-    for (Node& n : canon.nodes)
-      if (keeps_layout(n, canon)) {
-        n.prim = &lookup_prim("reshape");
-        n.attrs = Attrs{{"new_sizes", canon.aval(n.out[0]).shape}};
-      }
-    gp = &canon;
+    for (int i : relaid) {
+      Node& n = canon.nodes[i];
+      n.prim = &lookup_prim("reshape");
+      n.attrs = Attrs{{"new_sizes", canon.aval(n.out[0]).shape}};
+    }
   }
-  const Graph& g = *gp;
+  const Graph& g = relaid.empty() ? in_graph : canon;
   const int N = int(g.nodes.size()), V = g.num_values();
   std::vector<Move> move(N, Move::none);
   std::vector<int> root(V);
@@ -163,7 +162,7 @@ Graph fuse_copies(const Graph& in_graph, CopyFusionStats* stats) {
     ++st.chains;
   }
   if (st.chains) out.dce();  // the chains' nodes nothing else reads
-  if (stats && (st.chains || relaid)) {  // a count for the stats only: not on jit's path
+  if (stats && (st.chains || !relaid.empty())) {  // a count for the stats only: not on jit's path
     auto copies = [](const Graph& x) {
       int c = 0;
       for (auto& n : x.nodes) c += row_move(n, x) == Move::copy;

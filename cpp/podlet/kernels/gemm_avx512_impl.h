@@ -283,14 +283,13 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
             task + 1 < ntasks ? &f : nullptr);
   });
   run_units(ntiles, double(nch) * double(tile_size), [&](int64_t tile) {
-    const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
-    const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc, mb = imin(mc, g.M - m0), nb = imin(nc, g.N - n0);
+    const TileAt x = chunk_at(tile);  // chunk 0's task is the tile's number
     float* t = part.f() + tile * tile_size;
     for (int64_t c = 1; c < nch; ++c) {
       const float* pt = part.f() + (c * ntiles + tile) * tile_size;
-      for (int64_t i = 0; i < mb * nc; ++i) t[i] += pt[i];
+      for (int64_t i = 0; i < x.mb * nc; ++i) t[i] += pt[i];
     }
-    for (int64_t i = 0; i < mb; ++i) store_out(g.c_dtype, g.c, g.c_off(b, m0 + i) + n0, t + i * nc, nb);
+    for (int64_t i = 0; i < x.mb; ++i) store_out(g.c_dtype, g.c, g.c_off(x.b, x.m0 + i) + x.n0, t + i * nc, x.nb);
   });
 }
 
