@@ -92,6 +92,7 @@ def dot_cases(rng, dtype):
             # ViT-Tiny / Swin-T at batch 32: short K, 197-token rows, 96 heads of attention
             dot(6304, 192, 768, name="vit fc1  x[6304,192] @ W[192,768]"),
             dot(192, 6304, 768, lc=0, name="vit dW   x^T[192,6304] @ g[6304,768]"),
+            dot(6304, 768, 192, name="vit fc2  x[6304,768] @ W[768,192]"),
             dot(100352, 96, 384, name="swin fc1 x[100352,96] @ W[96,384]"),
             batched(96, 197, 64, 197, 2, 2, name="vit QK^T 96 x q[197,64] @ k^T[64,197]"),
             batched(96, 64, 197, 197, 1, 1, name="vit dK^T 96 x q^T[64,197] @ dS[197,197]"),

@@ -7,7 +7,7 @@ namespace podlet::kernels {
 namespace {
 using namespace avx2;
 
-using engine::unit_stride;
+using engine::even_step, engine::unit_stride;
 
 struct Operands {
   const GemmArgs& g;
@@ -69,6 +69,23 @@ void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t
 // scratch, and kept for the thread's next task of the same entry (avx512's kPerTaskBWords).
 constexpr int64_t kPerTaskBFloats = int64_t(64) << 10;  // 256 KB
 
+// K chunks of a product whose output is too small to keep both threads busy with
+// full-size tiles and whose K is long (weight gradients: x^T g over batch x tokens,
+// Swin-T's first stage [96, 384] summed over 50,176 or 100,352 positions). Whole-K tiles
+// cut small enough for the threads re-pack the long operands once per tile of the other
+// side (B four times there, widened to f32 each time: the product ran at half the peak);
+// chunks keep full-size tiles, pack each operand once per tile of the other side, and
+// give every chunk's tiles to the threads. Each element is then summed in K blocks in
+// order within a chunk (chunks are whole blocks) and chunk partials in chunk order: a
+// function of the shape only, never of the thread count (avx512's k_chunks).
+constexpr int64_t kKChunk = 4 * KC;  // k steps per chunk (at least)
+inline int64_t k_chunks(int64_t B, int64_t M, int64_t N, int64_t K) {
+  const int64_t tiles = B * cdiv(M, kMaxMC) * cdiv(N, kNC);  // at full tile size
+  if (tiles >= 8 || K < 2 * kKChunk) return 1;
+  if (double(B) * double(M) * double(N) * double(K / kKChunk) > double(int64_t(1) << 24)) return 1;  // partials <= 64 MB
+  return K / kKChunk;
+}
+
 template <class TA, class TB> void run(const GemmArgs& g) {
   const Operands o{g, unit_stride(g.a_k.data(), g.K), unit_stride(g.a_row.data(), g.M),
                    unit_stride(g.b_col.data(), g.N), unit_stride(g.b_k.data(), g.K)};
@@ -76,13 +93,14 @@ template <class TA, class TB> void run(const GemmArgs& g) {
   const int64_t bsize = g.K * panels * NR;  // one batch entry of packed B
   const Tiling t = choose_tiling(g.B, g.M, g.N);
   const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
+  const int64_t nch = k_chunks(g.B, g.M, g.N, g.K);
   // A long sum (a weight gradient over every token: K 6,304 for ViT-Tiny, 25,088 and up
   // for Swin-T) packs B one K block at a time into the task's scratch, where the
   // microkernels read it while it is in L2, instead of the whole of B as f32 up front (19
   // MB for ViT-Tiny's [6304, 768]) written to and read back from memory: 9-13% faster on
   // such products, one thread or two (AMD Zen 3). Each task packs its own columns, so B
-  // is packed once per tile row: only where there are few (t.mt).
-  const bool per_block = g.K > 2 * KC && t.mt <= 4;
+  // is packed once per tile row: only where there are few (t.mt), and in K chunks.
+  const bool per_block = nch > 1 || (g.K > 2 * KC && t.mt <= 4);
   // Batched (attention's 96 heads of 197 x 64): each task packs its entry's columns into
   // its scratch, kept for the thread's next task of the same entry (a thread's tasks are
   // consecutive); the whole batch packed up front went through memory, 4.8 MB of f32
@@ -98,13 +116,20 @@ template <class TA, class TB> void run(const GemmArgs& g) {
   // microkernel streams better than a k-major block's strided steps (0.95-0.99x k-major).
   const bool kmajor = !o.a_k_unit && o.a_row_unit && g.B > 1;
   const int64_t esize = g.c_dtype == DType::f32 ? 4 : 2;
-  run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
-    const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
-    const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
-    const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0), ldc = round_up(nb, NR);
-    // The last K block's microkernels write the output (no pass over a C tile).
-    const OutTile out{g.c_dtype, static_cast<char*>(g.c) + (g.c_off(b, m0) + n0) * esize,
-                      g.c_batch.empty() ? g.N : g.c_ld};
+  // The rows the next K block packs, for the prefetch (avx2_engine.h, PfWalk): A's rows
+  // or its transpose's, and B's where it is packed per block; the offsets must step
+  // evenly along the dim that picks the rows (they do for every strided view).
+  int64_t a_row_step = 0, a_k_step = 0, b_k_step = 0, b_col_step = 0;
+  const bool a_rows_even = o.a_k_unit && even_step(g.a_row.data(), g.M, a_row_step);
+  const bool a_cols_even = !o.a_k_unit && o.a_row_unit && even_step(g.a_k.data(), g.K, a_k_step);
+  const bool b_rows_even = per_block && o.b_col_unit && even_step(g.b_k.data(), g.K, b_k_step);
+  const bool b_cols_even = per_block && !o.b_col_unit && o.b_k_unit && even_step(g.b_col.data(), g.N, b_col_step);
+  const bool prefetch = g.K > KC && (a_rows_even || a_cols_even || b_rows_even || b_cols_even);
+
+  // Tile [m0, m0 + mb) x [n0, n0 + nb) of entry b over K [kbeg, kend) into ct (row stride
+  // ldc), or with `out` its last block into the output (tile_product).
+  auto product = [&](int64_t b, int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t kbeg, int64_t kend,
+                     Scratch& s, float* ct, int64_t ldc, const OutTile* out) {
     auto get_b = [&](int64_t n0b, int64_t nbb, int64_t k0, int64_t kb, Scratch& sc) -> BView {
       const int64_t np = cdiv(nbb, NR);
       if (per_block) {
@@ -123,16 +148,72 @@ template <class TA, class TB> void run(const GemmArgs& g) {
       }
       return PrepackedB{bp.p + b * bsize, g.K}(n0b, nbb, k0, kb, sc);
     };
+    auto next = [&](int64_t k0, int64_t kb) {
+      PfStreams ps;
+      if (!prefetch) return ps;
+      const TA* a = static_cast<const TA*>(g.a) + g.a_batch[b];
+      const TB* bb = static_cast<const TB*>(g.b) + g.b_batch[b];
+      constexpr int64_t sa = sizeof(TA), sb = sizeof(TB);
+      if (a_rows_even) ps.s[0] = pf_stream(a + g.a_row[m0] + g.a_k[k0], a_row_step * sa, mb, kb * sa);
+      else if (a_cols_even) ps.s[0] = pf_stream(a + g.a_k[k0] + g.a_row[m0], a_k_step * sa, kb, mb * sa);
+      if (b_rows_even) ps.s[1] = pf_stream(bb + g.b_k[k0] + g.b_col[n0], b_k_step * sb, kb, nb * sb);
+      else if (b_cols_even) ps.s[1] = pf_stream(bb + g.b_col[n0] + g.b_k[k0], b_col_step * sb, nb, kb * sb);
+      return ps;
+    };
     if (kmajor)
-      tile_product<true>(m0, mb, n0, nb, g.K, get_b,
+      tile_product<true>(m0, mb, n0, nb, kbeg, kend, get_b,
                          [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
                            pack_a_kmajor<TA>(o, b, m, rows, k0, kb, dst, lda);
-                         }, s, ldc, &out);
+                         }, s, ct, ldc, out, next, /*partial=*/true);
     else
-      tile_product<false>(m0, mb, n0, nb, g.K, get_b,
+      tile_product<false>(m0, mb, n0, nb, kbeg, kend, get_b,
                           [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
                             pack_a_block<TA>(o, b, m, rows, k0, kb, dst, lda);
-                          }, s, ldc, &out);
+                          }, s, ct, ldc, out, next, /*partial=*/true);
+  };
+
+  if (nch == 1) {
+    run_tasks(g.B * t.mt * t.nt, flops, [&](int64_t task, Scratch& s) {
+      const int64_t b = task / (t.mt * t.nt), r = task % (t.mt * t.nt);
+      const int64_t m0 = (r / t.nt) * t.mc, n0 = (r % t.nt) * t.nc;
+      const int64_t mb = imin(t.mc, g.M - m0), nb = imin(t.nc, g.N - n0);
+      // The last K block's microkernels write the output (no pass over a C tile).
+      const OutTile out{g.c_dtype, static_cast<char*>(g.c) + (g.c_off(b, m0) + n0) * esize,
+                        g.c_batch.empty() ? g.N : g.c_ld};
+      product(b, m0, mb, n0, nb, 0, g.K, s, s.c.p, round_up(nb, NR), &out);
+    });
+    return;
+  }
+  // Chunked: full-size tiles (the chunks are the parallelism), equal ones (192 rows: 2 x
+  // 96, not 120 + 72), each chunk's tile into its own slot of `part`, then per tile the
+  // chunks added in order and stored.
+  const int64_t mc = round_up(cdiv(g.M, cdiv(g.M, kMaxMC)), MR), nc = round_up(cdiv(g.N, cdiv(g.N, kNC)), NR);
+  const int64_t mt = cdiv(g.M, mc), nt = cdiv(g.N, nc), ntiles = g.B * mt * nt, tile_size = mc * nc;
+  const int64_t blocks = cdiv(g.K, KC);
+  FBuf part(nch * ntiles * tile_size);
+  struct TileAt {
+    int64_t b, m0, mb, n0, nb;
+  };
+  auto tile_at = [&](int64_t tile) {
+    const int64_t b = tile / (mt * nt), r = tile % (mt * nt);
+    const int64_t m0 = (r / nt) * mc, n0 = (r % nt) * nc;
+    return TileAt{b, m0, imin(mc, g.M - m0), n0, imin(nc, g.N - n0)};
+  };
+  run_tasks(nch * ntiles, flops, [&](int64_t task, Scratch& s) {
+    const int64_t c = task / ntiles;
+    const TileAt x = tile_at(task % ntiles);
+    const int64_t kbeg = c * blocks / nch * KC, kend = imin(g.K, (c + 1) * blocks / nch * KC);
+    product(x.b, x.m0, x.mb, x.n0, x.nb, kbeg, kend, s, part.p + task * tile_size, nc, nullptr);
+  });
+  run_units(ntiles, double(nch) * double(tile_size), [&](int64_t tile) {
+    const TileAt x = tile_at(tile);
+    float* tp = part.p + tile * tile_size;  // chunk 0's slot
+    for (int64_t c = 1; c < nch; ++c) {
+      const float* pc = part.p + (c * ntiles + tile) * tile_size;
+      for (int64_t i = 0; i < x.mb * nc; i += 8)  // nc is a multiple of NR
+        _mm256_storeu_ps(tp + i, _mm256_add_ps(_mm256_loadu_ps(tp + i), _mm256_loadu_ps(pc + i)));
+    }
+    for (int64_t i = 0; i < x.mb; ++i) store_out(g.c_dtype, g.c, g.c_off(x.b, x.m0 + i) + x.n0, tp + i * nc, x.nb);
   });
 }
 
