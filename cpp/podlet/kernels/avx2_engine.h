@@ -12,8 +12,10 @@
 //     (6x8 for a tile's last panel when at most 8 of its columns are real).
 // Determinism: K is cut into fixed blocks of KC = kGemmTileK, each summed in order by
 // one FMA chain per output element and added to C block after block; output tiles are
-// independent tasks. No reduction is ever split across threads, so the bits depend on
-// neither the thread count nor the tile sizes (which may follow the thread count).
+// independent tasks. A reduction is split across threads only at K chunk boundaries that
+// depend on the shape alone (gemm_avx2.cc's k_chunks; its partials are added in chunk
+// order), so the bits depend on neither the thread count nor the tile sizes (which may
+// follow the thread count).
 //
 // ODR / ISA safety: everything here has internal linkage (anonymous namespace), and the
 // AVX2 files must not instantiate a template or inline function with external linkage
@@ -338,70 +340,6 @@ struct PrepackedB {
   }
 };
 
-// ---- software prefetch of the next K block's operand rows ----
-// A K block's operands are packed from memory just before its microkernels run, so the
-// packing waits on every line of a long operand that is not cached (a weight gradient's
-// x and g come from DRAM in rows of a few lines each, which the hardware prefetchers
-// follow poorly: avx512_engine.h measured its pack_b_panel stalled 16-19% of such a
-// product). The block's microkernel calls therefore each prefetch, into L2, an equal
-// share of the lines the next block will pack, between calls (a call is ~3,000 cycles;
-// a share is a few lines), so the loads overlap the dot products. Only the speed depends
-// on this.
-// A stream: `rows` rows of `lpr` lines each, the first line at p, rows `stride` bytes apart.
-struct PfStream {
-  const char* p = nullptr;
-  int64_t stride = 0, rows = 0, lpr = 0;
-  int64_t lines() const { return rows * lpr; }
-};
-// Rows [0, rows) of `bytes` bytes each, from `first`, `stride` bytes apart.
-inline PfStream pf_stream(const void* first, int64_t stride, int64_t rows, int64_t bytes) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(first);
-  if (!first || rows <= 0 || bytes <= 0) return {};
-  return {reinterpret_cast<const char*>(a & ~uintptr_t(63)), stride, rows, cdiv(int64_t(a & 63) + bytes, 64)};
-}
-// The next block's A and B rows (either may be empty).
-struct PfStreams {
-  PfStream s[2];
-};
-// The tile product's default: nothing to prefetch.
-struct NoPrefetch {
-  PfStreams operator()(int64_t, int64_t) const { return {}; }
-};
-// Walks the streams' lines in order, `share` of them per call of step().
-class PfWalk {
- public:
-  PfWalk(const PfStreams& ps, int64_t calls) : ps_(ps) {
-    share_ = calls > 0 ? cdiv(ps.s[0].lines() + ps.s[1].lines(), calls) : 0;
-    next_stream();
-  }
-  void step() {
-    for (int64_t n = share_; n > 0 && i_ < 2; --n) {
-      _mm_prefetch(row_ + 64 * line_, _MM_HINT_T1);
-      if (++line_ == ps_.s[i_].lpr) {
-        line_ = 0;
-        row_ += ps_.s[i_].stride;
-        if (++r_ == ps_.s[i_].rows) {
-          ++i_;
-          next_stream();
-        }
-      }
-    }
-  }
-
- private:
-  void next_stream() {
-    while (i_ < 2 && ps_.s[i_].lines() == 0) ++i_;
-    if (i_ < 2) {
-      row_ = ps_.s[i_].p;
-      r_ = line_ = 0;
-    }
-  }
-  PfStreams ps_;
-  int i_ = 0;
-  const char* row_ = nullptr;
-  int64_t r_ = 0, line_ = 0, share_ = 0;
-};
-
 // Adds to (or, from K index 0, stores in) the C tile ct [mb x nb] (row stride ldc >=
 // round_up(nb, NR), rows up to round_up(mb, MR) written) the part k in [kbeg, kend) of
 // C = A B, summed in blocks of KC (kbeg, and kend unless it is K, multiples of KC):
@@ -409,8 +347,6 @@ class PfWalk {
 //   pack_a(m0, mb, k0, kb, dst, lda) writes A[m0:m0+mb, k0:k0+kb] into dst, row-major
 //   (row stride lda = kb) or, KMajor, k-major (step k's mb elements at dst + k * lda,
 //   lda = round_up(mb, MR): A stored with M contiguous, one contiguous copy per step).
-//   next(k0, kb) -> PfStreams of the source rows pack_a and get_b will read for block
-//   [k0, k0 + kb), prefetched while the block before it runs (PfWalk).
 // With `partial`, ct is the sum of [kbeg, kend) alone (a K chunk's partial sum): its
 // first block stores instead of adding.
 // The A block's padding rows (up to round_up(mb, MR)) are zeroed here. With `out` (the
@@ -422,10 +358,10 @@ struct OutTile {
   void* p;
   int64_t ld;
 };
-template <bool KMajor = false, class GetB, class PackA, class Next = NoPrefetch>
+template <bool KMajor = false, class GetB, class PackA>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t kbeg, int64_t kend, GetB&& get_b,
                   PackA&& pack_a, Scratch& s, float* ct, int64_t ldc, const OutTile* out = nullptr,
-                  Next&& next = Next(), bool partial = false) {
+                  bool partial = false) {
   const int64_t mp = round_up(mb, MR), np = round_up(nb, NR);
   if (kend == 0) {  // empty sum
     for (int64_t i = 0; i < mp; ++i) zero_row(ct + i * ldc, np);
@@ -448,14 +384,12 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t kbeg, 
     }
     const BView bv = get_b(n0, nb, k0, kb, s);
     const bool last = out && k0 + kb == kend;
-    PfWalk pf(k0 + kb < kend ? next(k0 + kb, imin(KC, kend - k0 - kb)) : PfStreams{}, (np / NR) * (mp / MR));
     for (int64_t j = 0; j < np; j += NR) {
       const float* bpan = bv.p + (j / NR) * bv.stride;
       auto kernel = nb - j <= 8 ? ukernel_6x16<KMajor, 1> : ukernel_6x16<KMajor, 2>;
       for (int64_t i = 0; i < mp; i += MR) {
         const float* a = KMajor ? ab + i : ab + i * kb;
         const int64_t lda = KMajor ? mp : kb;
-        pf.step();
         if (last) {
           const OutBlock ob{out->dtype, static_cast<char*>(out->p) + (i * out->ld + j) * esize, out->ld,
                             int(imin(MR, mb - i)), int(imin(NR, nb - j))};
@@ -469,10 +403,10 @@ void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t kbeg, 
 }
 // The whole K range into the scratch C tile (s.c, row stride ldc), or with `out` into
 // the output.
-template <bool KMajor = false, class GetB, class PackA, class Next = NoPrefetch>
+template <bool KMajor = false, class GetB, class PackA>
 void tile_product(int64_t m0, int64_t mb, int64_t n0, int64_t nb, int64_t K, GetB&& get_b, PackA&& pack_a, Scratch& s,
-                  int64_t ldc, const OutTile* out = nullptr, Next&& next = Next()) {
-  tile_product<KMajor>(m0, mb, n0, nb, 0, K, get_b, pack_a, s, s.c.p, ldc, out, next);
+                  int64_t ldc, const OutTile* out = nullptr) {
+  tile_product<KMajor>(m0, mb, n0, nb, 0, K, get_b, pack_a, s, s.c.p, ldc, out);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ namespace podlet::kernels {
 namespace {
 using namespace avx2;
 
-using engine::even_step, engine::unit_stride;
+using engine::unit_stride;
 
 struct Operands {
   const GemmArgs& g;
@@ -116,15 +116,6 @@ template <class TA, class TB> void run(const GemmArgs& g) {
   // microkernel streams better than a k-major block's strided steps (0.95-0.99x k-major).
   const bool kmajor = !o.a_k_unit && o.a_row_unit && g.B > 1;
   const int64_t esize = g.c_dtype == DType::f32 ? 4 : 2;
-  // The rows the next K block packs, for the prefetch (avx2_engine.h, PfWalk): A's rows
-  // or its transpose's, and B's where it is packed per block; the offsets must step
-  // evenly along the dim that picks the rows (they do for every strided view).
-  int64_t a_row_step = 0, a_k_step = 0, b_k_step = 0, b_col_step = 0;
-  const bool a_rows_even = o.a_k_unit && even_step(g.a_row.data(), g.M, a_row_step);
-  const bool a_cols_even = !o.a_k_unit && o.a_row_unit && even_step(g.a_k.data(), g.K, a_k_step);
-  const bool b_rows_even = per_block && o.b_col_unit && even_step(g.b_k.data(), g.K, b_k_step);
-  const bool b_cols_even = per_block && !o.b_col_unit && o.b_k_unit && even_step(g.b_col.data(), g.N, b_col_step);
-  const bool prefetch = g.K > KC && (a_rows_even || a_cols_even || b_rows_even || b_cols_even);
 
   // Tile [m0, m0 + mb) x [n0, n0 + nb) of entry b over K [kbeg, kend) into ct (row stride
   // ldc), or with `out` its last block into the output (tile_product).
@@ -148,28 +139,16 @@ template <class TA, class TB> void run(const GemmArgs& g) {
       }
       return PrepackedB{bp.p + b * bsize, g.K}(n0b, nbb, k0, kb, sc);
     };
-    auto next = [&](int64_t k0, int64_t kb) {
-      PfStreams ps;
-      if (!prefetch) return ps;
-      const TA* a = static_cast<const TA*>(g.a) + g.a_batch[b];
-      const TB* bb = static_cast<const TB*>(g.b) + g.b_batch[b];
-      constexpr int64_t sa = sizeof(TA), sb = sizeof(TB);
-      if (a_rows_even) ps.s[0] = pf_stream(a + g.a_row[m0] + g.a_k[k0], a_row_step * sa, mb, kb * sa);
-      else if (a_cols_even) ps.s[0] = pf_stream(a + g.a_k[k0] + g.a_row[m0], a_k_step * sa, kb, mb * sa);
-      if (b_rows_even) ps.s[1] = pf_stream(bb + g.b_k[k0] + g.b_col[n0], b_k_step * sb, kb, nb * sb);
-      else if (b_cols_even) ps.s[1] = pf_stream(bb + g.b_col[n0] + g.b_k[k0], b_col_step * sb, nb, kb * sb);
-      return ps;
-    };
     if (kmajor)
       tile_product<true>(m0, mb, n0, nb, kbeg, kend, get_b,
                          [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
                            pack_a_kmajor<TA>(o, b, m, rows, k0, kb, dst, lda);
-                         }, s, ct, ldc, out, next, /*partial=*/true);
+                         }, s, ct, ldc, out, /*partial=*/true);
     else
       tile_product<false>(m0, mb, n0, nb, kbeg, kend, get_b,
                           [&](int64_t m, int64_t rows, int64_t k0, int64_t kb, float* dst, int64_t lda) {
                             pack_a_block<TA>(o, b, m, rows, k0, kb, dst, lda);
-                          }, s, ct, ldc, out, next, /*partial=*/true);
+                          }, s, ct, ldc, out, /*partial=*/true);
   };
 
   if (nch == 1) {
