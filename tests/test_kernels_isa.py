@@ -193,6 +193,9 @@ DOT_CASES = {
     "long_k_odd_rows": ((30, 9001), (50, 9001), dot_attrs([1], [1])),       # B columns contiguous in K
     "long_k_gathered": ((9001, 3, 5), (5, 9001, 7), dot_attrs([0], [1])),   # B gathered
     "long_k_batched": ((2, 8500, 20), (2, 8500, 30), dot_attrs([1], [1], [0], [0])),
+    # K chunks over several full-size tiles each way (3 x 2 of 84 x 160): every chunk's
+    # partial lands in its tile's slot, rows and columns past the edge left out
+    "long_k_tiles": ((4100, 250), (4100, 300), dot_attrs([0], [0])),
 }
 
 
@@ -308,7 +311,8 @@ def test_dot_bits_do_not_depend_on_thread_count(isa, dtype):
     rng = np.random.default_rng(3)
     cases = [((250, 530), (530, 300), dot_attrs([1], [0])), ((530, 70), (90, 530), dot_attrs([0], [1])),
              ((4, 90, 300), (4, 300, 40), dot_attrs([2], [1], [0], [0])),
-             ((9000, 40), (9000, 70), dot_attrs([0], [0])), ((30, 9001), (50, 9001), dot_attrs([1], [1]))]
+             ((9000, 40), (9000, 70), dot_attrs([0], [0])), ((30, 9001), (50, 9001), dot_attrs([1], [1])),
+             ((4100, 250), (4100, 300), dot_attrs([0], [0]))]
     for ls, rs, attrs in cases:
         a, b = rand(rng, ls, dtype), rand(rng, rs, dtype)
         one = run(isa, "dot_general", [a, b], attrs, threads=1)
