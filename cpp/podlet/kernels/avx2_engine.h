@@ -13,7 +13,7 @@
 // Determinism: K is cut into fixed blocks of KC = kGemmTileK, each summed in order by
 // one FMA chain per output element and added to C block after block; output tiles are
 // independent tasks. A reduction is split across threads only at K chunk boundaries that
-// depend on the shape alone (gemm_avx2.cc's k_chunks; its partials are added in chunk
+// depend on the shape alone (engine::k_chunks; its partials are added in chunk
 // order), so the bits depend on neither the thread count nor the tile sizes (which may
 // follow the thread count).
 //

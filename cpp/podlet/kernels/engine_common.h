@@ -51,6 +51,18 @@ inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
+// How many K chunks a product is summed in (1: whole K), the GEMM engines' rule: more
+// than one when its output, cut into full-size tiles (max_mc x nc), makes fewer than 8
+// of them and K has at least two chunks of `chunk` steps, with the partials at most 64
+// MB. A function of the shape alone: each element is summed in order within a chunk and
+// the chunk partials in chunk order, so the bits never depend on the thread count.
+inline int64_t k_chunks(int64_t B, int64_t M, int64_t N, int64_t K, int64_t max_mc, int64_t nc, int64_t chunk) {
+  const int64_t tiles = B * cdiv(M, max_mc) * cdiv(N, nc);
+  if (tiles >= 8 || K < 2 * chunk) return 1;
+  if (double(B) * double(M) * double(N) * double(K / chunk) > double(int64_t(1) << 24)) return 1;
+  return K / chunk;
+}
+
 // f(t, scratch) for every task t in [0, n), each thread with its own Scratch; the tasks
 // are independent, so any schedule gives the same bits. Serial unless `parallel` (work
 // large enough) and there are threads and tasks to share.

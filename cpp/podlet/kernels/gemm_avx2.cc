@@ -77,14 +77,9 @@ constexpr int64_t kPerTaskBFloats = int64_t(64) << 10;  // 256 KB
 // chunks keep full-size tiles, pack each operand once per tile of the other side, and
 // give every chunk's tiles to the threads. Each element is then summed in K blocks in
 // order within a chunk (chunks are whole blocks) and chunk partials in chunk order: a
-// function of the shape only, never of the thread count (avx512's k_chunks).
+// function of the shape only, never of the thread count (engine::k_chunks, the AVX-512
+// engine's rule).
 constexpr int64_t kKChunk = 4 * KC;  // k steps per chunk (at least)
-inline int64_t k_chunks(int64_t B, int64_t M, int64_t N, int64_t K) {
-  const int64_t tiles = B * cdiv(M, kMaxMC) * cdiv(N, kNC);  // at full tile size
-  if (tiles >= 8 || K < 2 * kKChunk) return 1;
-  if (double(B) * double(M) * double(N) * double(K / kKChunk) > double(int64_t(1) << 24)) return 1;  // partials <= 64 MB
-  return K / kKChunk;
-}
 
 template <class TA, class TB> void run(const GemmArgs& g) {
   const Operands o{g, unit_stride(g.a_k.data(), g.K), unit_stride(g.a_row.data(), g.M),
@@ -93,7 +88,7 @@ template <class TA, class TB> void run(const GemmArgs& g) {
   const int64_t bsize = g.K * panels * NR;  // one batch entry of packed B
   const Tiling t = choose_tiling(g.B, g.M, g.N);
   const double flops = 2.0 * double(g.B) * double(g.M) * double(g.N) * double(g.K);
-  const int64_t nch = k_chunks(g.B, g.M, g.N, g.K);
+  const int64_t nch = engine::k_chunks(g.B, g.M, g.N, g.K, kMaxMC, kNC, kKChunk);
   // A long sum (a weight gradient over every token: K 6,304 for ViT-Tiny, 25,088 and up
   // for Swin-T) packs B one K block at a time into the task's scratch, where the
   // microkernels read it while it is in L2, instead of the whole of B as f32 up front (19

@@ -128,12 +128,6 @@ void pack_a_kmajor(const Operands& o, int64_t b, int64_t m0, int64_t mb, int64_t
 constexpr int64_t kKChunk = 1024;   // k steps per chunk (at least)
 constexpr int64_t kPerTaskBWords = int64_t(64) << 10;  // a batch entry's packed B up to 256 KB
 constexpr int64_t kStreamBWords = int64_t(512) << 10;  // a weight gradient's B above 2 MB (past L2): per block
-inline int64_t k_chunks(int64_t B, int64_t M, int64_t N, int64_t Kq) {
-  const int64_t tiles = B * cdiv(M, kMaxMC) * cdiv(N, kNC);  // at full tile size
-  if (tiles >= 8 || Kq < 2 * kKChunk) return 1;
-  if (double(B) * double(M) * double(N) * double(Kq / kKChunk) > double(int64_t(1) << 24)) return 1;  // partials <= 64 MB
-  return Kq / kKChunk;
-}
 
 template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   // How each offset table steps: unit steps pick the packers' contiguous copies; even
@@ -146,7 +140,7 @@ template <class Kind, class TA, class TB> void gemm_run(const GemmArgs& g) {
   const int64_t Kq = cdiv(g.K, Kind::kstep);
   const int64_t panels = cdiv(g.N, NR);
   const int64_t bsize = Kq * panels * NR;  // one batch entry of packed B
-  const int64_t nch = k_chunks(g.B, g.M, g.N, Kq);
+  const int64_t nch = engine::k_chunks(g.B, g.M, g.N, Kq, kMaxMC, kNC, kKChunk);
   // Whole K: B packed once up front, shared by the tiles of every row range. K chunks:
   // each task packs the B blocks it uses into its scratch, L2-sized (with full-height
   // tiles B is still packed once, and no packed copy of a long B goes through memory).
