@@ -629,3 +629,105 @@ def test_unchecked_rounding_off_by_switch(no_tables):
         assert (_unchecked_stats() - before == 0).all()
     finally:
         _core.set_fused_jit_unchecked(True)
+
+
+# --- canonical NaNs in the AVX2 code (fused_jit_ymm.cc plan_canonical) ---
+# A bf16 rounding there is an integer rounding plus a NaN check that puts NaN lanes back as
+# sign | 0x7fc00000. The check is skipped where the rounded value's NaNs are already that
+# canonical NaN: results of roundings, and loads, table values and scalars made canonical
+# where they are read, when every use of them is a rounding or a compare. bf16 inputs
+# converted from f32 by ml_dtypes hold canonical NaNs only, so these tests plant raw bf16
+# words with payloads (signalling, all payload bits set, both signs), and f32 NaNs whose
+# integer rounding alone would carry into infinity or wrap around to zero.
+
+BF16_PAYLOAD_NANS = [0x7f81, 0xffc1, 0x7fff, 0xffff, 0x7fa5, 0xff80 | 0x0042]
+F32_PAYLOAD_NANS = [0x7fffffff, 0x7f800001, 0xffff8000, 0x7fff8000, 0x7fc0ffff, 0xff80ffff]
+
+
+def _plant_bf16_nans(rng, a, n=12):
+    """a (bf16) with raw NaN words with payloads at n random places (a 0-d a: one of them)."""
+    a = np.array(a, dtype=BF16)
+    flat = a.reshape(-1).view(np.uint16)
+    for j, i in enumerate(rng.choice(flat.size, size=min(flat.size, n), replace=False)):
+        flat[i] = BF16_PAYLOAD_NANS[j % len(BF16_PAYLOAD_NANS)]
+    return a
+
+
+def _canonical_runs():
+    return _core.fused_jit_stats()["canonical_runs"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_canonical_roundings_with_nan_payloads_in_random_chains(seed):
+    rng = np.random.default_rng(900 + seed)
+    shape = (3, 9, 64)
+    x, y, z = (_plant_bf16_nans(rng, _special(rng, shape, BF16)) for _ in range(3))
+    c = _plant_bf16_nans(rng, _special(rng, (64,), BF16), 4)
+    s = _plant_bf16_nans(rng, np.asarray(rng.standard_normal(), BF16)) if seed % 2 else np.asarray(1.5, BF16)
+    before = _canonical_runs()
+    _run(_jit_chain(seed, n_ops=24), x, y, z, c, s)
+    assert (_canonical_runs() > before) == ymm()
+
+
+@pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "exact"])
+def test_gelu_vjp_with_nan_payloads(approximate):
+    # The MLP's bias + GELU and its VJP in bf16, large enough for tables (each read by one
+    # rounding or more, and its index a raw input word), NaN payloads in x, the bias and dy.
+    rng = np.random.default_rng(31)
+    x = _plant_bf16_nans(rng, (rng.standard_normal((112, 768)) * 3).astype(BF16), 40)
+    b = _plant_bf16_nans(rng, rng.standard_normal(768).astype(BF16), 3)
+    dy = _plant_bf16_nans(rng, rng.standard_normal((112, 768)).astype(BF16), 40)
+
+    def f(x, b, dy):
+        y, vjp = podlet.vjp(lambda x: podlet.nn.gelu(x + b, approximate=approximate), x)
+        return y, vjp(dy)[0]
+
+    before = _canonical_runs(), _core.fused_tables_stats()["used"]
+    _run(f, x, b, dy)
+    assert (_canonical_runs() > before[0]) == ymm()
+    assert _core.fused_tables_stats()["used"] > before[1]
+
+
+def test_canonical_roundings_of_f32_payloads():
+    # f32 NaNs whose integer rounding alone goes wrong (0x7f800001 -> infinity, 0x7fff8000
+    # -> -0), read by two roundings (the load made canonical) or one (the check kept), and
+    # a bf16 load read by roundings and also passed on raw by a select and an output (never
+    # made canonical: its payload reaches the outputs).
+    rng = np.random.default_rng(5)
+    shape = (4, 128)
+    x = _special(rng, shape)
+    xb = x.reshape(-1).view(np.uint32)
+    for j, i in enumerate(rng.choice(xb.size, size=36, replace=False)):
+        xb[i] = F32_PAYLOAD_NANS[j % len(F32_PAYLOAD_NANS)]
+    y = _plant_bf16_nans(rng, _special(rng, shape, BF16), 24)
+    w = _plant_bf16_nans(rng, _special(rng, shape, BF16), 24)
+
+    def f(x, y, w):
+        a = x.astype(BF16) * y
+        b = (x * 2.0).astype(BF16) - (x + 1.0).astype(BF16)
+        return a + b, jnp.where(y > w, y, w), y * w + w, w, (x * x).astype(BF16)
+
+    before = _canonical_runs()
+    _run(f, x, y, w)
+    assert (_canonical_runs() > before) == ymm()
+
+
+def test_canonical_roundings_off_by_switch():
+    # set_fused_jit_unchecked(False): AVX2 programs compiled from then on check every
+    # rounding (the same bits; no run counted).
+    rng = np.random.default_rng(8)
+    x, y = (_plant_bf16_nans(rng, _special(rng, (6, 64), BF16)) for _ in range(2))
+    s = np.asarray(0.75, BF16)
+    f = lambda x, y, s: ((x * s + y) * (y - s)) * x  # noqa: E731
+    _core.set_fused_jit_unchecked(False)
+    try:
+        before = _canonical_runs()
+        off = _run(f, x, y, s)
+        assert _canonical_runs() == before
+    finally:
+        _core.set_fused_jit_unchecked(True)
+    before = _canonical_runs()
+    on = _run(f, x, y, s)
+    assert (_canonical_runs() > before) == ymm()
+    arrs = [podlet._src.core.to_array(a) for a in (x, y, s)]
+    assert_same_bits(off.run(arrs), on.run(arrs))

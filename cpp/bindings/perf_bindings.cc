@@ -53,6 +53,7 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
     d["compiled"] = s.compiled; d["refused"] = s.refused; d["runs"] = s.runs; d["leaf_runs"] = s.leaf_runs;
     d["reg_leaf_runs"] = s.reg_leaf_runs; d["spill_runs"] = s.spill_runs;
     d["unchecked_runs"] = s.unchecked_runs; d["unchecked_fallbacks"] = s.fallbacks;
+    d["canonical_runs"] = s.canonical_runs;
     py::list ways;
     for (int w = 1; w <= fused_jit::kMaxWays; ++w) ways.append(s.way_runs[w]);
     d["way_runs"] = py::tuple(ways);
@@ -61,7 +62,8 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   }, "Fused programs compiled to AVX-512 code / left to the interpreter since start, chunks run compiled (and of those, "
      "with column sums added in the compiled code; way_runs: of programs running 1, 2, ..., 8 vectors per iteration; "
      "spill_runs: of programs with broadcast scalars kept in memory; unchecked_runs: of programs with the unchecked "
-     "bf16 loop, unchecked_fallbacks: its blocks flagged, whose run the checked loop finished), "
+     "bf16 loop, unchecked_fallbacks: its blocks flagged, whose run the checked loop finished; canonical_runs: of AVX2 "
+     "programs whose roundings of canonical values skip the NaN check), "
      "and whether compiling is on (prims/fused_jit.h).");
   m.def("fused_tables_stats", []() {
     const auto s = fused_tables::stats();

@@ -44,7 +44,8 @@ using namespace detail;
 namespace {
 std::atomic<int64_t> g_compiled{0}, g_refused{0}, g_runs{0}, g_leaf_runs{0}, g_reg_leaf_runs{0};
 std::atomic<int64_t> g_way_runs[kMaxWays + 1], g_spill_runs{0};  // runs of programs compiled W vectors per iteration, by W
-std::atomic<int64_t> g_unchecked_runs{0}, g_fallbacks{0};  // runs of programs with unchecked_ways_loop; its flagged blocks
+std::atomic<int64_t> g_unchecked_runs{0}, g_fallbacks{0};
+std::atomic<int64_t> g_canonical_runs{0};  // runs of ymm programs with roundings that skip the NaN check  // runs of programs with unchecked_ways_loop; its flagged blocks
 std::atomic<int> g_unchecked{-1};  // -1: not read from PODLET_FUSED_JIT_UNCHECKED yet
 std::atomic<int> g_max_ways{-1};     // -1: not read from PODLET_FUSED_JIT_WAYS yet
 std::atomic<int> g_enabled{-1};  // -1: not read from PODLET_FUSED_JIT yet
@@ -1092,7 +1093,9 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
   const bool cvt_bf16 = int(cpu::active_isa()) >= int(cpu::Isa::avx512bf16);
   const bool ymm = int(cpu::active_isa()) < int(cpu::Isa::avx512);
   const bool unchecked = cvt_bf16 && unchecked_rounding();
-  const std::string key = key_of(spec, ways, ymm ? 2 : unchecked ? 3 : int(cvt_bf16));
+  // ymm: unchecked_rounding() lets its roundings of canonical values skip the NaN check.
+  const bool canonical = ymm && unchecked_rounding();
+  const std::string key = key_of(spec, ways, ymm ? (canonical ? 4 : 2) : unchecked ? 3 : int(cvt_bf16));
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   std::shared_ptr<Kernel> k;
@@ -1101,7 +1104,7 @@ std::shared_ptr<const Kernel> compile(const Spec& spec) {
     kern->nloads = spec.load_kind.size();
     kern->nouts = spec.outs.size();
     if (ymm) {
-      generate_ymm(spec, ways, *kern);
+      generate_ymm(spec, ways, canonical, *kern);
     } else {
       // The bodies: one-vector loop and masked tail, plus the W-vector loops' W each (the
       // unchecked one and the checked one; and room for the out-of-line roundings);
@@ -1186,6 +1189,7 @@ bool run(const Kernel& k, int64_t begin, int64_t end, const void* const* load_sr
   g_way_runs[k.ways].fetch_add(1, std::memory_order_relaxed);
   if (k.nspill || k.stack_slots) g_spill_runs.fetch_add(1, std::memory_order_relaxed);
   if (k.unchecked) g_unchecked_runs.fetch_add(1, std::memory_order_relaxed);
+  if (k.canonical_roundings) g_canonical_runs.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -1212,6 +1216,7 @@ Stats stats() {
   s.spill_runs = g_spill_runs.load();
   s.unchecked_runs = g_unchecked_runs.load();
   s.fallbacks = g_fallbacks.load();
+  s.canonical_runs = g_canonical_runs.load();
   return s;
 }
 

@@ -81,8 +81,9 @@ constexpr int kMaxWays = 8;  // set_max_ways' bound and default
 // Whether programs compiled from now on round results of arithmetic without checking
 // each rounding's inputs, checking MXCSR flags and stored NaNs per block of iterations
 // (fused_jit.cc Gen::unchecked_ways_loop: AVX512_BF16 hosts, bf16 programs run several
-// vectors per iteration). Default on; PODLET_FUSED_JIT_UNCHECKED=0 (or off) turns it off at start.
-// Same bits either way.
+// vectors per iteration); on AVX2 hosts, whether roundings of values whose NaNs are
+// canonical skip the NaN check (fused_jit_ymm.cc plan_canonical). Default on;
+// PODLET_FUSED_JIT_UNCHECKED=0 (or off) turns it off at start. Same bits either way.
 bool unchecked_rounding();
 void set_unchecked_rounding(bool on);
 // leaf_runs: with kLeaves outputs; reg_leaf_runs: of those, with the leaves in registers
@@ -97,6 +98,8 @@ struct Stats {
   // runs of programs with the unchecked loop, and its flagged blocks (each sent the rest of
   // its run to the checked loop)
   int64_t unchecked_runs = 0, fallbacks = 0;
+  // runs of ymm programs with roundings that skip the NaN check (canonical operands)
+  int64_t canonical_runs = 0;
 };
 Stats stats();
 

@@ -127,6 +127,7 @@ class Kernel {
   bool reg_leaves = false;  // ... added in registers (Gen::leaf_loop)
   int ways = 1;  // vectors per iteration (Gen::body)
   bool unchecked = false;  // with Gen::unchecked_ways_loop
+  bool canonical_roundings = false;  // ymm: some roundings skip the NaN check (GenY::plan_canonical)
   // Lanes per vector: 16 (zmm, fused_jit.cc) or 8 (ymm, fused_jit_ymm.cc, whose code runs
   // whole vectors only: run() puts a partial last one through a bounce buffer).
   int lanes = 16;
@@ -138,6 +139,6 @@ class Kernel {
 
 namespace podlet::fused_jit::detail {
 // The AVX2 generator (fused_jit_ymm.cc): fills kern (fn, periods, ways, gen) or throws
-// Refuse.
-void generate_ymm(const Spec& spec, int max_ways, Kernel& kern);
+// Refuse. canonical: roundings of values whose NaNs are canonical skip the NaN check.
+void generate_ymm(const Spec& spec, int max_ways, bool canonical, Kernel& kern);
 }  // namespace podlet::fused_jit::detail

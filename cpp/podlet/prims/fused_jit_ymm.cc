@@ -20,7 +20,10 @@
 // - No leaf sums (kLeaves, BatchNorm statistics): refused, the interpreter's rows path
 //   takes them.
 // - exp's 2^n as fm::exp computes it: two integer-built halves, two products (no vscalefps).
-// - bf16 rounding in integer operations (no vcvtneps2bf16 on AVX2 hosts).
+// - bf16 rounding in integer operations (no vcvtneps2bf16 on AVX2 hosts), its NaN check
+//   skipped where the value's NaNs are already the one the check makes (plan_canonical).
+// - Programs with bf16 roundings run 8 vectors per iteration whatever they spill
+//   (choose_ways): their loops wait on the roundings' chains, not on the stack slots.
 //
 // Bits: every instruction is the interpreter's operation (fused_ops.h) lane by lane, as in
 // the zmm code; the tests compare the compiled, interpreted and unfused graphs.
@@ -52,15 +55,30 @@ constexpr int kTemp = -1, kSlot0 = -2;
 
 class GenY : public Xbyak::CodeGenerator {
  public:
-  GenY(const Spec& s, size_t bytes, int max_ways)
-      : Xbyak::CodeGenerator(bytes, Xbyak::DontSetProtectRWE), s_(s), max_ways_(max_ways) {}
+  GenY(const Spec& s, size_t bytes, int max_ways, bool canonical)
+      : Xbyak::CodeGenerator(bytes, Xbyak::DontSetProtectRWE), s_(s), max_ways_(max_ways), canonical_(canonical) {}
 
   void generate() {
     plan();
     choose_ways();
-    if (std::getenv("PODLET_FUSED_JIT_DEBUG"))
-      std::fprintf(stderr, "podlet: fused program of %d instructions, %zu loads (ymm): %d ways, %d stack slots\n", S_,
-                   s_.load_kind.size(), W_, nslots_);
+    if (std::getenv("PODLET_FUSED_JIT_DEBUG")) {
+      int nr = 0, nc = 0;
+      for (int k = 0; k < S_; ++k) {
+        nr += root_[k] == k && live(k) && rounds(s_.code[k]);
+        nc += canonize_[k];
+      }
+      std::fprintf(stderr, "podlet: fused program of %d instructions, %zu loads (ymm): %d ways, %d stack slots, "
+                   "%d of %d roundings unchecked, %d values made canonical\n", S_, s_.load_kind.size(), W_, nslots_,
+                   fast_rounds(), nr, nc);
+    }
+    if (const char* e = std::getenv("PODLET_FUSED_JIT_DEBUG"); e && e[0] == '2')  // and the instructions
+      for (int k = 0; k < S_; ++k) {
+        const Instr& ins = s_.code[k];
+        std::fprintf(stderr, "  %2d %-8s d=%d rd=%d a=%lld b=%lld c=%lld imm=%lld home %d%s%s%s\n", k, op_name(ins.op),
+                     int(ins.d), int(ins.rd), (long long)ins.a, (long long)ins.b, (long long)ins.c, (long long)ins.imm,
+                     home_[size_t(root_[k]) * W_], canon_[k] ? ", canonical" : "", canonize_[k] ? " (made so)" : "",
+                     fast_round_[k] ? ", rounded unchecked" : "");
+      }
     const int nl = int(s_.load_kind.size());
     out_arg_ = kArgFirst + nl;
     push(rbp);
@@ -85,6 +103,7 @@ class GenY : public Xbyak::CodeGenerator {
       mov(rax, ptr[rdi + 8 * (kArgFirst + ins.a)]);
       const int h = home_[k * W_];
       broadcast(h >= 0 ? Ymm(h) : ymm0, ins.d, rax);
+      if (canonize_[k]) canonicalize(h >= 0 ? Ymm(h) : ymm0);
       if (h < 0) vmovaps(slot_addr(h), ymm0);
     }
     Xbyak::Label iter, loop, done;
@@ -117,11 +136,17 @@ class GenY : public Xbyak::CodeGenerator {
   }
   int ways() const { return W_; }
   int nslots() const { return nslots_; }
+  int fast_rounds() const {
+    int n = 0;
+    for (int k = 0; k < S_; ++k) n += root_[k] == k && live(k) && fast_round_[k];
+    return n;
+  }
   std::vector<int64_t> periods() const { return periods_; }
 
  private:
   const Spec& s_;
   const int max_ways_;
+  const bool canonical_;  // plan_canonical may skip NaN checks
   int S_ = 0, W_ = 1, lane_ = 0, nslots_ = 0, out_arg_ = 0;
   std::vector<int> root_, last_use_;
   std::vector<std::vector<int>> outs_of_;
@@ -131,6 +156,9 @@ class GenY : public Xbyak::CodeGenerator {
   // home_[k * W + w]: where value k of vector w lives (a scalar's for every w), for roots.
   std::vector<int> home_;
   bool any_stream_ = false;
+  // Per instruction (plan_canonical): its value's NaNs are canonical; made so where it is
+  // loaded, gathered or broadcast; its rounding skips the NaN check.
+  std::vector<bool> canon_, canonize_, fast_round_;
   Xbyak::Label consts_;
   std::vector<uint32_t> pool_;
 
@@ -196,6 +224,96 @@ class GenY : public Xbyak::CodeGenerator {
       if (!outs_of_[k].empty()) last_use_[root_[k]] = std::max(last_use_[root_[k]], k);
     for (int k = 0; k < S_; ++k)  // an alias's outputs keep its root live and emitted
       if (root_[k] != k && !outs_of_[k].empty() && last_use_[root_[k]] < 0) last_use_[root_[k]] = k;
+    plan_canonical();
+  }
+
+  // ---- canonical NaNs: roundings without the NaN check ----
+  // round_bf16 puts every NaN lane back as sign | 0x7fc00000 (fastmath.h) because the
+  // integer rounding alone would keep a NaN's payload, carry a signalling NaN into
+  // infinity, or wrap 0x7fff8000.. around to zero. A lane that is a number, or already that
+  // canonical NaN, comes out of the integer rounding alone with the same bits: the check
+  // is 4 of the rounding's 9 operations, and a bf16 GELU VJP is mostly roundings.
+  // Which values are canonical (every NaN lane sign | 0x7fc00000) follows from x86's NaN
+  // rule: arithmetic returns its default NaN 0xffc00000 or its first NaN operand quieted
+  // (payload kept), and max / min / neg / abs / select pass an operand's bits on. So:
+  // rounded results are canonical; an unrounded result is when its float operands are;
+  // loads, scalars and table values may hold any NaN. Those are made canonical where
+  // they are made (canonize) when every use of them gives the same bits either way:
+  // roundings and compares, which keep a NaN's sign and NaN-ness and drop its payload (a
+  // rounding drops it too); not outputs, table indices, unrounded arithmetic or selects,
+  // which pass the payload on.
+  static bool canon_safe_use(const Instr& u, int q) {
+    if (u.op == kTable || u.op == kNot || u.op == kAnd || u.op == kOr || u.op == kXor) return false;
+    if (u.op >= kEq && u.op <= kGe) return is_float_reg(u.d);
+    if (u.op == kIsFinite) return true;
+    if (u.op == kConvert) return (u.d == DType::f32 && u.rd == DType::bf16) || u.rd == DType::boolean;
+    if (u.op == kSelect) return q > 0 && u.d == DType::f32 && u.rd == DType::bf16;
+    return u.rd == DType::bf16;  // arithmetic, rounded
+  }
+  // Whether instruction k rounds to bf16 (emit's rb, or a convert / select that rounds).
+  bool rounds(const Instr& ins) const {
+    if (ins.op == kConvert) return ins.d == DType::f32 && ins.rd == DType::bf16;
+    if (ins.op == kSelect) return ins.d == DType::f32 && ins.rd == DType::bf16;
+    if (ins.op == kTable || ins.op == kLoad || ins.op == kNot || ins.op == kAnd || ins.op == kOr ||
+        ins.op == kXor || ins.op == kIsFinite || (ins.op >= kEq && ins.op <= kGe))
+      return false;
+    return ins.rd == DType::bf16;
+  }
+  void plan_canonical() {
+    canon_.assign(S_, false);
+    canonize_.assign(S_, false);
+    fast_round_.assign(S_, false);
+    if (!canonical_) return;
+    std::vector<int> safe_uses(S_, 0);
+    std::vector<bool> unsafe(S_, false);
+    for (int k = 0; k < S_; ++k) {
+      if (!outs_of_[k].empty()) unsafe[root_[k]] = true;
+      const Instr& ins = s_.code[k];
+      if (ins.op == kLoad || root_[k] != k) continue;
+      const int64_t ops[3] = {ins.a, ins.b, ins.c};
+      bool counted[3] = {false, false, false};
+      for (int q = 0; q < nops_of(ins); ++q) {
+        const int r = root_[ops[q]];
+        if (!canon_safe_use(ins, q)) { unsafe[r] = true; continue; }
+        bool seen = false;  // one use per instruction (x * x reads x once)
+        for (int p = 0; p < q; ++p) seen |= counted[p] && root_[ops[p]] == r;
+        if (!seen) ++safe_uses[r];
+        counted[q] = true;
+      }
+    }
+    for (int k = 0; k < S_; ++k) {
+      const Instr& ins = s_.code[k];
+      if (root_[k] != k) { canon_[k] = canon_[root_[k]]; continue; }
+      const bool source = ins.op == kLoad || ins.op == kTable;
+      if (source) {
+        const DType d = ins.op == kLoad ? ins.d : ins.rd;
+        // A scalar is made canonical once per call; a vector per iteration, worth it when
+        // two roundings or more read it.
+        canonize_[k] = is_float_reg(d) && live(k) && !unsafe[k] && safe_uses[k] >= (scalar_[k] ? 1 : 2);
+        canon_[k] = canonize_[k];
+        continue;
+      }
+      const int64_t ops[3] = {ins.a, ins.b, ins.c};
+      bool all = true;
+      for (int q = ins.op == kSelect ? 1 : 0; q < nops_of(ins); ++q) all = all && canon_[root_[ops[q]]];
+      if (rounds(ins)) {
+        fast_round_[k] = all;
+        canon_[k] = true;
+      } else if (ins.op == kConvert) {
+        canon_[k] = ins.d == DType::boolean;  // bool -> float: 0 or 1
+      } else if (ins.op == kSelect || !(ins.op == kNot || ins.op == kAnd || ins.op == kOr || ins.op == kXor ||
+                                         ins.op == kIsFinite || (ins.op >= kEq && ins.op <= kGe))) {
+        canon_[k] = all && is_float_reg(ins.rd);  // unrounded arithmetic or select: its operands' NaNs
+      }
+    }
+  }
+  // v's NaN lanes -> sign | 0x7fc00000 (the quiet bit set, the payload cleared). Scratch
+  // ymm1, ymm3; v is none of them.
+  void canonicalize(const Ymm& v) {
+    vcmpps(ymm3, v, v, 3);  // unordered: NaN
+    vpor(ymm1, v, cvec(0x00400000u));
+    vpand(ymm1, ymm1, cvec(0xffc00000u));
+    vblendvps(v, v, ymm1, ymm3);
   }
 
   // Registers for W vectors per iteration: a linear scan over positions k W + w (value k
@@ -267,10 +385,16 @@ class GenY : public Xbyak::CodeGenerator {
   }
 
   // W vectors per iteration (8, 4, 2 or 1 up to max_ways_, every period a multiple of 8 W):
-  // W dependency chains in flight. The largest W whose values mostly stay in registers:
-  // a W that sends more vectors' values to memory than W / 2 vectors' worth of the
-  // program's (or a quarter of its W S values) is not worth the loads and stores.
+  // W dependency chains in flight. The largest W whose values mostly stay in registers (a
+  // W that sends more than a quarter of its W S values to memory is not worth the loads
+  // and stores), except in programs with two bf16 roundings or more: each rounding adds 4
+  // to 6 integer operations to a chain, the loop waits on the chains, and the largest W
+  // wins whatever it spills (AMD Zen 3, 1 thread, [6304, 768] bf16: the tanh-GELU VJP's 30
+  // instructions 19.7 ms at 2 ways, 17.6 at 4, 16.5 at 8 with 53 stack slots; the exact
+  // one's 12.1, 11.2, 10.4).
   void choose_ways() {
+    int rounds = 0;
+    for (int k = 0; k < S_; ++k) rounds += root_[k] == k && live(k) && this->rounds(s_.code[k]);
     int best = 1;
     for (int w = 2; w <= max_ways_ && w <= 8; w *= 2) {
       bool ok = true;
@@ -279,7 +403,7 @@ class GenY : public Xbyak::CodeGenerator {
       const int spilled = allocate(w);
       int values = 0;
       for (int k = 0; k < S_; ++k) values += root_[k] == k && live(k) && !scalar_[k];
-      if (spilled * 4 <= values * w) best = w;
+      if (rounds >= 2 || spilled * 4 <= values * w) best = w;
     }
     allocate(best);
   }
@@ -355,6 +479,7 @@ class GenY : public Xbyak::CodeGenerator {
       if (ins.d == DType::f32) vmovups(z, at);
       else if (ins.d == DType::bf16) { vpmovzxwd(z, at); vpslld(z, z, 16); }
       else vpmovzxbd(z, at);
+      if (canonize_[k]) canonicalize(z);
     }
     spill_result(k);
   }
@@ -388,11 +513,16 @@ class GenY : public Xbyak::CodeGenerator {
 
   // dst = round_bf16(src) (fastmath.h): round to nearest even, NaN -> quiet NaN with the
   // sign kept. Scratch ymm0, ymm1, ymm3; src must be none of them.
-  void round_bf16(const Ymm& dst, const Ymm& src) {
+  // fast (fast_round_): src's NaNs are canonical, the integer rounding alone.
+  void round_bf16(const Ymm& dst, const Ymm& src, bool fast = false) {
     vpsrld(ymm0, src, 16);
+    vpaddd(ymm1, src, cvec(kRound));  // beside the shift: a shorter chain
     vpand(ymm0, ymm0, cvec(kOneU32));
-    vpaddd(ymm0, ymm0, src);
-    vpaddd(ymm0, ymm0, cvec(kRound));
+    vpaddd(ymm0, ymm0, ymm1);
+    if (fast) {
+      vpand(dst, ymm0, cvec(kHighHalf));
+      return;
+    }
     vpand(ymm0, ymm0, cvec(kHighHalf));
     vcmpps(ymm3, src, src, 3);  // unordered: NaN
     vpand(ymm1, src, cvec(kSignBit));
@@ -421,16 +551,17 @@ class GenY : public Xbyak::CodeGenerator {
       vpgatherdd(ymm0, ins.imm ? ptr[rax + ymm1 * 4] : ptr[rax + ymm1 * 2], ymm3);
       if (ins.imm == 2) vpand(d, ymm0, cvec(0xffff0000u));
       else vpslld(d, ymm0, 16);
+      if (canonize_[k]) canonicalize(d);
       spill_result(k);
       return;
     }
     const Ymm b = ins.op >= kAdd ? operand(ins.b, 1) : ymm0;
     const Ymm c = ins.op == kSelect || ins.op == kClamp ? operand(ins.c, 2) : ymm0;
-    emit(ins, d, a, b, c);
+    emit(ins, d, a, b, c, fast_round_[k]);
     spill_result(k);
   }
 
-  void emit(const Instr& ins, const Ymm& d, const Ymm& a, const Ymm& b, const Ymm& c) {
+  void emit(const Instr& ins, const Ymm& d, const Ymm& a, const Ymm& b, const Ymm& c, bool fast) {
     const bool rb = ins.rd == DType::bf16;
     switch (ins.op) {
       case kConvert:
@@ -441,13 +572,13 @@ class GenY : public Xbyak::CodeGenerator {
           vcmpps(ymm1, a, ymm1, 4);  // NEQ_UQ
           bool_of(d, ymm1);
         } else {                                  // f32 -> bf16
-          round_bf16(d, a);
+          round_bf16(d, a, fast);
         }
         return;
       case kSelect:  // a is 0/1: its low bit to the sign picks b
         vpslld(ymm1, a, 31);
         vblendvps(ymm2, c, b, ymm1);
-        if (ins.d == DType::f32 && ins.rd == DType::bf16) round_bf16(d, ymm2); else vmovaps(d, ymm2);
+        if (ins.d == DType::f32 && ins.rd == DType::bf16) round_bf16(d, ymm2, fast); else vmovaps(d, ymm2);
         return;
       case kNot: vpxor(d, a, cvec(kOneU32)); return;
       case kAnd: vpand(d, a, b); return;
@@ -502,7 +633,7 @@ class GenY : public Xbyak::CodeGenerator {
         break;
       default: throw Refuse{"this op"};
     }
-    if (rb) round_bf16(d, r);
+    if (rb) round_bf16(d, r, fast);
   }
 
   // dst = fm::exp(x): its operations in its order, the FMAs as vfmadd, y = p 2^n1 2^n2 with
@@ -613,9 +744,9 @@ class GenY : public Xbyak::CodeGenerator {
 };
 }  // namespace
 
-void generate_ymm(const Spec& spec, int max_ways, Kernel& kern) {
+void generate_ymm(const Spec& spec, int max_ways, bool canonical, Kernel& kern) {
   const size_t bytes = (16384 + spec.code.size() * (2 + max_ways) * 640 + 4095) / 4096 * 4096;
-  auto gen = std::make_unique<GenY>(spec, bytes, max_ways);
+  auto gen = std::make_unique<GenY>(spec, bytes, max_ways, canonical);
   gen->generate();
   gen->setProtectModeRE();
   kern.fn = gen->getCode<void (*)(const uint64_t*)>();
@@ -623,6 +754,7 @@ void generate_ymm(const Spec& spec, int max_ways, Kernel& kern) {
   kern.ways = gen->ways();
   kern.lanes = kLanes;
   kern.stack_slots = gen->nslots();
+  kern.canonical_roundings = gen->fast_rounds() > 0;
   // The bounce blocks of a partial last vector (fused_jit::run): bytes per element.
   kern.load_kind = spec.load_kind;
   kern.load_scale.assign(spec.load_kind.size(), 0);
