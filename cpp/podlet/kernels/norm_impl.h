@@ -185,10 +185,13 @@ inline f32x8 vfma(f32x8 a, f32x8 b, f32x8 c) {
   return r;
 #endif
 }
+// Lanes below the lower clamp (e^-104 rounds to +0: -inf pads, masked logits) are +0
+// from a benign input: computed, their last product underflows, a slow path on AMD Zen 3 as
+// on Intel (fastmath_avx512.h's vexp keeps them out of vscalefps for the same reason).
 inline f32x8 vexp(f32x8 x) {
   typedef f32x8 F;
   const F lo = F{} - 104.0f, hi = F{} + 89.0f;
-  F xc = x < lo ? lo : x;
+  F xc = x < lo ? F{} : x;
   xc = xc > hi ? hi : xc;
   xc = x == x ? xc : F{};
   const F fn = vfma(xc, F{} + 1.44269504088896341f, F{} + 12582912.0f) - 12582912.0f;
@@ -204,7 +207,7 @@ inline f32x8 vexp(f32x8 x) {
   const i32x8 n = __builtin_convertvector(fn, i32x8);
   const i32x8 n1 = n >> 1, n2 = n - n1;
   const F y = p * exp2i<F>(n1) * exp2i<F>(n2);
-  return x == x ? y : x;
+  return x == x ? (x < lo ? F{} : y) : x;
 }
 // exp on the lane vectors: vexp for f32 (8-lane chains: GCC split a 16-lane form's FMAs
 // through memory in the AVX2 build, softmax rows [37824, 197] f32 16.0 ms that way, 3.5 ms
