@@ -82,8 +82,9 @@ static podlet_bindings::Binder reg_perf([](py::module_& m) {
   m.def("set_fused_jit_unchecked", &fused_jit::set_unchecked_rounding, py::arg("on"),
         "bf16 programs compiled from now on (AVX512_BF16 hosts) round arithmetic results without a check per rounding, "
         "checking the MXCSR underflow / denormal flags and the stored NaNs of each block of iterations instead; a "
-        "flagged block and the rest of its run are computed again with the checks (default; "
-        "PODLET_FUSED_JIT_UNCHECKED=0 turns it off at start). Same bits either way.");
+        "flagged block and the rest of its run are computed again with the checks; on AVX2 hosts, roundings of values "
+        "whose NaNs are canonical skip the NaN check (default; PODLET_FUSED_JIT_UNCHECKED=0 turns it off at start). "
+        "Same bits either way.");
   m.def("set_fused_jit", &fused_jit::set_enabled, py::arg("on"),
         "Compile fused programs to AVX-512 code (default; PODLET_FUSED_JIT=0 turns it off) or interpret them.");
   m.def("conv_winograd_stats", []() {
