@@ -46,9 +46,9 @@ constexpr int64_t kSk = 64;  // key rows per tile
 
 template <class A> inline A exp_a(A x) { return std::exp(x); }
 // fm::exp, with the lanes below its clamp (e^-104 rounds to +0; masked logits sit at
-// -0.7 FLT_MAX) given +0 directly: computed, their last product underflows, and on AMD Zen 3
-// an underflowing lane cost a masked logit ~10 cycles (a window forward with half its logits
-// masked ran 1.25x slower than unmasked). The same bits: fm::exp is +0 there.
+// -0.7 FLT_MAX) given +0 from a benign input: computed, their last product underflows, ~20
+// cycles a lane on AMD Zen 3 (a Swin window forward with 30% of its logits masked ran 1.5x
+// the unmasked time; 1.05x now). The same bits: fm::exp is +0 there.
 template <> inline float exp_a<float>(float x) {
   const bool zero = x < -104.0f;
   const float e = fm::exp(zero ? 0.0f : x);
@@ -214,9 +214,8 @@ inline void row_sums(const A* S, int64_t rows, int64_t n, A* sums) {
   }
 }
 
-// row[j] = mb[j] ? row[j] : fill for j < n (mb: a boolean mask's bytes). On whole vectors a
-// blend: the plain loop compiled to a branch per element, which an irregular mask
-// mispredicts (a random 30% mask made Swin's window forward 1.4x slower, Zen 3).
+// row[j] = mb[j] ? row[j] : fill for j < n (mb: a boolean mask's bytes), on whole vectors
+// a blend: branch-free whatever the mask (a few percent of a masked window's forward).
 template <class A>
 inline void mask_select(A* row, const uint8_t* mb, int64_t n, A fill) {
   int64_t j = 0;
