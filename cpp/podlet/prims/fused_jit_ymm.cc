@@ -61,16 +61,10 @@ class GenY : public Xbyak::CodeGenerator {
   void generate() {
     plan();
     choose_ways();
-    if (std::getenv("PODLET_FUSED_JIT_DEBUG")) {
-      int nr = 0, nc = 0;
-      for (int k = 0; k < S_; ++k) {
-        nr += root_[k] == k && live(k) && rounds(s_.code[k]);
-        nc += canonize_[k];
-      }
+    if (std::getenv("PODLET_FUSED_JIT_DEBUG"))
       std::fprintf(stderr, "podlet: fused program of %d instructions, %zu loads (ymm): %d ways, %d stack slots, "
                    "%d of %d roundings unchecked, %d values made canonical\n", S_, s_.load_kind.size(), W_, nslots_,
-                   fast_rounds(), nr, nc);
-    }
+                   fast_rounds(), rounding_count(), int(std::count(canonize_.begin(), canonize_.end(), true)));
     if (const char* e = std::getenv("PODLET_FUSED_JIT_DEBUG"); e && e[0] == '2')  // and the instructions
       for (int k = 0; k < S_; ++k) {
         const Instr& ins = s_.code[k];
@@ -246,18 +240,25 @@ class GenY : public Xbyak::CodeGenerator {
     if (u.op == kTable || u.op == kNot || u.op == kAnd || u.op == kOr || u.op == kXor) return false;
     if (u.op >= kEq && u.op <= kGe) return is_float_reg(u.d);
     if (u.op == kIsFinite) return true;
-    if (u.op == kConvert) return (u.d == DType::f32 && u.rd == DType::bf16) || u.rd == DType::boolean;
-    if (u.op == kSelect) return q > 0 && u.d == DType::f32 && u.rd == DType::bf16;
-    return u.rd == DType::bf16;  // arithmetic, rounded
+    if (u.op == kConvert) return rounds(u) || u.rd == DType::boolean;
+    return rounds(u) && (u.op != kSelect || q > 0);  // a select's predicate is a bool
   }
-  // Whether instruction k rounds to bf16 (emit's rb, or a convert / select that rounds).
-  bool rounds(const Instr& ins) const {
-    if (ins.op == kConvert) return ins.d == DType::f32 && ins.rd == DType::bf16;
-    if (ins.op == kSelect) return ins.d == DType::f32 && ins.rd == DType::bf16;
-    if (ins.op == kTable || ins.op == kLoad || ins.op == kNot || ins.op == kAnd || ins.op == kOr ||
-        ins.op == kXor || ins.op == kIsFinite || (ins.op >= kEq && ins.op <= kGe))
-      return false;
+  // Logic, compares and is_finite: a bool result, nothing to round or keep canonical.
+  static bool bool_result(const Instr& ins) {
+    return ins.op == kNot || ins.op == kAnd || ins.op == kOr || ins.op == kXor || ins.op == kIsFinite ||
+           (ins.op >= kEq && ins.op <= kGe);
+  }
+  // Whether an instruction rounds to bf16 (emit's rb, or a convert / select that rounds).
+  static bool rounds(const Instr& ins) {
+    if (ins.op == kConvert || ins.op == kSelect) return ins.d == DType::f32 && ins.rd == DType::bf16;
+    if (ins.op == kTable || ins.op == kLoad || bool_result(ins)) return false;
     return ins.rd == DType::bf16;
+  }
+  // The roundings the code makes (live roots).
+  int rounding_count() const {
+    int n = 0;
+    for (int k = 0; k < S_; ++k) n += root_[k] == k && live(k) && rounds(s_.code[k]);
+    return n;
   }
   void plan_canonical() {
     canon_.assign(S_, false);
@@ -301,8 +302,7 @@ class GenY : public Xbyak::CodeGenerator {
         canon_[k] = true;
       } else if (ins.op == kConvert) {
         canon_[k] = ins.d == DType::boolean;  // bool -> float: 0 or 1
-      } else if (ins.op == kSelect || !(ins.op == kNot || ins.op == kAnd || ins.op == kOr || ins.op == kXor ||
-                                         ins.op == kIsFinite || (ins.op >= kEq && ins.op <= kGe))) {
+      } else if (!bool_result(ins)) {
         canon_[k] = all && is_float_reg(ins.rd);  // unrounded arithmetic or select: its operands' NaNs
       }
     }
@@ -393,8 +393,7 @@ class GenY : public Xbyak::CodeGenerator {
   // instructions 19.7 ms at 2 ways, 17.6 at 4, 16.5 at 8 with 53 stack slots; the exact
   // one's 12.1, 11.2, 10.4).
   void choose_ways() {
-    int rounds = 0;
-    for (int k = 0; k < S_; ++k) rounds += root_[k] == k && live(k) && this->rounds(s_.code[k]);
+    const int rounds = rounding_count();
     int best = 1;
     for (int w = 2; w <= max_ways_ && w <= 8; w *= 2) {
       bool ok = true;
